@@ -1,0 +1,51 @@
+"""Carry an exception from a background thread or process to the consumer, with its traceback text."""
+
+from __future__ import annotations
+
+import pickle
+import traceback
+from dataclasses import dataclass
+
+
+class RemoteTraceback(Exception):
+    """Holds the formatted traceback of an exception raised in a worker; set as the re-raised error's cause."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+    def __str__(self) -> str:
+        return "\n\n" + self.text
+
+
+@dataclass(frozen=True)
+class CarriedException:
+    """An exception caught in a worker, ready to cross a queue or a pipe and be raised again in the consumer.
+
+    The original exception object travels when it pickles; otherwise a ``RuntimeError`` naming its type and message
+    stands in for it. Either way the worker's traceback text is attached as ``__cause__`` (a
+    :class:`RemoteTraceback`), as :mod:`concurrent.futures` does for process pools.
+    """
+
+    exception: BaseException
+    traceback_text: str
+    where: str
+
+    @classmethod
+    def capture(cls, exc: BaseException, where: str) -> CarriedException:
+        """Wrap ``exc`` (call from inside the ``except`` block of the worker)."""
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        try:
+            pickle.loads(pickle.dumps(exc))
+            carried: BaseException = exc
+        except Exception:
+            carried = RuntimeError(f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}")
+        carried.__traceback__ = None
+        return cls(carried, text, where)
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (CarriedException, (self.exception, self.traceback_text, self.where))
+
+    def reraise(self) -> None:
+        """Raise the carried exception in the current thread, its worker traceback chained as the cause."""
+        raise self.exception from RemoteTraceback(f"in {self.where}:\n{self.traceback_text}")

@@ -1,0 +1,21 @@
+"""Exceptions raised by :mod:`datamount.readers`."""
+
+from __future__ import annotations
+
+from datamount.storage.errors import DatamountError
+
+
+class ComposeNotAligned(DatamountError, ValueError):
+    """``compose`` readers yielded different numbers of samples (Paddle's name, kept for ported code)."""
+
+
+class WorkerDiedError(DatamountError, RuntimeError):
+    """A background worker process ended without finishing its work (killed, crashed, out of memory)."""
+
+
+class NotPicklableError(DatamountError, TypeError):
+    """A reader or function must be sent to a worker process but cannot be pickled."""
+
+
+class SharedMemoryError(DatamountError, OSError):
+    """Shared memory is too small or unavailable for the requested prefetch."""

@@ -1,0 +1,450 @@
+"""The :class:`Store`: a root folder on an fsspec filesystem, with the operations datasets and readers need."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import hashlib
+import os
+import posixpath
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import IO, Any, ClassVar, TypeVar
+
+import fsspec
+from fsspec.asyn import AsyncFileSystem
+
+from datamount.storage import redact
+from datamount.storage._window import ordered_window
+from datamount.storage.errors import (
+    DatamountError,
+    ObjectNotFoundError,
+    StoreIOError,
+    StorePermissionError,
+    StoreUnreachableError,
+)
+from datamount.storage.paths import clean_relpath
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+TEMP_PREFIX = ".~tmp."
+"""Basename prefix of objects being written; :meth:`Store.list` never shows them."""
+
+HASH_CHUNK = 4 << 20
+DEFAULT_MAX_BYTES_IN_FLIGHT = 256 << 20
+
+_UNREACHABLE_ERRNOS = {
+    errno.ECONNREFUSED,
+    errno.ECONNRESET,
+    errno.EHOSTUNREACH,
+    errno.ENETUNREACH,
+    errno.ETIMEDOUT,
+    errno.EHOSTDOWN,
+}
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """What a store knows of one path."""
+
+    path: str
+    size: int
+    is_dir: bool
+
+
+@dataclass(frozen=True)
+class Failure:
+    """How a backend exception reads to a user: the datamount error kind and a short reason."""
+
+    kind: type[DatamountError]
+    reason: str
+
+
+class Store:
+    """A root on an fsspec filesystem; every path given to it is relative to that root and may not leave it.
+
+    Build one with :func:`datamount.storage.open_store`. Subclasses adapt one backend each: how the filesystem is
+    built from a URL, which errors mean what, and which writes are atomic.
+
+    Attributes
+    ----------
+    fs : fsspec.AbstractFileSystem
+        The underlying filesystem.
+    root : str
+        The root path on ``fs`` (without protocol).
+    url : str
+        The root as a URL, credentials masked.
+    name : str or None
+        The profile the store was opened from, if any.
+    """
+
+    protocol: ClassVar[str] = ""
+    #: A single ``pipe_file``/``put_file`` is atomic (object stores): no temporary name is needed.
+    atomic_put: ClassVar[bool] = False
+    #: Parent folders must exist before a write (file systems, not object stores).
+    needs_dirs: ClassVar[bool] = True
+    #: Requests kept in flight by :meth:`read_many` and :meth:`put_many` unless told otherwise.
+    default_max_requests: ClassVar[int] = 16
+
+    def __init__(
+        self,
+        fs: fsspec.AbstractFileSystem,
+        root: str,
+        *,
+        url: str,
+        options: Mapping[str, Any] | None = None,
+        name: str | None = None,
+    ) -> None:
+        self.fs = fs
+        self.root = root.rstrip("/") or "/"
+        self.url = redact.redact_url(url.rstrip("/") or url)
+        self.name = name
+        self._public_options = redact.redact_options(options or {})
+        self._secrets = redact.secret_values(options or {})
+        self._is_async = isinstance(fs, AsyncFileSystem) and getattr(fs, "async_impl", False)
+
+    # -- construction ------------------------------------------------------------------------------------------
+
+    @classmethod
+    def from_url(cls, url: str, *, name: str | None = None, **options: Any) -> Store:
+        """Open the store rooted at ``url``; ``options`` go to the fsspec filesystem."""
+        try:
+            fs, root = fsspec.core.url_to_fs(url, **options)
+        except ImportError as exc:
+            from datamount.storage.errors import BackendNotInstalledError
+
+            raise BackendNotInstalledError(f"cannot open {redact.redact_url(url)}: {exc}") from exc
+        return cls(fs, root, url=url, options=options, name=name)
+
+    def check(self) -> None:
+        """Make sure the store answers and its root is usable; raise a clear error otherwise."""
+        with self._errors("open", ""):
+            self.fs.exists(self.root)
+
+    def close(self) -> None:
+        """Release what the store holds (connections are pooled by fsspec and closed at exit)."""
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        options = ", ".join(f"{k}={v!r}" for k, v in sorted(self._public_options.items()))
+        label = f"{self.name!r}, " if self.name else ""
+        return f"{type(self).__name__}({label}{self.url!r}{', ' + options if options else ''})"
+
+    # -- paths ---------------------------------------------------------------------------------------------------
+
+    def full_path(self, path: str, *, allow_root: bool = False) -> str:
+        """The path on :attr:`fs` of the store-relative ``path`` (validated: it cannot leave the root)."""
+        rel = clean_relpath(path, allow_root=allow_root)
+        if not rel:
+            return self.root
+        return f"{self.root}/{rel}" if self.root != "/" else f"/{rel}"
+
+    def url_for(self, path: str = "") -> str:
+        """The URL of ``path`` in this store, for messages and for tools outside datamount."""
+        rel = clean_relpath(path, allow_root=True) if path else ""
+        return f"{self.url}/{rel}" if rel else self.url
+
+    def _relative(self, full: str) -> str:
+        full = full.rstrip("/")
+        prefix = self.root.rstrip("/") + "/"
+        return full[len(prefix) :] if full.startswith(prefix) else full
+
+    # -- reading -------------------------------------------------------------------------------------------------
+
+    def read(self, path: str) -> bytes:
+        """The whole content of the object at ``path``."""
+        full = self.full_path(path)
+        with self._errors("read", path):
+            return self.fs.cat_file(full)
+
+    def read_range(self, path: str, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of the object at ``path`` (shorter at the end of the object)."""
+        if not 0 <= start <= end:
+            raise ValueError(f"byte range must satisfy 0 <= start <= end, got [{start}, {end})")
+        full = self.full_path(path)
+        if start == end:
+            return b""
+        with self._errors("read", path):
+            return self.fs.cat_file(full, start=start, end=end)
+
+    def read_many(
+        self,
+        paths: Iterable[str],
+        *,
+        sizes: Iterable[int] | None = None,
+        max_requests: int | None = None,
+        max_bytes: int = DEFAULT_MAX_BYTES_IN_FLIGHT,
+    ) -> Iterator[bytes]:
+        """Yield the content of each of ``paths``, in order, with many reads in flight at once.
+
+        Parameters
+        ----------
+        paths
+            Store-relative paths; may be a lazy iterable (it is consumed as the window advances).
+        sizes
+            The objects' sizes, in the same order, when known: then the bytes in flight stay under ``max_bytes``.
+        max_requests
+            Reads in flight at most (default :attr:`default_max_requests`).
+        max_bytes
+            Bytes in flight at most, when ``sizes`` are given (one larger object still goes alone).
+        """
+        limit = max_requests or self.default_max_requests
+        items: Iterable[tuple[str, int]] = zip(paths, sizes) if sizes is not None else ((p, 0) for p in paths)
+        with self._submitter(self._read_one, self._aread_one, limit) as submit:
+            window = ordered_window(
+                submit, items, max_in_flight=limit, weight=lambda item: item[1], max_weight=max_bytes
+            )
+            for _, data in window:
+                yield data
+
+    def _read_one(self, item: tuple[str, int]) -> bytes:
+        return self.read(item[0])
+
+    async def _aread_one(self, item: tuple[str, int]) -> bytes:
+        path = item[0]
+        full = self.full_path(path)
+        try:
+            return await self.fs._cat_file(full)  # type: ignore[attr-defined]
+        except Exception as exc:
+            raise self._translate(exc, "read", path) from exc
+
+    def open(self, path: str, mode: str = "rb", **kwargs: Any) -> IO[bytes]:
+        """A file object on ``path``, for readers that stream (binary modes only)."""
+        if "b" not in mode:
+            raise ValueError(f"only binary modes are supported, got {mode!r}")
+        full = self.full_path(path)
+        with self._errors("open", path):
+            return self.fs.open(full, mode, **kwargs)
+
+    def sha256(self, path: str) -> str:
+        """The hex sha256 of the object at ``path``, computed while streaming it."""
+        digest = hashlib.sha256()
+        with self._errors("read", path), self._open_for_hashing(self.full_path(path)) as stream:
+            while chunk := stream.read(HASH_CHUNK):
+                digest.update(chunk)
+        return digest.hexdigest()
+
+    def _open_for_hashing(self, full: str) -> IO[bytes]:
+        return self.fs.open(full, "rb", block_size=HASH_CHUNK)
+
+    # -- writing -------------------------------------------------------------------------------------------------
+
+    def write(self, path: str, data: bytes | bytearray | memoryview) -> None:
+        """Write ``data`` to ``path`` atomically: readers see the old object or the new one, never a part."""
+        full = self.full_path(path)
+        with self._errors("write", path):
+            self._before_write(full)
+            if self.atomic_put:
+                self.fs.pipe_file(full, bytes(data))
+            else:
+                with self._temporary(full) as tmp:
+                    self.fs.pipe_file(tmp, bytes(data))
+                    self.fs.mv(tmp, full)
+
+    def put_file(self, local_path: str | os.PathLike[str], path: str) -> None:
+        """Copy the local file ``local_path`` to ``path`` atomically."""
+        full = self.full_path(path)
+        with self._errors("upload", path):
+            self._before_write(full)
+            self._put_one_sync(os.fspath(local_path), full)
+
+    def put_many(
+        self,
+        items: Iterable[tuple[str | os.PathLike[str], str]],
+        *,
+        max_requests: int | None = None,
+        on_done: Callable[[str, int], None] | None = None,
+    ) -> int:
+        """Copy many local files in, concurrently; return the bytes sent.
+
+        Parameters
+        ----------
+        items
+            ``(local_path, store_path)`` pairs.
+        max_requests
+            Uploads in flight at most (default :attr:`default_max_requests`).
+        on_done
+            Called in the caller's thread as ``on_done(store_path, size)`` after each file is stored (for progress).
+        """
+        limit = max_requests or self.default_max_requests
+        prepared = self._prepare_puts(items)
+        total = 0
+        with self._submitter(self._put_one, self._aput_one, limit) as submit:
+            for (_, path, _), size in ordered_window(submit, prepared, max_in_flight=limit):
+                total += size
+                if on_done is not None:
+                    on_done(path, size)
+        return total
+
+    def _prepare_puts(self, items: Iterable[tuple[str | os.PathLike[str], str]]) -> Iterator[tuple[str, str, str]]:
+        made: set[str] = set()
+        for local, path in items:
+            full = self.full_path(path)
+            parent = posixpath.dirname(full)
+            if parent not in made:
+                with self._errors("upload", path):
+                    self._before_write(full)
+                made.add(parent)
+            yield os.fspath(local), path, full
+
+    def _put_one(self, item: tuple[str, str, str]) -> int:
+        local, path, full = item
+        with self._errors("upload", path):
+            self._put_one_sync(local, full)
+        return os.path.getsize(local)
+
+    async def _aput_one(self, item: tuple[str, str, str]) -> int:
+        local, path, full = item
+        try:
+            size = os.path.getsize(local)
+            await self.fs._put_file(local, full)  # type: ignore[attr-defined]
+        except Exception as exc:
+            raise self._translate(exc, "upload", path) from exc
+        return size
+
+    def _put_one_sync(self, local: str, full: str) -> None:
+        if self.atomic_put:
+            self.fs.put_file(local, full)
+        else:
+            with self._temporary(full) as tmp:
+                self.fs.put_file(local, tmp)
+                self.fs.mv(tmp, full)
+
+    def _before_write(self, full: str) -> None:
+        """Prepare for a write to ``full`` (make its folder where folders exist)."""
+        if self.needs_dirs:
+            self.fs.makedirs(posixpath.dirname(full), exist_ok=True)
+
+    @contextlib.contextmanager
+    def _temporary(self, full: str) -> Iterator[str]:
+        tmp = posixpath.join(posixpath.dirname(full), f"{TEMP_PREFIX}{posixpath.basename(full)}.{uuid.uuid4().hex[:12]}")
+        try:
+            yield tmp
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self.fs.rm_file(tmp)
+            raise
+
+    # -- listing and removal -------------------------------------------------------------------------------------
+
+    def list(self, prefix: str = "", *, recursive: bool = True) -> dict[str, int]:
+        """Map each object under ``prefix`` (store-relative path) to its size; ``{}`` when there is none.
+
+        Objects being written (temporary names) are left out. With ``recursive=False`` only the direct children
+        that are objects are listed.
+        """
+        full = self.full_path(prefix, allow_root=True)
+        with self._errors("list", prefix):
+            if recursive:
+                entries = self.fs.find(full, detail=True, withdirs=False)
+                infos = entries.values() if isinstance(entries, dict) else entries
+            else:
+                try:
+                    infos = self.fs.ls(full, detail=True)
+                except FileNotFoundError:
+                    return {}
+        listing = {}
+        for info in infos:
+            if info.get("type") == "directory":
+                continue
+            rel = self._relative(info["name"])
+            if posixpath.basename(rel).startswith(TEMP_PREFIX):
+                continue
+            listing[rel] = int(info.get("size") or 0)
+        return dict(sorted(listing.items()))
+
+    def exists(self, path: str) -> bool:
+        """Whether an object or folder exists at ``path``."""
+        full = self.full_path(path, allow_root=True)
+        with self._errors("check", path):
+            return bool(self.fs.exists(full))
+
+    def info(self, path: str) -> ObjectInfo:
+        """Size and kind of ``path``; :class:`ObjectNotFoundError` when it does not exist."""
+        full = self.full_path(path, allow_root=True)
+        with self._errors("stat", path):
+            raw = self.fs.info(full)
+        return ObjectInfo(path=path, size=int(raw.get("size") or 0), is_dir=raw.get("type") == "directory")
+
+    def remove(self, path: str, *, recursive: bool = False, missing_ok: bool = False) -> None:
+        """Remove the object at ``path`` (with ``recursive``, everything below it too)."""
+        full = self.full_path(path, allow_root=recursive)
+        try:
+            with self._errors("remove", path):
+                self.fs.rm(full, recursive=recursive)
+        except ObjectNotFoundError:
+            if not missing_ok:
+                raise
+
+    # -- concurrency and errors ----------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _submitter(
+        self,
+        call: Callable[[T], R],
+        acall: Callable[[T], Awaitable[R]],
+        workers: int,
+    ) -> Iterator[Callable[[T], Future[R]]]:
+        """A function that starts one operation and returns its future: on fsspec's event loop for async
+        filesystems (many requests from one thread), else on a thread pool that is joined on exit."""
+        if self._is_async:
+            loop = self.fs.loop  # type: ignore[attr-defined]
+            yield lambda item: asyncio.run_coroutine_threadsafe(acall(item), loop)  # type: ignore[arg-type]
+        else:
+            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="datamount-io") as pool:
+                yield lambda item: pool.submit(call, item)
+
+    @contextlib.contextmanager
+    def _errors(self, op: str, path: str) -> Iterator[None]:
+        try:
+            yield
+        except DatamountError:
+            raise
+        except Exception as exc:
+            raise self._translate(exc, op, path) from exc
+
+    def _translate(self, exc: BaseException, op: str, path: str) -> BaseException:
+        """The datamount error that tells a user what went wrong with ``op`` on ``path``."""
+        if isinstance(exc, DatamountError):
+            return exc
+        failure = self._classify(exc) or _classify_builtin(exc)
+        where = self.url_for(path) if path else self.url
+        reason = redact.scrub(failure.reason, self._secrets)
+        return failure.kind(f"cannot {op} {where}: {reason}")
+
+    def _classify(self, exc: BaseException) -> Failure | None:
+        """Backend-specific reading of ``exc``; ``None`` falls back to the built-in exception kinds."""
+        return None
+
+
+def _classify_builtin(exc: BaseException) -> Failure:
+    text = short_reason(exc)
+    if isinstance(exc, FileNotFoundError):
+        return Failure(ObjectNotFoundError, "not found")
+    if isinstance(exc, PermissionError):
+        return Failure(StorePermissionError, f"permission denied ({text})")
+    if isinstance(exc, (ConnectionError, TimeoutError)) or (
+        isinstance(exc, OSError) and exc.errno in _UNREACHABLE_ERRNOS
+    ):
+        return Failure(StoreUnreachableError, f"the store did not answer ({text})")
+    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+        return Failure(StoreIOError, "no space left on the device")
+    if isinstance(exc, IsADirectoryError):
+        return Failure(StoreIOError, "is a folder, not an object")
+    return Failure(StoreIOError, text)
+
+
+def short_reason(exc: BaseException) -> str:
+    """One line naming an exception and its message."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    name = type(exc).__name__
+    return f"{name}: {text}" if text else name
