@@ -43,7 +43,7 @@ class CarriedException:
         carried.__traceback__ = None
         return cls(carried, text, where)
 
-    def __reduce__(self):  # type: ignore[no-untyped-def]
+    def __reduce__(self) -> tuple[type[CarriedException], tuple[BaseException, str, str]]:
         return (CarriedException, (self.exception, self.traceback_text, self.where))
 
     def reraise(self) -> None:

@@ -11,6 +11,8 @@ from datamount.storage.errors import (
     StoreUnreachableError,
     UnsafePathError,
 )
+from datamount.storage.factory import open_store
+from datamount.storage.profiles import Profile, config_path, default_store_path, load_config
 from datamount.storage.store import ObjectInfo, Store
 
 __all__ = [
@@ -19,10 +21,15 @@ __all__ = [
     "MountError",
     "ObjectInfo",
     "ObjectNotFoundError",
+    "Profile",
     "Store",
     "StoreConfigError",
     "StoreIOError",
     "StorePermissionError",
     "StoreUnreachableError",
     "UnsafePathError",
+    "config_path",
+    "default_store_path",
+    "load_config",
+    "open_store",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from typing import TypeVar
@@ -58,11 +59,8 @@ def ordered_window(
             future.cancel()
         for _, future, _ in pending:
             if not future.cancelled():
-                try:
+                with contextlib.suppress(BaseException):
                     future.exception()
-                except BaseException:  # noqa: S110 - a cancelled task's outcome no longer matters
-                    pass
 
 
 _END = object()
-

@@ -36,6 +36,9 @@ TEMP_PREFIX = ".~tmp."
 
 HASH_CHUNK = 4 << 20
 DEFAULT_MAX_BYTES_IN_FLIGHT = 256 << 20
+#: A thread-pool read task takes up to this many objects, or this many bytes when sizes are known.
+READ_GROUP_ITEMS = 16
+READ_GROUP_BYTES = 4 << 20
 
 _UNREACHABLE_ERRNOS = {
     errno.ECONNREFUSED,
@@ -89,6 +92,8 @@ class Store:
     needs_dirs: ClassVar[bool] = True
     #: Requests kept in flight by :meth:`read_many` and :meth:`put_many` unless told otherwise.
     default_max_requests: ClassVar[int] = 16
+    #: Seconds :meth:`check` may take before the store is reported unreachable.
+    check_timeout: ClassVar[float] = 12.0
 
     def __init__(
         self,
@@ -124,6 +129,24 @@ class Store:
         """Make sure the store answers and its root is usable; raise a clear error otherwise."""
         with self._errors("open", ""):
             self.fs.exists(self.root)
+
+    def _call_with_deadline(self, op: str, coroutine_function: Callable[..., Awaitable[R]], *args: Any) -> R:
+        """Run an async filesystem call from this thread, failing as unreachable after :attr:`check_timeout`."""
+        from fsspec.asyn import sync
+        from fsspec.exceptions import FSTimeoutError
+
+        with self._errors(op, ""):
+            try:
+                return sync(self.fs.loop, coroutine_function, *args, timeout=self.check_timeout)
+            except FSTimeoutError as exc:
+                raise StoreUnreachableError(
+                    f"cannot {op} {self.url}: no answer within {self.check_timeout:g} s from {self.endpoint}"
+                ) from exc
+
+    @property
+    def endpoint(self) -> str:
+        """Where the store's requests go, for messages (a host URL, or the service's name)."""
+        return self.url
 
     def close(self) -> None:
         """Release what the store holds (connections are pooled by fsspec and closed at exit)."""
@@ -198,13 +221,37 @@ class Store:
             Bytes in flight at most, when ``sizes`` are given (one larger object still goes alone).
         """
         limit = max_requests or self.default_max_requests
-        items: Iterable[tuple[str, int]] = zip(paths, sizes) if sizes is not None else ((p, 0) for p in paths)
-        with self._submitter(self._read_one, self._aread_one, limit) as submit:
+        items: Iterable[tuple[str, int]] = (
+            zip(paths, sizes, strict=True) if sizes is not None else ((p, 0) for p in paths)
+        )
+        if self._is_async:
+            with self._submitter(self._read_one, self._aread_one, limit) as submit:
+                window = ordered_window(
+                    submit, items, max_in_flight=limit, weight=lambda item: item[1], max_weight=max_bytes
+                )
+                for _, data in window:
+                    yield data
+            return
+        # Threads: hand each worker a group of objects, so that the hand-off cost is paid once per group.
+        groups = _grouped(items, READ_GROUP_ITEMS, READ_GROUP_BYTES)
+        with self._submitter(self._read_group, self._aread_one, limit) as submit:
             window = ordered_window(
-                submit, items, max_in_flight=limit, weight=lambda item: item[1], max_weight=max_bytes
+                submit, groups, max_in_flight=limit, weight=lambda group: sum(s for _, s in group), max_weight=max_bytes
             )
-            for _, data in window:
-                yield data
+            for _, (blobs, failure) in window:
+                yield from blobs
+                if failure is not None:
+                    raise failure
+
+    def _read_group(self, group: list[tuple[str, int]]) -> tuple[list[bytes], BaseException | None]:
+        """The group's objects up to the first failure, and that failure (raised after them, in order)."""
+        blobs = []
+        for path, _ in group:
+            try:
+                blobs.append(self.read(path))
+            except Exception as exc:
+                return blobs, exc
+        return blobs, None
 
     def _read_one(self, item: tuple[str, int]) -> bytes:
         return self.read(item[0])
@@ -213,7 +260,7 @@ class Store:
         path = item[0]
         full = self.full_path(path)
         try:
-            return await self.fs._cat_file(full)  # type: ignore[attr-defined]
+            return await self.fs._cat_file(full)
         except Exception as exc:
             raise self._translate(exc, "read", path) from exc
 
@@ -306,7 +353,7 @@ class Store:
         local, path, full = item
         try:
             size = os.path.getsize(local)
-            await self.fs._put_file(local, full)  # type: ignore[attr-defined]
+            await self.fs._put_file(local, full)
         except Exception as exc:
             raise self._translate(exc, "upload", path) from exc
         return size
@@ -326,7 +373,9 @@ class Store:
 
     @contextlib.contextmanager
     def _temporary(self, full: str) -> Iterator[str]:
-        tmp = posixpath.join(posixpath.dirname(full), f"{TEMP_PREFIX}{posixpath.basename(full)}.{uuid.uuid4().hex[:12]}")
+        tmp = posixpath.join(
+            posixpath.dirname(full), f"{TEMP_PREFIX}{posixpath.basename(full)}.{uuid.uuid4().hex[:12]}"
+        )
         try:
             yield tmp
         except BaseException:
@@ -378,12 +427,13 @@ class Store:
     def remove(self, path: str, *, recursive: bool = False, missing_ok: bool = False) -> None:
         """Remove the object at ``path`` (with ``recursive``, everything below it too)."""
         full = self.full_path(path, allow_root=recursive)
-        try:
-            with self._errors("remove", path):
-                self.fs.rm(full, recursive=recursive)
-        except ObjectNotFoundError:
-            if not missing_ok:
-                raise
+        with self._errors("remove", path):
+            # Object stores delete a missing key silently; the contract is the same on every backend.
+            if not self.fs.exists(full):
+                if missing_ok:
+                    return
+                raise FileNotFoundError(full)
+            self.fs.rm(full, recursive=recursive)
 
     # -- concurrency and errors ----------------------------------------------------------------------------------
 
@@ -397,7 +447,7 @@ class Store:
         """A function that starts one operation and returns its future: on fsspec's event loop for async
         filesystems (many requests from one thread), else on a thread pool that is joined on exit."""
         if self._is_async:
-            loop = self.fs.loop  # type: ignore[attr-defined]
+            loop = self.fs.loop
             yield lambda item: asyncio.run_coroutine_threadsafe(acall(item), loop)  # type: ignore[arg-type]
         else:
             with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="datamount-io") as pool:
@@ -424,6 +474,19 @@ class Store:
     def _classify(self, exc: BaseException) -> Failure | None:
         """Backend-specific reading of ``exc``; ``None`` falls back to the built-in exception kinds."""
         return None
+
+
+def _grouped(items: Iterable[tuple[str, int]], max_items: int, max_bytes: int) -> Iterator[list[tuple[str, int]]]:
+    group: list[tuple[str, int]] = []
+    group_bytes = 0
+    for item in items:
+        if group and (len(group) >= max_items or group_bytes + item[1] > max_bytes):
+            yield group
+            group, group_bytes = [], 0
+        group.append(item)
+        group_bytes += item[1]
+    if group:
+        yield group
 
 
 def _classify_builtin(exc: BaseException) -> Failure:

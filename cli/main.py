@@ -1,0 +1,36 @@
+"""The ``datamount`` command: a thin layer over :mod:`datamount.storage`, :mod:`datamount.datasets` and
+:mod:`datamount.readers`."""
+
+from __future__ import annotations
+
+import sys
+from importlib.metadata import version
+from typing import Any
+
+import click
+
+from datamount.cli.errors import ErrorHandlingGroup
+from datamount.cli.stores import doctor, stores
+
+
+@click.group(cls=ErrorHandlingGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(version("datamount"), "--version", "-V", prog_name="datamount")
+@click.option("--debug", is_flag=True, help="Show full tracebacks instead of one-line errors.")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """Store ML training data on any storage and read it back fast."""
+    ctx.ensure_object(dict)
+    ctx.obj["debug"] = debug
+
+
+cli.add_command(stores)
+cli.add_command(doctor)
+
+
+def main(argv: list[str] | None = None) -> Any:
+    """Console-script entry point."""
+    return cli.main(args=argv if argv is not None else sys.argv[1:], prog_name="datamount")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

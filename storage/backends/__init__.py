@@ -1,0 +1,1 @@
+"""One module per storage backend, each a :class:`~datamount.storage.store.Store` subclass."""

@@ -1,0 +1,108 @@
+"""Local disk, and POSIX mounts of shared filesystems (GlusterFS, NFS, CephFS) checked against ``/proc/mounts``."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from typing import IO, Any
+
+from fsspec.implementations.local import LocalFileSystem, make_path_posix
+
+from datamount.storage.errors import StoreConfigError, UnsafePathError
+from datamount.storage.mounts import require_mount
+from datamount.storage.store import Store
+
+
+class LocalStore(Store):
+    """A folder on this machine, read and written with plain file I/O.
+
+    With ``mount="glusterfs"`` (or ``"nfs"``, ``"cephfs"``, any ``/proc/mounts`` type) the folder must be on such a
+    mount: opening and every batch of writes check it, so that an unmounted mount point is never filled by mistake.
+    """
+
+    protocol = "file"
+    atomic_put = False
+    needs_dirs = True
+    default_max_requests = 8
+
+    def __init__(self, root: str, *, url: str, mount: str | None = None, name: str | None = None) -> None:
+        options = {"mount": mount} if mount else {}
+        super().__init__(LocalFileSystem(), root, url=url, options=options, name=name)
+        self.mount = mount
+        self._real_root = os.path.realpath(self.root)
+        self._inside_dirs: set[str] = set()  # folders already resolved and found inside the root
+
+    @classmethod
+    def from_url(cls, url: str, *, name: str | None = None, **options: Any) -> LocalStore:
+        mount = options.pop("mount", None)
+        if options:
+            raise StoreConfigError(
+                f"unknown option(s) for a local store {url}: {', '.join(sorted(options))} (known: mount)"
+            )
+        path = url[len("file://") :] if url.startswith("file://") else url
+        root = make_path_posix(os.path.expanduser(path))
+        return cls(root, url=f"file://{root}", mount=mount, name=name)
+
+    def check(self) -> None:
+        self._check_mount()
+        with self._errors("create", ""):
+            os.makedirs(self.root, exist_ok=True)
+
+    def _check_mount(self) -> None:
+        if self.mount:
+            require_mount(self.root, self.mount)
+
+    def full_path(self, path: str, *, allow_root: bool = False) -> str:
+        full = super().full_path(path, allow_root=allow_root)
+        if full == self.root:
+            return full
+        folder = os.path.dirname(full)
+        if folder not in self._inside_dirs:
+            self._require_inside(folder, path)
+            if os.path.isdir(folder):
+                self._inside_dirs.add(folder)
+        if os.path.islink(full):
+            self._require_inside(full, path)
+        return full
+
+    def _require_inside(self, full: str, path: str) -> None:
+        real = os.path.realpath(full)
+        if real != self._real_root and not real.startswith(self._real_root.rstrip("/") + "/"):
+            raise UnsafePathError(f"store path {path!r} leads outside the store root {self.root} (through a link)")
+
+    def read(self, path: str) -> bytes:
+        full = self.full_path(path)
+        # Unbuffered: FileIO.readall sizes one buffer from fstat and fills it, with no second copy.
+        with self._errors("read", path), open(full, "rb", buffering=0) as f:
+            return f.readall()
+
+    def read_range(self, path: str, start: int, end: int) -> bytes:
+        if not 0 <= start <= end:
+            raise ValueError(f"byte range must satisfy 0 <= start <= end, got [{start}, {end})")
+        full = self.full_path(path)
+        with self._errors("read", path), open(full, "rb") as f:
+            f.seek(start)
+            return f.read(end - start)
+
+    def _open_for_hashing(self, full: str) -> IO[bytes]:
+        return open(full, "rb")
+
+    def write(self, path: str, data: bytes | bytearray | memoryview) -> None:
+        full = self.full_path(path)
+        with self._errors("write", path):
+            self._before_write(full)
+            with self._temporary(full) as tmp:
+                with open(tmp, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, full)
+
+    def _put_one_sync(self, local: str, full: str) -> None:
+        with self._temporary(full) as tmp:
+            shutil.copyfile(local, tmp)
+            os.replace(tmp, full)
+
+    def _before_write(self, full: str) -> None:
+        self._check_mount()
+        os.makedirs(os.path.dirname(full), exist_ok=True)

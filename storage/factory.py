@@ -1,0 +1,44 @@
+"""``open_store``: from a URL, a path, a profile name or nothing at all to a ready :class:`Store`."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from fsspec.utils import get_protocol
+
+from datamount.storage import profiles
+from datamount.storage.registry import store_class_for
+from datamount.storage.store import Store
+
+
+def open_store(target: str | os.PathLike[str] | Store | None = None, *, check: bool = True, **options: Any) -> Store:
+    """Open a store.
+
+    Parameters
+    ----------
+    target
+        A URL (``s3://bucket/prefix``, ``gs://...``, ``hdfs://namenode:8020/path``, ``memory://name``,
+        ``file:///path``), a local path, the name of a profile, or ``None`` for the default store
+        (``$DATAMOUNT_STORE``, else the configuration's ``default``, else a local folder in the XDG data folder).
+        A :class:`Store` is returned as it is.
+    check
+        Contact the store now, so that a wrong endpoint, bucket, credential or missing mount fails here with a
+        clear message rather than at the first read.
+    **options
+        Backend options (``endpoint_url``, ``key``/``secret``, ``mount="glusterfs"``...), over the profile's.
+
+    Raises
+    ------
+    StoreConfigError, BackendNotInstalledError, StoreUnreachableError, StorePermissionError, ObjectNotFoundError,
+    MountError
+    """
+    if isinstance(target, Store):
+        return target
+    resolved = profiles.resolve(target)
+    merged = {**resolved.options, **options}
+    store_class = store_class_for(get_protocol(resolved.url))
+    store = store_class.from_url(resolved.url, name=resolved.name, **merged)
+    if check:
+        store.check()
+    return store

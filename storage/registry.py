@@ -1,0 +1,62 @@
+"""Which :class:`Store` class serves which URL protocol: built-ins, third-party entry points, then any fsspec one."""
+
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import entry_points
+
+import fsspec
+
+from datamount.storage.errors import BackendNotInstalledError, StoreConfigError
+from datamount.storage.store import Store
+
+#: Entry-point group through which other packages add backends: ``name = "package.module:StoreClass"``.
+ENTRY_POINT_GROUP = "datamount.backends"
+
+_LOCAL = "datamount.storage.backends.local:LocalStore"
+_S3 = "datamount.storage.backends.s3:S3Store"
+_GCS = "datamount.storage.backends.gcs:GCSStore"
+_HDFS = "datamount.storage.backends.hdfs:HDFSStore"
+
+#: protocol -> (Store class by dotted path, what to install when its import fails)
+BUILTIN_BACKENDS: dict[str, tuple[str, str]] = {
+    "file": (_LOCAL, "datamount"),
+    "local": (_LOCAL, "datamount"),
+    "memory": ("datamount.storage.backends.memory:MemoryStore", "datamount"),
+    "s3": (_S3, "datamount (s3fs)"),
+    "s3a": (_S3, "datamount (s3fs)"),
+    "gs": (_GCS, "datamount (gcsfs)"),
+    "gcs": (_GCS, "datamount (gcsfs)"),
+    "hdfs": (_HDFS, "datamount[hdfs]"),
+    "viewfs": (_HDFS, "datamount[hdfs]"),
+}
+
+
+def store_class_for(protocol: str) -> type[Store]:
+    """The :class:`Store` subclass for ``protocol``; the generic :class:`Store` for other fsspec protocols."""
+    spec = BUILTIN_BACKENDS.get(protocol) or _entry_point(protocol)
+    if spec is not None:
+        target, package = spec
+        module_name, _, class_name = target.partition(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise BackendNotInstalledError(
+                f"the {protocol}:// backend needs a package that is missing ({exc.name}): pip install '{package}'"
+            ) from exc
+        store_class: type[Store] = getattr(module, class_name)
+        return store_class
+    if protocol in fsspec.available_protocols():
+        return Store
+    known = ", ".join(sorted(BUILTIN_BACKENDS))
+    raise StoreConfigError(
+        f"unknown storage protocol {protocol!r}: use one of {known}, or install the fsspec implementation "
+        "that provides it"
+    )
+
+
+def _entry_point(protocol: str) -> tuple[str, str] | None:
+    for entry in entry_points(group=ENTRY_POINT_GROUP):
+        if entry.name == protocol:
+            return entry.value, entry.dist.name if entry.dist else entry.value
+    return None

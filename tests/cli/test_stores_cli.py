@@ -1,0 +1,101 @@
+"""``datamount --version``, ``stores`` and ``doctor`` through click's runner and as a real process."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import S3Server
+from datamount.cli.main import cli
+
+
+def run(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(cli, list(args))
+    return result.exit_code, result.output
+
+
+def test_version() -> None:
+    code, output = run("--version")
+    assert code == 0
+    assert output.startswith("datamount, version ")
+
+
+def test_stores_shows_the_embedded_default() -> None:
+    code, output = run("stores")
+    assert code == 0
+    assert "embedded default" in output
+    assert "[stores.NAME]" in output
+
+
+def test_stores_lists_profiles_without_secrets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text(
+        'default = "team"\n[stores.team]\nurl = "s3://bucket/p"\nsecret = "never-printed-secret"\nkey = "AKIAX"\n'
+        '[stores.scratch]\nurl = "memory://scratch"\n',
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("DATAMOUNT_CONFIG", str(config))
+    code, output = run("stores")
+    assert code == 0
+    assert "team" in output and "scratch" in output and "s3://bucket/p" in output
+    assert "never-printed-secret" not in output and "AKIAX" not in output
+
+
+def test_doctor_on_the_default_store_passes() -> None:
+    code, output = run("doctor", "--quick")
+    assert code == 0, output
+    for check in ("open", "list", "write", "read back", "small objects", "large object", "delete"):
+        assert check in output
+    assert "objects/s" in output and "MB/s" in output
+    assert "the store is usable" in output
+
+
+@pytest.mark.s3
+def test_doctor_on_moto(s3_server: S3Server, s3_bucket: str) -> None:
+    code, output = run("doctor", f"s3://{s3_bucket}/dr", "--quick", "-o", f"endpoint_url={s3_server.endpoint_url}")
+    assert code == 0, output
+    assert "the store is usable" in output
+
+
+def test_doctor_on_a_dead_endpoint_explains_and_fails() -> None:
+    code, output = run("doctor", "s3://bucket", "-o", "endpoint_url=http://127.0.0.1:9")
+    assert code == 1
+    assert "127.0.0.1:9" in output and "nothing answered" in output
+    assert "not usable" in output
+
+
+def test_doctor_on_an_unmounted_gluster_folder(tmp_path: Path) -> None:
+    code, output = run("doctor", str(tmp_path / "gv0"), "-o", "mount=glusterfs")
+    assert code == 1
+    assert "glusterfs mount" in output and "mount the shared volume" in output
+
+
+def test_a_bad_option_is_a_usage_error() -> None:
+    code, output = run("doctor", "-o", "no-equals-sign")
+    assert code == 2
+    assert "KEY=VALUE" in output
+
+
+def test_the_console_script_runs_as_a_process() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "datamount.cli.main", "doctor", "nosuch://x"], capture_output=True, text=True
+    )
+    assert result.returncode == 1
+    assert "unknown storage protocol 'nosuch'" in result.stdout
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_a_broken_config_is_one_line_and_exit_status_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text("[stores.x\n", encoding="utf-8")
+    monkeypatch.setenv("DATAMOUNT_CONFIG", str(config))
+    result = CliRunner().invoke(cli, ["stores"])
+    assert result.exit_code == 2
+    assert result.output.startswith(f"datamount: error: {config}: not valid TOML")
+    assert len(result.output.strip().splitlines()) == 1
+    debug = CliRunner().invoke(cli, ["--debug", "stores"])
+    assert debug.exception is not None and "not valid TOML" in str(debug.exception)

@@ -1,0 +1,119 @@
+"""Local stores: links that lead out of the root, and stores that must live on a mount."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from datamount.storage import MountError, UnsafePathError, open_store
+from datamount.storage.mounts import mount_of, read_mounts, require_mount
+
+
+def test_a_link_to_outside_the_root_is_refused(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret").write_bytes(b"secret")
+    store = open_store(tmp_path / "store")
+    os.symlink(outside, tmp_path / "store" / "escape")
+    with pytest.raises(UnsafePathError, match="outside the store root"):
+        store.read("escape/secret")
+    with pytest.raises(UnsafePathError):
+        store.write("escape/planted", b"x")
+    assert sorted(p.name for p in outside.iterdir()) == ["secret"]
+
+
+def test_a_link_inside_the_root_is_followed(tmp_path: Path) -> None:
+    store = open_store(tmp_path / "store")
+    store.write("real/obj", b"data")
+    os.symlink(tmp_path / "store" / "real", tmp_path / "store" / "alias")
+    assert store.read("alias/obj") == b"data"
+
+
+def test_opening_creates_the_root_folder(tmp_path: Path) -> None:
+    root = tmp_path / "deep" / "new" / "store"
+    store = open_store(root)
+    assert root.is_dir()
+    assert store.url == f"file://{root}"
+
+
+def test_file_url_and_plain_path_are_the_same_store(tmp_path: Path) -> None:
+    open_store(tmp_path).write("x", b"1")
+    assert open_store(f"file://{tmp_path}").read("x") == b"1"
+
+
+@pytest.fixture
+def tiny_disk(tmp_path: Path) -> Iterator[Path]:
+    """A real 256 KiB tmpfs, to fill up (needs root)."""
+    point = tmp_path / "tiny"
+    point.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(point)], capture_output=True, check=False
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        yield point
+    finally:
+        subprocess.run(["umount", str(point)], check=True)
+
+
+def test_a_full_disk_fails_clearly_and_keeps_the_old_object(tiny_disk: Path) -> None:
+    store = open_store(tiny_disk)
+    store.write("obj", b"old")
+    with pytest.raises(OSError, match="no space left") as caught:
+        store.write("obj", b"x" * (1 << 20))
+    assert str(tiny_disk) in str(caught.value)
+    assert store.read("obj") == b"old"
+    assert sorted(os.listdir(tiny_disk)) == ["obj"]
+
+
+def test_mount_guard_refuses_a_plain_folder(tmp_path: Path) -> None:
+    with pytest.raises(MountError, match=r"must be on a glusterfs mount.*mount the volume first") as caught:
+        open_store(tmp_path / "gv0", mount="glusterfs")
+    assert isinstance(caught.value, OSError)
+    assert not (tmp_path / "gv0").exists()
+
+
+def test_mount_guard_accepts_the_filesystem_the_folder_is_on(tmp_path: Path) -> None:
+    fstype = mount_of(str(tmp_path)).fstype
+    store = open_store(tmp_path / "store", mount=fstype)
+    store.write("obj", b"ok")
+    assert store.read("obj") == b"ok"
+
+
+@pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="no /dev/shm on this machine")
+def test_mount_guard_on_a_real_tmpfs(tmp_path: Path) -> None:
+    assert require_mount("/dev/shm/datamount-does-not-exist", "tmpfs").fstype == "tmpfs"
+    with pytest.raises(MountError):
+        require_mount("/dev/shm", "glusterfs")
+
+
+def test_mount_guard_is_checked_again_before_writes(tmp_path: Path) -> None:
+    fstype = mount_of(str(tmp_path)).fstype
+    store = open_store(tmp_path / "store", mount=fstype)
+    store.mount = "glusterfs"  # as if the volume had been unmounted since the store was opened
+    with pytest.raises(MountError):
+        store.write("obj", b"lost")
+    assert list((tmp_path / "store").iterdir()) == []
+
+
+def test_mount_table_fields_are_unescaped(tmp_path: Path) -> None:
+    point = tmp_path / "with space"
+    (point / "data").mkdir(parents=True)
+    (tmp_path / "with spacer").mkdir()
+    escaped = str(point).replace(" ", "\\040")
+    table = tmp_path / "mounts"
+    table.write_text(f"server:/gv0 {escaped} fuse.glusterfs rw 0 0\n/dev/vda / ext4 rw 0 0\n", encoding="utf-8")
+    mounts = read_mounts(str(table))
+    assert [m.target for m in mounts] == [str(point), "/"]
+    assert mount_of(str(point / "data" / "not-yet"), mounts).fstype == "fuse.glusterfs"
+    assert mount_of(str(tmp_path / "with spacer"), mounts).fstype == "ext4"
+
+
+def test_unknown_local_option_names_the_known_ones(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"unknown option.*endpoint_url.*known: mount"):
+        open_store(tmp_path, endpoint_url="http://x")

@@ -1,0 +1,139 @@
+"""Profiles, the default store, and which backend serves which URL."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from datamount.storage import (
+    BackendNotInstalledError,
+    MountError,
+    Store,
+    StoreConfigError,
+    default_store_path,
+    load_config,
+    open_store,
+)
+from datamount.storage.backends.local import LocalStore
+from datamount.storage.backends.memory import MemoryStore
+from datamount.storage.backends.s3 import S3Store
+from datamount.storage.mounts import mount_of
+from datamount.storage.registry import store_class_for
+
+
+def write_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str) -> Path:
+    path = tmp_path / "datamount.toml"
+    path.write_text(text, encoding="utf-8")
+    monkeypatch.setenv("DATAMOUNT_CONFIG", str(path))
+    return path
+
+
+def test_with_nothing_configured_the_default_is_a_local_folder(isolated_environment: Path) -> None:
+    store = open_store()
+    assert isinstance(store, LocalStore)
+    assert Path(store.root) == default_store_path()
+    assert str(default_store_path()).startswith(str(isolated_environment / "data"))
+    store.write("hello", b"world")
+    assert (default_store_path() / "hello").read_bytes() == b"world"
+
+
+def test_a_profile_is_opened_by_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_config(tmp_path, monkeypatch, f'[stores.team]\nurl = "{tmp_path / "team"}"\n')
+    store = open_store("team")
+    assert store.name == "team"
+    assert Path(store.root) == tmp_path / "team"
+    assert "'team'" in repr(store)
+
+
+def test_datamount_store_selects_the_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_config(
+        tmp_path,
+        monkeypatch,
+        f'default = "one"\n[stores.one]\nurl = "{tmp_path / "one"}"\n[stores.two]\nurl = "memory://two"\n',
+    )
+    assert Path(open_store().root) == tmp_path / "one"
+    monkeypatch.setenv("DATAMOUNT_STORE", "two")
+    assert isinstance(open_store(), MemoryStore)
+    monkeypatch.setenv("DATAMOUNT_STORE", str(tmp_path / "by-url"))
+    assert Path(open_store().root) == tmp_path / "by-url"
+
+
+def test_explicit_options_override_the_profile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_config(tmp_path, monkeypatch, f'[stores.g]\nurl = "{tmp_path / "g"}"\nmount = "glusterfs"\n')
+    with pytest.raises(MountError, match="glusterfs"):
+        open_store("g")
+    assert open_store("g", mount=mount_of(str(tmp_path)).fstype).name == "g"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[stores.x\nurl=1", "not valid TOML"),
+        ('colour = "blue"\n', "unknown top-level key"),
+        ("[stores.x]\npath = '/tmp'\n", r"\[stores.x\] needs a url"),
+        ("[stores.'bad name']\nurl = '/tmp'\n", "may hold only letters"),
+        ("default = 3\n", "'default' must be"),
+    ],
+    ids=["syntax", "unknown-key", "no-url", "bad-name", "bad-default"],
+)
+def test_a_wrong_config_file_is_named_with_the_problem(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, message: str
+) -> None:
+    path = write_config(tmp_path, monkeypatch, text)
+    with pytest.raises(StoreConfigError, match=message) as caught:
+        load_config()
+    assert str(path) in str(caught.value)
+
+
+def test_a_missing_config_named_by_the_environment_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DATAMOUNT_CONFIG", str(tmp_path / "absent.toml"))
+    with pytest.raises(StoreConfigError, match=r"absent\.toml"):
+        open_store()
+
+
+@pytest.mark.parametrize(
+    ("protocol", "expected"),
+    [("file", LocalStore), ("memory", MemoryStore), ("s3", S3Store), ("s3a", S3Store), ("ftp", Store)],
+)
+def test_protocols_map_to_store_classes(protocol: str, expected: type[Store]) -> None:
+    assert store_class_for(protocol) is expected
+
+
+def test_an_unknown_protocol_names_the_known_ones() -> None:
+    with pytest.raises(StoreConfigError, match=r"unknown storage protocol 'nosuch'.*s3"):
+        open_store("nosuch://bucket/x")
+
+
+def test_a_protocol_whose_package_is_missing_says_what_to_install() -> None:
+    pytest.importorskip("fsspec")
+    try:
+        import adlfs  # noqa: F401
+
+        pytest.skip("adlfs is installed here")
+    except ImportError:
+        pass
+    with pytest.raises(BackendNotInstalledError, match="adlfs"):
+        open_store("abfs://container/path")
+
+
+def test_the_install_exposes_only_the_datamount_namespace(tmp_path: Path) -> None:
+    probe = (
+        "import importlib.util, json\n"
+        "found = {}\n"
+        "for name in ('storage', 'datasets', 'readers', 'cli'):\n"
+        "    spec = importlib.util.find_spec(name)\n"
+        "    found[name] = spec.origin if spec else None\n"
+        "import datamount.storage, datamount.datasets, datamount.readers, datamount.cli\n"
+        "print(json.dumps(found))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    result = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    project_root = str(Path(__file__).resolve().parents[2])
+    for name, origin in json.loads(result.stdout).items():
+        assert origin is None or not origin.startswith(project_root), f"top-level {name!r} comes from {origin}"
