@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import logging
+import os
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -113,3 +114,34 @@ def s3_store(s3_server: S3Server, s3_bucket: str) -> Store:
 def store(request: pytest.FixtureRequest) -> Store:
     """A fresh, empty store on each backend of :data:`STORE_BACKENDS`."""
     return request.getfixturevalue(f"{request.param}_store")
+
+
+# -- datasets: .list files with real files beside them -------------------------------------------------------
+
+MakeImageList = Callable[..., Path]
+
+
+@pytest.fixture
+def make_image_list(tmp_path: Path) -> MakeImageList:
+    """Write ``count`` files of distinct random bytes under ``data/`` and a list naming them with labels."""
+
+    def make(count: int = 12, *, name: str = "train.list", size: int = 300, labels: int = 3) -> Path:
+        folder = tmp_path / "src"
+        (folder / "data").mkdir(parents=True, exist_ok=True)
+        rows = []
+        for i in range(count):
+            path = folder / "data" / f"img{i:04d}.jpg"
+            path.write_bytes(b"\xff\xd8\xff" + os.urandom(size + i))
+            rows.append(f"./data/{path.name}\t{i % labels}\n")
+        list_file = folder / name
+        list_file.write_text("".join(rows), encoding="utf-8")
+        return list_file
+
+    return make
+
+
+@pytest.fixture
+def text_list(tmp_path: Path) -> Path:
+    path = tmp_path / "pairs.list"
+    path.write_text("bonjour\thello\nle chat\tthe cat\n\nmerci\tthank you\n", encoding="utf-8")
+    return path

@@ -2,26 +2,21 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any
 
 import click
 
-from datamount.storage.errors import (
-    DatamountError,
-    MountError,
-    ObjectNotFoundError,
-    StoreConfigError,
-    StorePermissionError,
-    StoreUnreachableError,
-)
+from datamount.storage.errors import DatamountError, MountError
 
-#: Exit statuses by error kind; the first matching entry wins.
+#: Exit statuses by error kind, the first match winning. datamount's errors derive from these built-ins.
 EXIT_CODES: list[tuple[type[BaseException], int]] = [
-    (StoreConfigError, 2),
-    (ObjectNotFoundError, 3),
-    (StorePermissionError, 4),
-    (StoreUnreachableError, 5),
     (MountError, 6),
+    (FileNotFoundError, 3),
+    (PermissionError, 4),
+    (ConnectionError, 5),
+    (ValueError, 2),
     (DatamountError, 1),
     (OSError, 1),
 ]
@@ -38,6 +33,10 @@ class ErrorHandlingGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except BrokenPipeError:
+            # The reader of our output went away (``datamount head x | head -1``): stop quietly, as Unix tools do.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            ctx.exit(141)
         except (DatamountError, OSError) as exc:
             if (ctx.obj or {}).get("debug") or "--debug" in ctx.args:
                 raise

@@ -9,6 +9,8 @@ from typing import Any
 
 import click
 
+from datamount.cli.datasets import head, info, list_datasets, rm, upload, verify
+from datamount.cli.demo import demo
 from datamount.cli.errors import ErrorHandlingGroup
 from datamount.cli.stores import doctor, stores
 
@@ -23,8 +25,8 @@ def cli(ctx: click.Context, debug: bool) -> None:
     ctx.obj["debug"] = debug
 
 
-cli.add_command(stores)
-cli.add_command(doctor)
+for command in (demo, upload, list_datasets, info, head, verify, rm, stores, doctor):
+    cli.add_command(command)
 
 
 def main(argv: list[str] | None = None) -> Any:

@@ -91,6 +91,8 @@ def load_config(path: Path | None = None) -> Config:
         return Config(path, {})
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise StoreConfigError(f"{path}: not valid TOML: {exc}") from exc
+    except OSError as exc:
+        raise StoreConfigError(f"{path}: cannot be read ({exc.strerror or exc})") from exc
     unknown = set(raw) - {"default", "stores"}
     if unknown:
         raise StoreConfigError(

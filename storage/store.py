@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import errno
 import hashlib
@@ -411,6 +412,16 @@ class Store:
             listing[rel] = int(info.get("size") or 0)
         return dict(sorted(listing.items()))
 
+    def list_folders(self, prefix: str = "") -> builtins.list[str]:
+        """The folders directly under ``prefix`` (store-relative paths), sorted; ``[]`` when there is none."""
+        full = self.full_path(prefix, allow_root=True)
+        with self._errors("list", prefix):
+            try:
+                entries = self.fs.ls(full, detail=True)
+            except FileNotFoundError:
+                return []
+        return sorted(self._relative(entry["name"]) for entry in entries if entry.get("type") == "directory")
+
     def exists(self, path: str) -> bool:
         """Whether an object or folder exists at ``path``."""
         full = self.full_path(path, allow_root=True)
@@ -434,6 +445,15 @@ class Store:
                     return
                 raise FileNotFoundError(full)
             self.fs.rm(full, recursive=recursive)
+
+    def remove_many(self, paths: Iterable[str]) -> None:
+        """Remove many objects at once (bulk deletes where the backend has them); missing ones are ignored."""
+        full = [self.full_path(path) for path in paths]
+        with self._errors(f"remove {len(full)} objects from", ""):
+            if not self._is_async:  # local-like filesystems refuse to remove a missing path; a stat is cheap there
+                full = [path for path in full if self.fs.exists(path)]
+            if full:
+                self.fs.rm(full)
 
     # -- concurrency and errors ----------------------------------------------------------------------------------
 

@@ -276,3 +276,21 @@ def test_open_streams_an_object(store: Store) -> None:
 def test_url_for_names_the_object(store: Store) -> None:
     assert store.url_for("a/b") == f"{store.url}/a/b"
     assert store.url_for("") == store.url
+
+
+def test_list_folders_shows_direct_subfolders(store: Store) -> None:
+    store.write("top/a/x", b"1")
+    store.write("top/b/c/y", b"2")
+    store.write("top/file", b"3")
+    assert store.list_folders("top") == ["top/a", "top/b"]
+    assert store.list_folders("top/b") == ["top/b/c"]
+    assert store.list_folders("top/a") == []
+    assert store.list_folders("absent") == []
+
+
+def test_remove_many_removes_each_and_ignores_missing(store: Store) -> None:
+    for name in ("a", "b/c", "d"):
+        store.write(name, b"x")
+    store.remove_many(["a", "b/c", "never-there"])
+    store.remove_many([])
+    assert store.list() == {"d": 1}

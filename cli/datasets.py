@@ -1,0 +1,207 @@
+"""``datamount upload``, ``ls``, ``info``, ``head``, ``verify`` and ``rm``."""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from datamount.cli.options import backend_options, options_dict
+from datamount.cli.progress import ProgressBar
+from datamount.datasets import catalog
+from datamount.datasets.errors import DatasetNotFoundError
+from datamount.datasets.names import parse_ref
+from datamount.datasets.upload import upload as upload_list
+from datamount.readers.dataset import reader
+from datamount.storage import Store, open_store
+
+store_option = click.option(
+    "--store", "store_ref", metavar="STORE", help="Store URL, path or profile (default: the default store)."
+)
+
+
+def _open(store_ref: str | None, options: tuple[str, ...]) -> Store:
+    return open_store(store_ref, **options_dict(options))
+
+
+@click.command()
+@click.argument("list_file", type=click.Path(dir_okay=True, path_type=str))
+@click.argument("name")
+@store_option
+@backend_options
+@click.option("--kind", type=click.Choice(["image", "text"]), help="Force the list's kind (detected otherwise).")
+@click.option("--root", type=click.Path(file_okay=False), help="Folder that image paths are relative to.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+def upload(
+    list_file: str,
+    name: str,
+    store_ref: str | None,
+    options: tuple[str, ...],
+    kind: str | None,
+    root: str | None,
+    quiet: bool,
+) -> None:
+    """Upload the samples of LIST_FILE as a new version of dataset NAME.
+
+    The list is checked as a whole first (nothing is written if any line is wrong); running the same command again
+    after an interruption sends only what is missing.
+    """
+    store = _open(store_ref, options)
+    with ProgressBar(quiet=quiet) as bar:
+        result = upload_list(list_file, name, store=store, kind=kind, root=root, progress=bar)
+    m = result.manifest
+    if not result.created:
+        click.echo(f"{m.ref} is up to date: it already holds exactly this list ({m.rows} rows)")
+        return
+    click.echo(
+        f"uploaded {m.ref}: {m.kind}, {m.rows} rows, {len(m.files)} files "
+        f"({result.sent_files} sent, {_size(result.sent_bytes)}; {result.reused_files} already stored) to {store.url}"
+    )
+
+
+@click.command(name="ls")
+@store_option
+@backend_options
+def list_datasets(store_ref: str | None, options: tuple[str, ...]) -> None:
+    """List the datasets in the store."""
+    store = _open(store_ref, options)
+    table = Table("name", "kind", "rows", "size", "versions", "latest", box=None, header_style="bold")
+    count = 0
+    for summary in catalog.summaries(store):
+        latest = summary.latest
+        count += 1
+        if latest is None:
+            table.add_row(summary.name, "-", "-", "-", "-", "(damaged or being uploaded)")
+            continue
+        table.add_row(
+            summary.name,
+            latest.kind,
+            f"{latest.rows:,}",
+            _size(latest.total_bytes),
+            str(len(summary.versions)),
+            f"@{latest.version} {latest.created}",
+        )
+    console = Console()
+    if count == 0:
+        console.print(f"no datasets in {escape(store.url)}; add one with 'datamount upload LIST NAME'")
+        return
+    console.print(table)
+
+
+@click.command()
+@click.argument("name")
+@store_option
+@backend_options
+def info(name: str, store_ref: str | None, options: tuple[str, ...]) -> None:
+    """Describe dataset NAME (or NAME@N): kind, columns, rows, bytes, versions, when."""
+    store = _open(store_ref, options)
+    manifest = catalog.resolve(store, name)
+    all_versions = catalog.versions(store, manifest.name)
+    lines = [
+        ("dataset", manifest.ref),
+        ("store", store.url_for(catalog.dataset_folder(manifest.name))),
+        ("kind", manifest.kind),
+        ("columns", ", ".join(manifest.columns)),
+        ("rows", f"{manifest.rows:,}"),
+        ("files", f"{len(manifest.files):,}"),
+        ("size", _size(manifest.total_bytes)),
+        ("versions", ", ".join(str(v) for v in all_versions)),
+        ("created", manifest.created),
+        ("source", manifest.source),
+    ]
+    for key, value in lines:
+        click.echo(f"{key:>9}: {value}")
+
+
+@click.command()
+@click.argument("name")
+@click.option("-n", "count", default=5, show_default=True, type=click.IntRange(min=0), help="How many samples.")
+@store_option
+@backend_options
+def head(name: str, count: int, store_ref: str | None, options: tuple[str, ...]) -> None:
+    """Print the first samples of dataset NAME as tuples (bytes shown as their type and size)."""
+    samples = reader(name, _open(store_ref, options), max_requests=max(1, min(count, 16)))
+    for sample in itertools.islice(samples(), count):
+        click.echo("(" + ", ".join(describe(value) for value in sample) + ")")
+
+
+@click.command()
+@click.argument("name")
+@store_option
+@backend_options
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+def verify(name: str, store_ref: str | None, options: tuple[str, ...], quiet: bool) -> None:
+    """Re-hash every object of dataset NAME (or NAME@N) against its manifest; report every problem."""
+    store = _open(store_ref, options)
+    manifest = catalog.resolve(store, name)
+    with ProgressBar(quiet=quiet) as bar:
+        bar.start("verify", items=len(manifest.files) + 1, size=manifest.total_bytes)
+        report = catalog.verify(store, manifest, on_checked=lambda size: bar.advance(size=size))
+        bar.finish()
+    for problem in report.problems:
+        click.echo(problem)
+    if report.ok:
+        click.echo(f"{manifest.ref}: all {report.checked} objects match the manifest")
+        return
+    click.echo(f"{manifest.ref}: {len(report.problems)} of {report.checked} objects do not match", err=True)
+    raise click.exceptions.Exit(1)
+
+
+@click.command()
+@click.argument("name")
+@click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
+@store_option
+@backend_options
+def rm(name: str, yes: bool, store_ref: str | None, options: tuple[str, ...]) -> None:
+    """Remove dataset NAME (every version) or one version NAME@N."""
+    store = _open(store_ref, options)
+    ref = parse_ref(name)
+    found = catalog.versions(store, ref.name)
+    if not found:
+        raise DatasetNotFoundError(f"no dataset named {ref.name!r} in {store.url}")
+    what = f"version {ref.version} of {ref.name}" if ref.version else f"{ref.name} (versions {found})"
+    if not yes:
+        if not sys.stdin.isatty():
+            raise click.UsageError(f"refusing to remove {what} without confirmation; pass --yes")
+        click.confirm(f"remove {what} from {store.url}?", abort=True)
+    removed = catalog.remove(store, name)
+    click.echo(f"removed {ref.name} version(s) {', '.join(str(v) for v in removed)}")
+
+
+def describe(value: Any) -> str:
+    """A sample value as ``head`` prints it: bytes as their type and size, text as a quoted string."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return f"<{_bytes_type(bytes(value[:16]))} {len(value):,} bytes>"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "...'"
+
+
+_MAGIC = [
+    (b"\xff\xd8\xff", "JPEG"),
+    (b"\x89PNG\r\n\x1a\n", "PNG"),
+    (b"GIF8", "GIF"),
+    (b"BM", "BMP"),
+    (b"II*\x00", "TIFF"),
+    (b"MM\x00*", "TIFF"),
+    (b"\x93NUMPY", "NPY"),
+]
+
+
+def _bytes_type(head_bytes: bytes) -> str:
+    if head_bytes[:4] == b"RIFF" and head_bytes[8:12] == b"WEBP":
+        return "WEBP"
+    return next((label for magic, label in _MAGIC if head_bytes.startswith(magic)), "bytes")
+
+
+def _size(size: int) -> str:
+    value = float(size)
+    for unit in ("B", "KB", "MB", "GB"):
+        if value < 1000:
+            return f"{value:,.0f} {unit}" if unit == "B" else f"{value:,.1f} {unit}"
+        value /= 1000
+    return f"{value:,.1f} TB"

@@ -1,0 +1,189 @@
+"""Reading and checking ``.list`` files: one sample per line, columns separated by one TAB.
+
+Image lists name a file in their first column (relative to the list's folder, or to ``root``) and labels in the
+others; text lists (e.g. translation pairs) hold text in every column. Every problem is collected, with its line
+number, before anything is written anywhere.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+
+from datamount.datasets.errors import ListFormatError, ListProblem
+
+
+class Kind(str, Enum):
+    """What a list's rows describe."""
+
+    IMAGE = "image"
+    TEXT = "text"
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    """A local file named by an image list: where it is, and its path relative to the list's root."""
+
+    local_path: str
+    relative_path: str
+    size: int
+
+
+@dataclass(frozen=True)
+class ParsedList:
+    """A checked ``.list`` file: its kind, its rows (tuples of strings) and, for image lists, the files."""
+
+    path: str
+    kind: Kind
+    width: int
+    rows: list[tuple[str, ...]]
+    line_numbers: list[int]
+    files: dict[str, SourceFile]
+
+    def columns(self) -> list[str]:
+        """Column names, in list order."""
+        return column_names(self.kind, self.width)
+
+
+def column_names(kind: Kind, width: int) -> list[str]:
+    """Names for a list's columns: ``file, label`` / ``source, target`` or numbered ones."""
+    if kind is Kind.IMAGE:
+        labels = ["label"] if width == 2 else [f"label{i}" for i in range(1, width)]
+        return ["file", *labels]
+    if width == 1:
+        return ["text"]
+    if width == 2:
+        return ["source", "target"]
+    return [f"column{i}" for i in range(1, width + 1)]
+
+
+def parse_list(path: str | os.PathLike[str], *, kind: Kind | str | None = None, root: str | None = None) -> ParsedList:
+    """Read and check the ``.list`` file at ``path``.
+
+    Parameters
+    ----------
+    path
+        The list file.
+    kind
+        ``"image"`` or ``"text"``; detected when not given (image when most rows' first column names an existing
+        file under the root).
+    root
+        The folder that image paths are relative to (default: the list file's folder).
+
+    Raises
+    ------
+    ListFormatError
+        With every problem found (file, line number, what is wrong).
+    """
+    path = os.fspath(path)
+    rows, numbers = _read_rows(path)
+    problems = _check_widths(rows, numbers)
+    root_dir = os.path.abspath(root if root is not None else os.path.dirname(os.path.abspath(path)))
+    chosen = Kind(kind) if kind is not None else _detect_kind(rows, root_dir)
+    files: dict[str, SourceFile] = {}
+    if chosen is Kind.IMAGE:
+        if root is not None and not os.path.isdir(root_dir):
+            raise ListFormatError(path, [ListProblem(0, f"the root folder {root_dir} does not exist")])
+        problems += _resolve_files(rows, numbers, root_dir, files)
+    if problems:
+        raise ListFormatError(path, sorted(problems, key=lambda p: p.line))
+    return ParsedList(path, chosen, len(rows[0]), rows, numbers, files)
+
+
+def _read_rows(path: str) -> tuple[list[tuple[str, ...]], list[int]]:
+    try:
+        raw = Path(path).read_bytes()
+    except IsADirectoryError:
+        raise ListFormatError(path, [ListProblem(0, "is a folder, not a .list file")]) from None
+    except FileNotFoundError:
+        raise ListFormatError(path, [ListProblem(0, "no such file")]) from None
+    except PermissionError:
+        raise ListFormatError(path, [ListProblem(0, "cannot be read (permission denied)")]) from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        bad_line = raw[: exc.start].count(b"\n") + 1
+        raise ListFormatError(path, [ListProblem(bad_line, f"not UTF-8 text (byte {raw[exc.start]:#04x})")]) from None
+    rows: list[tuple[str, ...]] = []
+    numbers: list[int] = []
+    for number, line in enumerate(text.split("\n"), start=1):
+        line = line.removesuffix("\r")
+        if line.strip():
+            rows.append(tuple(line.split("\t")))
+            numbers.append(number)
+    if not rows:
+        raise ListFormatError(path, [ListProblem(0, "the list is empty: expected one sample per line")])
+    return rows, numbers
+
+
+def _check_widths(rows: list[tuple[str, ...]], numbers: list[int]) -> list[ListProblem]:
+    width = len(rows[0])
+    return [
+        ListProblem(number, f"{len(row)} column(s), but line {numbers[0]} has {width} (columns are TAB-separated)")
+        for row, number in zip(rows, numbers, strict=True)
+        if len(row) != width
+    ]
+
+
+def _detect_kind(rows: list[tuple[str, ...]], root: str) -> Kind:
+    sample = rows[:: max(1, len(rows) // 200)]  # a spread of at most ~200 rows keeps detection fast
+    existing = sum(1 for row in sample if _looks_like_file(row[0], root))
+    return Kind.IMAGE if existing * 2 > len(sample) else Kind.TEXT
+
+
+def _looks_like_file(value: str, root: str) -> bool:
+    if not value or "\x00" in value:
+        return False
+    return os.path.isfile(os.path.join(root, value))
+
+
+def _resolve_files(
+    rows: list[tuple[str, ...]], numbers: list[int], root: str, files: dict[str, SourceFile]
+) -> list[ListProblem]:
+    real_root = os.path.realpath(root)
+    problems = []
+    for row, number in zip(rows, numbers, strict=True):
+        value = row[0]
+        relative, problem = _relative_file(value, root, real_root)
+        if problem:
+            problems.append(ListProblem(number, problem))
+            continue
+        if relative not in files:
+            local = os.path.join(root, relative)
+            try:
+                info = os.stat(local)
+                if not stat.S_ISREG(info.st_mode):
+                    raise IsADirectoryError(local)
+                with open(local, "rb"):
+                    pass
+            except FileNotFoundError:
+                problems.append(ListProblem(number, f"file {value!r} does not exist ({local})"))
+                continue
+            except IsADirectoryError:
+                problems.append(ListProblem(number, f"{value!r} is a folder, not a file"))
+                continue
+            except PermissionError:
+                problems.append(ListProblem(number, f"file {value!r} cannot be read (permission denied)"))
+                continue
+            files[relative] = SourceFile(local, relative, info.st_size)
+    return problems
+
+
+def _relative_file(value: str, root: str, real_root: str) -> tuple[str, str | None]:
+    """The file's path relative to the root, normalised, or a problem."""
+    if not value.strip():
+        return "", "the file path (first column) is empty"
+    if "\x00" in value:
+        return "", "the file path contains a NUL character"
+    if os.path.isabs(value) or value.startswith("~"):
+        return "", f"absolute path {value!r}: paths must be relative to the list's folder (or --root)"
+    relative = os.path.normpath(value)
+    if relative == ".." or relative.startswith("../"):
+        return "", f"path {value!r} leaves the root folder {root}"
+    real = os.path.realpath(os.path.join(root, relative))
+    if real != real_root and not real.startswith(real_root.rstrip("/") + "/"):
+        return "", f"path {value!r} leads outside the root folder {root} (through a link)"
+    return relative, None

@@ -1,0 +1,55 @@
+"""Dataset names and references: ``name``, ``team/name``, ``name@3``, ``public/mnist``."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from datamount.datasets.errors import InvalidDatasetNameError
+
+_PART = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
+_NAME = re.compile(rf"^{_PART}(/{_PART})?$")
+PUBLIC_NAMESPACE = "public"
+#: Names that would collide with the store's own folders or the reference syntax.
+RESERVED = frozenset({"public", "datasets", "latest", "objects", "tmp"})
+
+
+@dataclass(frozen=True)
+class DatasetRef:
+    """A dataset name and, optionally, a version number (``None`` means the latest committed one)."""
+
+    name: str
+    version: int | None = None
+
+    def __str__(self) -> str:
+        return self.name if self.version is None else f"{self.name}@{self.version}"
+
+    @property
+    def is_public(self) -> bool:
+        return self.name.startswith(PUBLIC_NAMESPACE + "/")
+
+
+def validate_name(name: str) -> str:
+    """Return ``name`` if it is a valid dataset name; raise :class:`InvalidDatasetNameError` naming the rule."""
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise InvalidDatasetNameError(
+            f"invalid dataset name {name!r}: use letters, digits, '.', '_' and '-' (starting with a letter or "
+            "digit, at most 128), with at most one '/' after a namespace, e.g. 'cifar-10' or 'team/cifar-10'"
+        )
+    parts = name.split("/")
+    if any(".." in part for part in parts):
+        raise InvalidDatasetNameError(f"invalid dataset name {name!r}: '..' is not allowed")
+    if name in RESERVED or parts[-1] in RESERVED:
+        raise InvalidDatasetNameError(f"dataset name {name!r} is reserved; choose another")
+    return name
+
+
+def parse_ref(text: str) -> DatasetRef:
+    """Parse ``name`` or ``name@N`` (``N`` >= 1)."""
+    name, sep, version = text.partition("@") if isinstance(text, str) else (text, "", "")
+    validate_name(name)
+    if not sep:
+        return DatasetRef(name)
+    if not version.isdigit() or int(version) < 1:
+        raise InvalidDatasetNameError(f"invalid version in {text!r}: write NAME@N with N a whole number >= 1")
+    return DatasetRef(name, int(version))

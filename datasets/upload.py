@@ -1,0 +1,147 @@
+"""``upload``: check a ``.list`` file, send its files to a store, and commit a new dataset version."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from importlib.metadata import version as package_version
+
+from datamount.datasets import catalog
+from datamount.datasets.listfile import Kind, ParsedList, parse_list
+from datamount.datasets.manifest import FileEntry, Manifest, now_utc, object_key
+from datamount.datasets.names import validate_name
+from datamount.datasets.progress import Progress, Silent
+from datamount.storage import Store, open_store
+
+HASH_WORKERS = 4
+HASH_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class UploadResult:
+    """What an upload did: the committed manifest, and how much it had to send."""
+
+    manifest: Manifest
+    sent_files: int
+    sent_bytes: int
+    reused_files: int
+    created: bool
+
+
+def upload(
+    list_file: str | os.PathLike[str],
+    name: str,
+    *,
+    store: Store | str | None = None,
+    kind: Kind | str | None = None,
+    root: str | None = None,
+    progress: Progress | None = None,
+    max_requests: int | None = None,
+) -> UploadResult:
+    """Upload the samples of ``list_file`` as a new version of dataset ``name``.
+
+    The whole list is checked first (every problem reported, nothing written when there is one); files are sent
+    concurrently; the manifest is written last, so the version exists only once all of it is stored. Running the
+    same upload again after a failure sends only what is missing; running it after success creates nothing (the
+    latest version already holds exactly this list).
+
+    Parameters
+    ----------
+    list_file
+        The ``.list`` file (``path<TAB>label`` rows for images, ``source<TAB>target`` for text).
+    name
+        The dataset name (``name`` or ``namespace/name``).
+    store
+        A Store, URL, path or profile name (default: the default store).
+    kind
+        ``"image"`` or ``"text"``; detected when not given.
+    root
+        The folder image paths are relative to (default: the list file's folder).
+    progress
+        Receives the ``hash`` and ``upload`` phases.
+    max_requests
+        Uploads in flight at most.
+    """
+    validate_name(name)
+    report = progress or Silent()
+    parsed = parse_list(list_file, kind=kind, root=root)
+    target = open_store(store)
+    entries = _hash_files(parsed, report)
+    list_bytes = _normalised_list(parsed)
+    list_sha = hashlib.sha256(list_bytes).hexdigest()
+
+    existing = catalog.versions(target, name)
+    if existing:
+        latest = catalog.read_manifest(target, name, existing[-1])
+        if latest.list_sha256 == list_sha and latest.files == entries:
+            return UploadResult(latest, 0, 0, len(entries), created=False)
+
+    folder = catalog.dataset_folder(name)
+    present = target.list(f"{folder}/objects")
+    missing = list({e.sha256: e for e in entries if present.get(f"{folder}/{e.object_key}") != e.size}.values())
+    sent = _send(target, folder, parsed, missing, report, max_requests)
+
+    version = existing[-1] + 1 if existing else 1
+    target.write(catalog.list_path(name, version), list_bytes)
+    manifest = Manifest(
+        name=name,
+        version=version,
+        kind=parsed.kind.value,
+        columns=parsed.columns(),
+        rows=len(parsed.rows),
+        files=entries,
+        list_sha256=list_sha,
+        list_size=len(list_bytes),
+        source=os.path.basename(os.fspath(list_file)),
+        created=now_utc(),
+        datamount_version=package_version("datamount"),
+    )
+    target.write(catalog.manifest_path(name, version), manifest.to_json())
+    return UploadResult(manifest, len(missing), sent, len({e.sha256 for e in entries}) - len(missing), created=True)
+
+
+def _hash_files(parsed: ParsedList, report: Progress) -> list[FileEntry]:
+    files = sorted(parsed.files.values(), key=lambda f: f.relative_path)
+    report.start("hash", items=len(files), size=sum(f.size for f in files))
+    entries = []
+    with ThreadPoolExecutor(max_workers=HASH_WORKERS, thread_name_prefix="datamount-hash") as pool:
+        for source, digest in zip(files, pool.map(lambda f: _sha256_file(f.local_path), files), strict=True):
+            entries.append(FileEntry(source.relative_path, source.size, digest))
+            report.advance(size=source.size)
+    report.finish()
+    return entries
+
+
+def _sha256_file(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb", buffering=0) as f:
+        while chunk := f.read(HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _normalised_list(parsed: ParsedList) -> bytes:
+    if parsed.kind is Kind.IMAGE:
+        rows: Iterator[tuple[str, ...]] = ((os.path.normpath(r[0]), *r[1:]) for r in parsed.rows)
+    else:
+        rows = iter(parsed.rows)
+    return "".join("\t".join(row) + "\n" for row in rows).encode("utf-8")
+
+
+def _send(
+    store: Store,
+    folder: str,
+    parsed: ParsedList,
+    missing: list[FileEntry],
+    report: Progress,
+    max_requests: int | None,
+) -> int:
+    report.start("upload", items=len(missing), size=sum(e.size for e in missing))
+    pairs = [(parsed.files[e.path].local_path, f"{folder}/{object_key(e.sha256)}") for e in missing]
+    unique = [(local, key) for key, local in {key: local for local, key in pairs}.items()]  # same bytes: once
+    sent = store.put_many(unique, max_requests=max_requests, on_done=lambda _, size: report.advance(size=size))
+    report.finish()
+    return sent

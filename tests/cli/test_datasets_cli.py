@@ -1,0 +1,195 @@
+"""``datamount upload / ls / info / head / verify / rm / demo``, and one clear line for every kind of bad input."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from conftest import MakeImageList
+from datamount.cli.main import cli
+from datamount.storage import open_store
+
+
+def run(*args: str) -> Result:
+    result = CliRunner().invoke(cli, list(args))
+    assert "Traceback" not in result.output
+    return result
+
+
+def assert_one_line_error(result: Result, code: int, *fragments: str) -> None:
+    assert result.exit_code == code, result.output
+    assert result.output.startswith("datamount: error: ")
+    for fragment in fragments:
+        assert fragment in result.output, result.output
+
+
+@pytest.fixture
+def store_dir(tmp_path: Path) -> str:
+    return str(tmp_path / "store")
+
+
+def test_upload_then_catalog_commands(store_dir: str, make_image_list: MakeImageList) -> None:
+    list_file = make_image_list(8)
+    uploaded = run("upload", str(list_file), "cats", "--store", store_dir)
+    assert uploaded.exit_code == 0, uploaded.output
+    assert "uploaded cats@1: image, 8 rows, 8 files (8 sent" in uploaded.output
+    assert "is up to date" in run("upload", str(list_file), "cats", "--store", store_dir).output
+
+    listing = run("ls", "--store", store_dir)
+    assert "cats" in listing.output and "image" in listing.output
+
+    info = run("info", "cats", "--store", store_dir)
+    for fragment in ("cats@1", "kind: image", "columns: file, label", "rows: 8", "versions: 1"):
+        assert fragment in info.output
+
+    head = run("head", "cats", "-n", "2", "--store", store_dir)
+    assert head.output.splitlines() == ["(<JPEG 303 bytes>, '0')", "(<JPEG 304 bytes>, '1')"]
+
+    verified = run("verify", "cats", "--store", store_dir, "--quiet")
+    assert verified.exit_code == 0 and "all 9 objects match" in verified.output
+
+
+def test_verify_fails_on_a_corrupt_object(store_dir: str, make_image_list: MakeImageList) -> None:
+    run("upload", str(make_image_list(3)), "cats", "--store", store_dir)
+    store = open_store(store_dir)
+    victim = sorted(store.list("datasets/cats/objects"))[0]
+    store.write(victim, b"tampered")
+    result = run("verify", "cats", "--store", store_dir, "--quiet")
+    assert result.exit_code == 1
+    assert "wrong size" in result.output and "1 of 4 objects do not match" in result.output
+
+
+def test_rm_asks_unless_yes(store_dir: str, make_image_list: MakeImageList) -> None:
+    run("upload", str(make_image_list(2)), "cats", "--store", store_dir)
+    refused = run("rm", "cats", "--store", store_dir)
+    assert refused.exit_code == 2 and "pass --yes" in refused.output
+    assert open_store(store_dir).list() != {}
+    removed = run("rm", "cats", "--yes", "--store", store_dir)
+    assert removed.exit_code == 0 and "removed cats version(s) 1" in removed.output
+    assert "no datasets" in run("ls", "--store", store_dir).output
+
+
+def test_ls_of_an_empty_store(store_dir: str) -> None:
+    assert "no datasets in" in run("ls", "--store", store_dir).output
+
+
+def test_demo_runs_offline_on_the_default_store() -> None:
+    result = run("demo", "--quiet")
+    assert result.exit_code == 0, result.output
+    assert "uploaded demo-images@1 (image, 200 rows)" in result.output
+    assert "uploaded demo-translation@1 (text, 16 rows)" in result.output
+    assert "(<PNG " in result.output and "samples/s" in result.output
+    assert "Le chat dort sur le canapé." in result.output
+    again = run("demo", "--quiet")
+    assert "already up to date: demo-images@1" in again.output
+
+
+# -- bad input: one line naming the cause, a non-zero exit, the store as it was ------------------------------
+
+
+def write_list(tmp_path: Path, text: str | bytes, name: str = "bad.list") -> str:
+    path = tmp_path / name
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> Path:
+    (tmp_path / "a.jpg").write_bytes(b"A")
+    (tmp_path / "b.jpg").write_bytes(b"B")
+    (tmp_path / "folder.jpg").mkdir()
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("content", "fragments"),
+    [
+        ("a.jpg\t1\nb.jpg\t2\textra\n", [":2: 3 column(s), but line 1 has 2"]),
+        ("a.jpg\t1\nmissing.jpg\t2\n", [":2: file 'missing.jpg' does not exist"]),
+        ("a.jpg\t1\nfolder.jpg\t2\n", [":2: 'folder.jpg' is a folder, not a file"]),
+        ("a.jpg\t1\n../../etc/passwd\t2\n", [":2: path '../../etc/passwd' leaves the root folder"]),
+        ("a.jpg\t1\n/etc/passwd\t2\n", [":2: absolute path '/etc/passwd'"]),
+        (b"a.jpg\t1\nb\xe9.jpg\t2\n", [":2: not UTF-8 text"]),
+        ("", ["the list is empty"]),
+        ("a.jpg\t1\nmissing.jpg\nfolder.jpg\t2\n", ["3 problems", "line 2:", "line 3:"]),
+    ],
+    ids=["columns", "missing", "folder", "escape", "absolute", "not-utf8", "empty", "several"],
+)
+def test_a_bad_list_is_refused_and_nothing_is_written(
+    files: Path, store_dir: str, content: str | bytes, fragments: list[str]
+) -> None:
+    result = run("upload", write_list(files, content), "d", "--store", store_dir, "--kind", "image")
+    assert_one_line_error(result, 2, *fragments)
+    assert open_store(store_dir).list() == {}
+
+
+def test_a_link_leading_out_of_the_root_is_refused(files: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    outside = tmp_path_factory.mktemp("outside") / "secret.jpg"
+    outside.write_bytes(b"secret")
+    os.symlink(outside, files / "link.jpg")
+    store_dir = str(tmp_path_factory.mktemp("store"))
+    result = run("upload", write_list(files, "a.jpg\t1\nlink.jpg\t2\n"), "d", "--store", store_dir)
+    assert_one_line_error(result, 2, ":2: path 'link.jpg' leads outside the root folder")
+    assert open_store(store_dir).list() == {}
+
+
+@pytest.mark.parametrize("name", ["../escape", "public", "bad name", "a/b/c", "x@2"])
+def test_invalid_or_reserved_names(files: Path, store_dir: str, name: str) -> None:
+    result = run("upload", write_list(files, "a.jpg\t1\n"), name, "--store", store_dir)
+    assert_one_line_error(result, 2, repr(name.partition("@")[0]) if "@" not in name else "invalid dataset name")
+    assert open_store(store_dir).list() == {}
+
+
+@pytest.mark.parametrize("command", ["info", "head", "verify", "rm"])
+def test_unknown_dataset_or_version(command: str, store_dir: str, make_image_list: MakeImageList) -> None:
+    run("upload", str(make_image_list(2)), "cats", "--store", store_dir)
+    unknown = run(command, "dogs", "--store", store_dir, *(["--yes"] if command == "rm" else []))
+    assert_one_line_error(unknown, 3, "no dataset named 'dogs'")
+    version = run(command, "cats@9", "--store", store_dir, *(["--yes"] if command == "rm" else []))
+    assert_one_line_error(version, 3, "no version 9")
+
+
+def test_an_unreachable_store_fails_fast_naming_it(files: Path) -> None:
+    started = time.monotonic()
+    result = run(
+        "upload",
+        write_list(files, "a.jpg\t1\n"),
+        "d",
+        "--store",
+        "s3://bucket",
+        "-o",
+        "endpoint_url=http://127.0.0.1:9",
+    )
+    assert_one_line_error(result, 5, "http://127.0.0.1:9")
+    assert time.monotonic() - started < 15
+
+
+def test_an_unreadable_file_is_named(tmp_path: Path) -> None:
+    (tmp_path / "ok.jpg").write_bytes(b"ok")
+    (tmp_path / "locked.jpg").write_bytes(b"locked")
+    (tmp_path / "locked.jpg").chmod(0o000)
+    (tmp_path / "x.list").write_text("ok.jpg\t1\nlocked.jpg\t2\n", encoding="utf-8")
+    command = [sys.executable, "-m", "datamount.cli.main", "upload", str(tmp_path / "x.list"), "d"]
+    command += ["--store", str(tmp_path / "store")]
+    if os.geteuid() == 0:
+        # root reads any file; without the capabilities that let it, it meets permissions as others do
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            pytest.skip("running as root and util-linux's setpriv is not installed")
+        drop = "-dac_override,-dac_read_search"
+        command = [setpriv, f"--inh-caps={drop}", f"--bounding-set={drop}", *command]
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "x.list:2: file 'locked.jpg' cannot be read (permission denied)" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "store").exists() or open_store(tmp_path / "store").list() == {}

@@ -1,0 +1,111 @@
+"""Finding, verifying and removing datasets; names and references."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from conftest import MakeImageList
+from datamount.datasets import catalog
+from datamount.datasets.errors import DatasetNotFoundError, InvalidDatasetNameError, ManifestError
+from datamount.datasets.manifest import Manifest
+from datamount.datasets.names import DatasetRef, parse_ref, validate_name
+from datamount.datasets.upload import upload
+from datamount.storage import Store
+
+
+def test_verify_reports_every_missing_and_corrupt_object(store: Store, make_image_list: MakeImageList) -> None:
+    manifest = upload(make_image_list(6), "d", store=store).manifest
+    folder = catalog.dataset_folder("d")
+    first, second, third = manifest.files[:3]
+    store.remove(f"{folder}/{first.object_key}")
+    store.write(f"{folder}/{second.object_key}", b"\xff\xd8\xff" + b"x" * (second.size - 3))  # same size
+    store.write(f"{folder}/{third.object_key}", b"short")
+    report = catalog.verify(store, manifest)
+    assert report.checked == 7 and not report.ok
+    assert len(report.problems) == 3
+    joined = "\n".join(report.problems)
+    assert f"missing: {first.path}" in joined
+    assert f"wrong content: {second.path}" in joined
+    assert f"wrong size: {third.path}" in joined
+
+
+def test_resolve_versions_and_unknown_ones(local_store: Store, make_image_list: MakeImageList) -> None:
+    list_file = make_image_list(3)
+    upload(list_file, "d", store=local_store)
+    (list_file.parent / "data" / "img0000.jpg").write_bytes(b"changed")
+    upload(list_file, "d", store=local_store)
+    assert catalog.resolve(local_store, "d").version == 2
+    assert catalog.resolve(local_store, "d@1").version == 1
+    with pytest.raises(DatasetNotFoundError, match=r"no version 7.*versions: 1, 2"):
+        catalog.resolve(local_store, "d@7")
+    with pytest.raises(DatasetNotFoundError, match="no dataset named 'nope'"):
+        catalog.resolve(local_store, "nope")
+
+
+def test_removing_one_version_keeps_the_objects_others_use(local_store: Store, make_image_list: MakeImageList) -> None:
+    list_file = make_image_list(4)
+    v1 = upload(list_file, "d", store=local_store).manifest
+    (list_file.parent / "data" / "img0000.jpg").write_bytes(b"changed")
+    v2 = upload(list_file, "d", store=local_store).manifest
+    assert catalog.remove(local_store, "d@1") == [1]
+    assert catalog.versions(local_store, "d") == [2]
+    assert catalog.verify(local_store, v2).ok
+    gone = {e.object_key for e in v1.files} - {e.object_key for e in v2.files}
+    assert len(gone) == 1
+    assert not local_store.exists(f"datasets/d/{gone.pop()}")
+    assert catalog.remove(local_store, "d") == [2]
+    assert local_store.list() == {}
+
+
+def test_a_damaged_manifest_is_named(local_store: Store, text_list: Path) -> None:
+    upload(text_list, "d", store=local_store)
+    local_store.write("datasets/d/versions/1.json", b"{not json")
+    with pytest.raises(ManifestError, match=r"versions/1\.json is damaged"):
+        catalog.resolve(local_store, "d")
+
+
+def test_a_manifest_from_a_newer_datamount_asks_for_an_upgrade(local_store: Store, text_list: Path) -> None:
+    manifest = upload(text_list, "d", store=local_store).manifest
+    newer = manifest.to_json().replace(b'"format_version":1', b'"format_version":99')
+    local_store.write("datasets/d/versions/1.json", newer)
+    with pytest.raises(ManifestError, match="newer datamount"):
+        catalog.resolve(local_store, "d")
+
+
+def test_manifest_json_round_trip(local_store: Store, make_image_list: MakeImageList) -> None:
+    manifest = upload(make_image_list(3), "d", store=local_store).manifest
+    assert Manifest.from_json(manifest.to_json(), "x") == manifest
+    assert manifest.total_bytes == sum(f.size for f in manifest.files) + manifest.list_size
+
+
+@pytest.mark.parametrize("text", ["mnist", "team/mnist", "public/mnist", "a.b-c_d", "x" * 128])
+def test_valid_names(text: str) -> None:
+    assert validate_name(text) == text
+
+
+@pytest.mark.parametrize("text", ["..", "a..b", "x" * 129, "a/b/c", "/abs", "a/", "datasets", "team/latest", ""])
+def test_invalid_names(text: str) -> None:
+    with pytest.raises(InvalidDatasetNameError):
+        validate_name(text)
+
+
+def test_references() -> None:
+    assert parse_ref("mnist") == DatasetRef("mnist")
+    assert parse_ref("mnist@12") == DatasetRef("mnist", 12)
+    for bad in ("mnist@", "mnist@0", "mnist@x", "mnist@1@2"):
+        with pytest.raises(InvalidDatasetNameError):
+            parse_ref(bad)
+
+
+@given(st.text(max_size=40))
+def test_a_valid_name_never_leaves_its_area(text: str) -> None:
+    try:
+        folder = catalog.dataset_folder(text)
+    except InvalidDatasetNameError:
+        return
+    assert folder.startswith(("datasets/", "public/"))
+    assert ".." not in folder.split("/") and not folder.startswith("/")
