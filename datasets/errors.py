@@ -48,7 +48,3 @@ class DatasetNotFoundError(DatamountError, FileNotFoundError):
 
 class ManifestError(DatamountError, ValueError):
     """A manifest cannot be read: damaged, or written by a newer datamount."""
-
-
-class DatasetIntegrityError(DatamountError, OSError):
-    """A dataset's stored objects do not match its manifest."""

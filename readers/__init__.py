@@ -1,10 +1,37 @@
 """How samples reach training: ``reader(name)``, Paddle-compatible reader decorators and the DataLoader."""
 
+from datamount.readers.dataloader import DataLoader
+from datamount.readers.dataset import DatasetReader, reader
+from datamount.readers.decorators import (
+    batch,
+    buffered,
+    cache,
+    chain,
+    compose,
+    firstn,
+    map_readers,
+    multiprocess_reader,
+    shuffle,
+    xmap_readers,
+)
 from datamount.readers.errors import ComposeNotAligned, NotPicklableError, SharedMemoryError, WorkerDiedError
 
 __all__ = [
     "ComposeNotAligned",
+    "DataLoader",
+    "DatasetReader",
     "NotPicklableError",
     "SharedMemoryError",
     "WorkerDiedError",
+    "batch",
+    "buffered",
+    "cache",
+    "chain",
+    "compose",
+    "firstn",
+    "map_readers",
+    "multiprocess_reader",
+    "reader",
+    "shuffle",
+    "xmap_readers",
 ]

@@ -1,0 +1,85 @@
+"""What the background machinery of decorators and the DataLoader shares: checks on readers, start methods,
+closing iterators early, and describing how a worker process ended."""
+
+from __future__ import annotations
+
+import multiprocessing
+import pickle
+import signal
+from multiprocessing.context import BaseContext
+from multiprocessing.process import BaseProcess
+from multiprocessing.reduction import ForkingPickler
+
+from datamount.readers.errors import NotPicklableError
+
+#: Signals that usually have one cause, told to the user with the worker's death.
+_SIGNAL_HINTS = {
+    "SIGKILL": " (often the kernel's out-of-memory killer)",
+    "SIGBUS": " (often /dev/shm running out of space)",
+}
+
+
+def check_reader(value: object, what: str) -> None:
+    """Raise ``TypeError`` unless ``value`` is a reader (a zero-argument callable), naming the usual mistake."""
+    if not callable(value):
+        raise TypeError(
+            f"{what} must be a reader (a zero-argument callable returning a fresh iterable each epoch), got "
+            f"{type(value).__name__} {value!r}; pass the reader itself (`reader`), not its result (`reader()`)"
+        )
+
+
+def close_iterator(iterator: object) -> None:
+    """Close ``iterator`` if it can be closed (a generator), so that the reader's ``finally`` blocks run now."""
+    close = getattr(iterator, "close", None)
+    if close is not None:
+        close()
+
+
+def start_method_of(mp_context: str | BaseContext | None) -> str | None:
+    """The start method ``mp_context`` asks for; ``None`` means the interpreter's default, resolved when used."""
+    if mp_context is None:
+        return None
+    if isinstance(mp_context, BaseContext):
+        return mp_context.get_start_method()
+    if isinstance(mp_context, str) and mp_context in multiprocessing.get_all_start_methods():
+        return mp_context
+    raise ValueError(
+        f"mp_context must be None, a multiprocessing context or one of "
+        f"{multiprocessing.get_all_start_methods()}, got {mp_context!r}"
+    )
+
+
+def effective_start_method(start_method: str | None) -> str:
+    """The start method that will really be used, without fixing the global default as a side effect."""
+    if start_method is not None:
+        return start_method
+    return multiprocessing.get_start_method(allow_none=True) or multiprocessing.get_all_start_methods()[0]
+
+
+def require_picklable(value: object, what: str, method: str) -> None:
+    """Under ``fork`` a worker inherits ``value``; other start methods pickle it, so check that it pickles now."""
+    if method == "fork":
+        return
+    try:
+        ForkingPickler.dumps(value)
+    except (pickle.PicklingError, TypeError, AttributeError) as exc:
+        raise NotPicklableError(
+            f"{what} must be pickled to start a worker with the {method!r} method, and it cannot be ({exc}). "
+            "Make the reader a module-level function, a module-level class with __call__, a decorated reader or "
+            "a functools.partial of one (lambdas, closures and generator objects do not pickle), or choose "
+            "mp_context='fork' where it is available"
+        ) from exc
+
+
+def exit_description(process: BaseProcess) -> str:
+    """How ``process`` ended, for an error message: its exit code, or the signal that killed it and why."""
+    code = process.exitcode
+    if code is None:
+        return "closed its pipe but is still running"
+    if code >= 0:
+        return f"exited with code {code}"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = str(-code)
+    return f"was killed by signal {name}{_SIGNAL_HINTS.get(name, '')}"
