@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any, Generic, TypeVar, cast
 
-from datamount.readers._processes import close_iterator, exit_description
+from datamount.readers._processes import POLL_SECONDS, close_iterator, exit_description, put_until_stopped
 from datamount.readers._remote import CarriedException
 from datamount.readers.errors import WorkerDiedError
 
@@ -31,7 +31,6 @@ U = TypeVar("U")
 Reader = Callable[[], Iterable[T]]
 """A zero-argument callable returning a fresh iterable of samples (one epoch) on each call."""
 
-POLL_SECONDS = 0.1
 # How long worker processes get to stop by themselves (running their readers' ``finally``) before terminate().
 _GRACE_SECONDS = 2.0
 
@@ -68,17 +67,6 @@ def _run_reader(reader: Reader[Any], emit: Callable[[object], bool], stop: Any, 
 
 
 # ------------------------------------------------------------------------------------------------- threads
-
-
-def _put(channel: queue.Queue[Any], item: object, stop: threading.Event) -> bool:
-    """Put ``item``, waiting while ``channel`` is full; False once ``stop`` is set."""
-    while not stop.is_set():
-        try:
-            channel.put(item, timeout=POLL_SECONDS)
-            return True
-        except queue.Full:
-            pass
-    return False
 
 
 def _get(channel: queue.Queue[Any], stop: threading.Event) -> Any:
@@ -142,7 +130,12 @@ class BufferedReader(Generic[T]):
         try:
             group.start(
                 _run_reader,
-                (self.reader, lambda item: _put(channel, item, group.stop), group.stop, "buffered() thread"),
+                (
+                    self.reader,
+                    lambda item: put_until_stopped(channel, item, group.stop),
+                    group.stop,
+                    "buffered() thread",
+                ),
                 "datamount-buffered",
             )
             while (item := group.receive(channel)) is not END_OF_STREAM:
@@ -171,16 +164,16 @@ def _feed_tasks(
         iterator = iter(reader())
         try:
             for task in enumerate(iterator):
-                if (window is not None and not _acquire(window, stop)) or not _put(tasks, task, stop):
+                if (window is not None and not _acquire(window, stop)) or not put_until_stopped(tasks, task, stop):
                     return
                 fed += 1
         finally:
             close_iterator(iterator)
     except BaseException as exc:
-        _put(results, (fed, CarriedException.capture(exc, "xmap_readers() reader thread")), stop)
+        put_until_stopped(results, (fed, CarriedException.capture(exc, "xmap_readers() reader thread")), stop)
         return
     for _ in range(workers):
-        _put(tasks, END_OF_STREAM, stop)
+        put_until_stopped(tasks, END_OF_STREAM, stop)
 
 
 def _map_tasks(
@@ -193,11 +186,11 @@ def _map_tasks(
             result = mapper(sample)
         except BaseException as exc:
             where = f"xmap_readers() mapper thread {threading.current_thread().name}"
-            _put(results, (index, CarriedException.capture(exc, where)), stop)
+            put_until_stopped(results, (index, CarriedException.capture(exc, where)), stop)
             return
-        if not _put(results, (index, result), stop):
+        if not put_until_stopped(results, (index, result), stop):
             return
-    _put(results, END_OF_STREAM, stop)
+    put_until_stopped(results, END_OF_STREAM, stop)
 
 
 @dataclass(frozen=True, eq=False)

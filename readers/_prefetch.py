@@ -17,9 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from datamount.readers._collate import Column
-from datamount.readers._processes import close_iterator
+from datamount.readers._processes import POLL_SECONDS, close_iterator, put_until_stopped
 
-POLL_SECONDS = 0.1
 THREAD_NAME = "datamount-dataloader-prefetch"
 # A reader stuck inside one item (a hung network read) cannot be interrupted; close() waits this long for it.
 _THREAD_JOIN_SECONDS = 30.0
@@ -109,25 +108,14 @@ def _produce(source: BatchSource, channel: queue.Queue[Any], stop: threading.Eve
         iterator = iter(source())
         try:
             for columns in iterator:
-                if not _put(channel, columns, stop):
+                if not put_until_stopped(channel, columns, stop):
                     return
         finally:
             close_iterator(iterator)
     except BaseException as exc:
-        _put(channel, ThreadFailure(exc), stop)
+        put_until_stopped(channel, ThreadFailure(exc), stop)
         return
-    _put(channel, END_OF_EPOCH, stop)
-
-
-def _put(channel: queue.Queue[Any], item: object, stop: threading.Event) -> bool:
-    """Put ``item``, waiting while ``channel`` is full; False once ``stop`` is set."""
-    while not stop.is_set():
-        try:
-            channel.put(item, timeout=POLL_SECONDS)
-            return True
-        except queue.Full:
-            pass
-    return False
+    put_until_stopped(channel, END_OF_EPOCH, stop)
 
 
 def _drain(channel: queue.Queue[Any]) -> None:

@@ -5,12 +5,18 @@ from __future__ import annotations
 
 import multiprocessing
 import pickle
+import queue
 import signal
+import threading
 from multiprocessing.context import BaseContext
 from multiprocessing.process import BaseProcess
 from multiprocessing.reduction import ForkingPickler
+from typing import Any
 
 from datamount.readers.errors import NotPicklableError
+
+#: How often a blocked put or get wakes up to check whether it should stop.
+POLL_SECONDS = 0.1
 
 #: Signals that usually have one cause, told to the user with the worker's death.
 _SIGNAL_HINTS = {
@@ -33,6 +39,17 @@ def close_iterator(iterator: object) -> None:
     close = getattr(iterator, "close", None)
     if close is not None:
         close()
+
+
+def put_until_stopped(channel: queue.Queue[Any], item: object, stop: threading.Event) -> bool:
+    """Put ``item``, waiting while ``channel`` is full; False once ``stop`` is set (the consumer is gone)."""
+    while not stop.is_set():
+        try:
+            channel.put(item, timeout=POLL_SECONDS)
+            return True
+        except queue.Full:
+            pass
+    return False
 
 
 def start_method_of(mp_context: str | BaseContext | None) -> str | None:
