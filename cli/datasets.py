@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 import sys
 from typing import Any
 
@@ -16,6 +17,7 @@ from datamount.cli.progress import ProgressBar
 from datamount.datasets import catalog
 from datamount.datasets.errors import DatasetNotFoundError
 from datamount.datasets.names import parse_ref
+from datamount.datasets.pack import pack as pack_version
 from datamount.datasets.upload import upload as upload_list
 from datamount.readers.dataset import reader
 from datamount.storage import Store, open_store
@@ -36,6 +38,8 @@ def _open(store_ref: str | None, options: tuple[str, ...]) -> Store:
 @backend_options
 @click.option("--kind", type=click.Choice(["image", "text"]), help="Force the list's kind (detected otherwise).")
 @click.option("--root", type=click.Path(file_okay=False), help="Folder that image paths are relative to.")
+@click.option("--pack", "then_pack", is_flag=True, help="Also pack the new version into Parquet shards.")
+@click.option("--shard-size", default="256MB", show_default=True, help="With --pack: bytes per shard.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 def upload(
     list_file: str,
@@ -44,6 +48,8 @@ def upload(
     options: tuple[str, ...],
     kind: str | None,
     root: str | None,
+    then_pack: bool,
+    shard_size: str,
     quiet: bool,
 ) -> None:
     """Upload the samples of LIST_FILE as a new version of dataset NAME.
@@ -51,10 +57,15 @@ def upload(
     The list is checked as a whole first (nothing is written if any line is wrong); running the same command again
     after an interruption sends only what is missing.
     """
+    shard_bytes = parse_size(shard_size)
     store = _open(store_ref, options)
     with ProgressBar(quiet=quiet) as bar:
         result = upload_list(list_file, name, store=store, kind=kind, root=root, progress=bar)
+        if then_pack:
+            packed = pack_version(result.manifest.ref, store=store, shard_bytes=shard_bytes, progress=bar)
     m = result.manifest
+    if then_pack:
+        click.echo(f"{m.ref} is packed in {len(packed.shards)} shard(s)")
     if not result.created:
         click.echo(f"{m.ref} is up to date: it already holds exactly this list ({m.rows} rows)")
         return
@@ -62,6 +73,35 @@ def upload(
         f"uploaded {m.ref}: {m.kind}, {m.rows} rows, {len(m.files)} files "
         f"({result.sent_files} sent, {_size(result.sent_bytes)}; {result.reused_files} already stored) to {store.url}"
     )
+
+
+@click.command()
+@click.argument("name")
+@click.option("--shard-size", default="256MB", show_default=True, help="Bytes per shard (e.g. 64MB, 1GiB).")
+@store_option
+@backend_options
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+def pack(name: str, shard_size: str, store_ref: str | None, options: tuple[str, ...], quiet: bool) -> None:
+    """Pack dataset NAME (or NAME@N) into Parquet shards for fast sequential and sharded reads."""
+    shard_bytes = parse_size(shard_size)
+    store = _open(store_ref, options)
+    with ProgressBar(quiet=quiet) as bar:
+        manifest = pack_version(name, store=store, shard_bytes=shard_bytes, progress=bar)
+    size = sum(shard.size for shard in manifest.shards)
+    click.echo(f"{manifest.ref} is packed in {len(manifest.shards)} shard(s), {_size(size)}")
+
+
+def parse_size(text: str) -> int:
+    """``256MB``, ``64MiB``, ``1G``, ``1000`` -> bytes."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)(i?)[bB]?\s*", text)
+    if not match:
+        raise click.BadParameter(f"{text!r} is not a size; write e.g. 256MB, 64MiB or 1G", param_hint="--shard-size")
+    number, unit, binary = match.groups()
+    base = 1024 if binary else 1000
+    size = int(float(number) * base ** "_KMGT".index(unit.upper() or "_"))
+    if size < 1:
+        raise click.BadParameter("the size must be at least one byte", param_hint="--shard-size")
+    return size
 
 
 @click.command(name="ls")
@@ -111,6 +151,7 @@ def info(name: str, store_ref: str | None, options: tuple[str, ...]) -> None:
         ("files", f"{len(manifest.files):,}"),
         ("size", _size(manifest.total_bytes)),
         ("versions", ", ".join(str(v) for v in all_versions)),
+        ("packed", f"{len(manifest.shards)} shard(s)" if manifest.shards else "no (datamount pack NAME)"),
         ("created", manifest.created),
         ("source", manifest.source),
     ]

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from datamount.cli.datasets import head, info, list_datasets, rm, upload, verify
+from datamount.cli.datasets import head, info, list_datasets, pack, rm, upload, verify
 from datamount.cli.demo import demo
 from datamount.cli.errors import ErrorHandlingGroup
 from datamount.cli.stores import doctor, stores
@@ -25,7 +25,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
     ctx.obj["debug"] = debug
 
 
-for command in (demo, upload, list_datasets, info, head, verify, rm, stores, doctor):
+for command in (demo, upload, pack, list_datasets, info, head, verify, rm, stores, doctor):
     cli.add_command(command)
 
 

@@ -4,6 +4,7 @@ Layout of a dataset folder (``datasets/NAME`` for users, ``public/NAME`` for the
 
     objects/ab/abcdef...    file bytes, named by their sha256 and shared by every version
     lists/N.list            the normalised .list of version N
+    packs/N/shard-*.parquet version N packed into Parquet shards (optional; listed in the manifest)
     versions/N.json         the manifest of version N, written last: the version exists once it is there
 """
 
@@ -140,8 +141,10 @@ def verify(store: Store, manifest: Manifest, *, on_checked: Callable[[int], None
     folder = dataset_folder(manifest.name)
     targets = [(list_path(manifest.name, manifest.version), manifest.list_size, manifest.list_sha256, "the list")]
     targets += [(f"{folder}/{object_key(e.sha256)}", e.size, e.sha256, e.path) for e in manifest.files]
+    targets += [(f"{folder}/{s.path}", s.size, s.sha256, f"shard {s.path}") for s in manifest.shards]
     present = store.list(f"{folder}/objects")
     present.update(store.list(f"{folder}/lists"))
+    present.update(store.list(f"{folder}/packs/{manifest.version}"))
     for path, size, sha256, label in targets:
         report.checked += 1
         if path not in present:
@@ -173,6 +176,7 @@ def remove(store: Store, ref: str) -> list[int]:
     for version in doomed:
         store.remove(manifest_path(parsed.name, version), missing_ok=True)
         store.remove(list_path(parsed.name, version), missing_ok=True)
+        store.remove(f"{folder}/packs/{version}", recursive=True, missing_ok=True)
     if not keep:
         store.remove(folder, recursive=True, missing_ok=True)
         return doomed

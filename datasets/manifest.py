@@ -33,6 +33,18 @@ def object_key(sha256: str) -> str:
 
 
 @dataclass(frozen=True)
+class ShardEntry:
+    """One packed Parquet shard of a version: its path in the dataset folder, rows, size, sha256, and the number
+    of rows in each of its row groups (so that a row is found without reading any footer)."""
+
+    path: str
+    rows: int
+    size: int
+    sha256: str
+    row_groups: list[int]
+
+
+@dataclass(frozen=True)
 class Manifest:
     """A committed dataset version.
 
@@ -52,6 +64,7 @@ class Manifest:
     created: str
     format_version: int = FORMAT_VERSION
     datamount_version: str = ""
+    shards: list[ShardEntry] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -77,6 +90,7 @@ class Manifest:
                     f"{where} was written by a newer datamount (format {body['format_version']}); upgrade datamount"
                 )
             body["files"] = [FileEntry(path, int(size), sha) for path, size, sha in body["files"]]
+            body["shards"] = [ShardEntry(**shard) for shard in body.get("shards", [])]
             return cls(**body)
         except ManifestError:
             raise

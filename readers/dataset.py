@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
 from datamount.datasets import catalog
 from datamount.datasets.manifest import Manifest
+from datamount.readers.shards import ShardSource
 from datamount.storage import Store, open_store
+from datamount.storage.cache import CACHE_DIR_ENV, ContentCache
 
 DEFAULT_MAX_BYTES_IN_FLIGHT = 256 << 20
 
@@ -26,23 +29,50 @@ class DatasetReader:
         *,
         max_requests: int | None = None,
         max_bytes: int = DEFAULT_MAX_BYTES_IN_FLIGHT,
+        use_shards: bool = True,
+        cache: ContentCache | str | bool | None = None,
     ) -> None:
         self.store = open_store(store)
         self.manifest: Manifest = catalog.resolve(self.store, name)
         self.max_requests = max_requests
         self.max_bytes = max_bytes
-        self._rows = catalog.read_rows(self.store, self.manifest)
+        self.shards = (
+            ShardSource(self.store, self.manifest, cache=_cache(cache)) if use_shards and self.manifest.shards else None
+        )
+        self._rows = catalog.read_rows(self.store, self.manifest) if self.shards is None else []
 
     def __len__(self) -> int:
-        return len(self._rows)
+        return self.manifest.rows
 
     def __repr__(self) -> str:
-        return f"DatasetReader({self.manifest.ref!r}, {self.store.url!r}, rows={len(self._rows)})"
+        packed = ", packed" if self.shards is not None else ""
+        return f"DatasetReader({self.manifest.ref!r}, {self.store.url!r}, rows={self.manifest.rows}{packed})"
 
     def __call__(self) -> Iterator[tuple[Any, ...]]:
+        if self.shards is not None:
+            return self.shards.samples()
         if self.manifest.kind == "image":
             return self._image_samples()
         return iter(self._rows)
+
+    def __getitem__(self, index: int) -> tuple[Any, ...]:
+        """Row ``index`` (for samplers): from packed shards, only the row group that holds it is read."""
+        if index < 0:
+            index += self.manifest.rows
+        if self.shards is not None:
+            return self.shards.row(index)
+        if not 0 <= index < len(self._rows):
+            raise IndexError(f"row {index} is out of range: {self.manifest.ref} has {self.manifest.rows} rows")
+        row = self._rows[index]
+        if self.manifest.kind != "image":
+            return row
+        entry = self._objects()[row[0]]
+        return (self.store.read(f"{catalog.dataset_folder(self.manifest.name)}/{entry.object_key}"), *row[1:])
+
+    def _objects(self) -> dict[str, Any]:
+        if not hasattr(self, "_object_index"):
+            self._object_index = {entry.path: entry for entry in self.manifest.files}
+        return self._object_index
 
     def _image_samples(self) -> Iterator[tuple[Any, ...]]:
         folder = catalog.dataset_folder(self.manifest.name)
@@ -58,11 +88,26 @@ class DatasetReader:
             yield (data, *row[1:])
 
 
+def _cache(option: ContentCache | str | bool | None) -> ContentCache | None:
+    """The shard cache a reader uses: given, at a path, the default one (``True``), or from the environment."""
+    if isinstance(option, ContentCache):
+        return option
+    if option is True:
+        return ContentCache()
+    if isinstance(option, str):
+        return ContentCache(option)
+    if option is None and os.environ.get(CACHE_DIR_ENV):
+        return ContentCache()
+    return None
+
+
 def reader(name: str, store: Store | str | None = None, **options: Any) -> DatasetReader:
     """A Paddle-style reader creator over dataset ``name`` (``name@N`` for a given version).
 
     Image datasets yield ``(raw_bytes, label, ...)``: the uploaded file's exact bytes, never decoded; text datasets
-    yield their columns as strings. ``store`` defaults to the default store (``$DATAMOUNT_STORE``), so the same
+    yield their columns as strings. A packed version is read from its Parquet shards (the same tuples, in the same
+    order); ``cache=True`` (or ``$DATAMOUNT_CACHE_DIR``) keeps remote shards in a local cache for the next epoch.
+    ``store`` defaults to the default store (``$DATAMOUNT_STORE``), so the same
     script reads from a laptop's local folder or a cluster's shared store, as its environment says. A name the
     user has no dataset for is looked up in the store's public area.
     """

@@ -3,6 +3,7 @@
 from datamount.storage.errors import (
     BackendNotInstalledError,
     DatamountError,
+    IntegrityError,
     MountError,
     ObjectNotFoundError,
     StoreConfigError,
@@ -18,6 +19,7 @@ from datamount.storage.store import ObjectInfo, Store
 __all__ = [
     "BackendNotInstalledError",
     "DatamountError",
+    "IntegrityError",
     "MountError",
     "ObjectInfo",
     "ObjectNotFoundError",

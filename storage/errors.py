@@ -41,3 +41,7 @@ class MountError(DatamountError, OSError):
 
 class StoreIOError(DatamountError, OSError):
     """Any other failure of the storage backend, with the store and path named."""
+
+
+class IntegrityError(DatamountError, OSError):
+    """Bytes do not match the checksum recorded for them (a damaged object, shard or cached copy)."""

@@ -244,6 +244,28 @@ class Store:
                 if failure is not None:
                     raise failure
 
+    def read_ranges(
+        self, path: str, ranges: Iterable[tuple[int, int]], *, max_requests: int | None = None
+    ) -> Iterator[bytes]:
+        """Yield bytes ``[start, end)`` of the object at ``path`` for each range, in order, many in flight at once."""
+        full = self.full_path(path)
+        limit = max_requests or self.default_max_requests
+
+        def fetch(item: tuple[int, int]) -> bytes:
+            return self.read_range(path, *item)
+
+        async def afetch(item: tuple[int, int]) -> bytes:
+            if item[0] >= item[1]:
+                return b""  # s3fs turns an empty range into a request for the whole object
+            try:
+                return await self.fs._cat_file(full, start=item[0], end=item[1])
+            except Exception as exc:
+                raise self._translate(exc, "read", path) from exc
+
+        with self._submitter(fetch, afetch, limit) as submit:
+            for _, data in ordered_window(submit, ranges, max_in_flight=limit):
+                yield data
+
     def _read_group(self, group: list[tuple[str, int]]) -> tuple[list[bytes], BaseException | None]:
         """The group's objects up to the first failure, and that failure (raised after them, in order)."""
         blobs = []

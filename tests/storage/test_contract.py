@@ -294,3 +294,10 @@ def test_remove_many_removes_each_and_ignores_missing(store: Store) -> None:
     store.remove_many(["a", "b/c", "never-there"])
     store.remove_many([])
     assert store.list() == {"d": 1}
+
+
+def test_read_ranges_in_order(store: Store) -> None:
+    data = bytes(range(256)) * 40
+    store.write("blob", data)
+    ranges = [(0, 10), (5000, 5100), (100, 100), (10_000, 20_000), (1, 2)]
+    assert list(store.read_ranges("blob", ranges, max_requests=2)) == [data[a:b] for a, b in ranges]

@@ -1,0 +1,130 @@
+"""Packed (Parquet shard) reads against references measured in the same run.
+
+    python benchmarks/bench_shards.py [--quick] [--runs N]
+
+1. Local disk, warm page cache, ~110 KB samples: ``reader(name)()`` over packed shards vs reading the same shard
+   files' bytes with ``cat`` (``LocalFileSystem.cat``); MB/s.
+2. Local disk, 784-byte samples (MNIST-sized): packed ``reader(name)()`` vs WebDataset reading tar shards of the same
+   samples; samples/s.
+3. S3 (a moto server in its own process): packed ``reader(name)()`` vs a plain sequential ``cat_file`` of each shard
+   (same bytes, no decoding); MB/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _harness import Row, interleaved_medians, moto_server_process, print_rows
+
+from datamount.datasets import catalog
+from datamount.datasets.pack import pack
+from datamount.datasets.upload import upload
+from datamount.readers import reader
+from datamount.storage import Store, open_store
+from datamount.storage.backends.s3 import s3_filesystem_options
+
+
+def make_dataset(folder: Path, count: int, size: int) -> Path:
+    (folder / "data").mkdir(parents=True, exist_ok=True)
+    rows = []
+    for i in range(count):
+        name = f"data/{i:06d}.bin"
+        (folder / name).write_bytes(os.urandom(size))
+        rows.append(f"{name}\t{i % 10}\n")
+    list_file = folder / "samples.list"
+    list_file.write_text("".join(rows), encoding="utf-8")
+    return list_file
+
+
+def packed_dataset(store: Store, list_file: Path, name: str, shard_bytes: int) -> list[str]:
+    upload(list_file, name, store=store)
+    manifest = pack(name, store=store, shard_bytes=shard_bytes)
+    folder = catalog.dataset_folder(name)
+    return [f"{folder}/{shard.path}" for shard in manifest.shards]
+
+
+def drain(samples: reader) -> int:  # type: ignore[valid-type]
+    return sum(len(sample[0]) for sample in samples())  # type: ignore[operator]
+
+
+def local_large(tmp: Path, count: int, runs: int) -> Row:
+    store = open_store(tmp / "store-large")
+    shards = packed_dataset(store, make_dataset(tmp / "large", count, 110_000), "large", 64 << 20)
+    from fsspec.implementations.local import LocalFileSystem
+
+    files = [store.full_path(s) for s in shards]
+    size_mb = sum(os.path.getsize(f) for f in files) / 1e6
+    samples = reader("large", store)
+    times = interleaved_medians({"ours": lambda: drain(samples), "cat": lambda: LocalFileSystem().cat(files)}, runs)
+    return Row("local", f"{count} x 110 KB, packed", size_mb / times["ours"], size_mb / times["cat"], "MB/s", "cat")
+
+
+def local_small(tmp: Path, count: int, runs: int) -> Row:
+    import webdataset as wds
+
+    list_file = make_dataset(tmp / "small", count, 784)
+    store = open_store(tmp / "store-small")
+    packed_dataset(store, list_file, "small", 64 << 20)
+    tars = []
+    rows = list_file.read_text(encoding="utf-8").splitlines()
+    per_tar = max(1, count // 4)
+    for start in range(0, count, per_tar):
+        path = tmp / f"small-{start // per_tar:03d}.tar"
+        with wds.TarWriter(str(path)) as sink:
+            for index, line in enumerate(rows[start : start + per_tar], start=start):
+                name, label = line.split("\t")
+                sink.write({"__key__": f"{index:08d}", "bin": (tmp / "small" / name).read_bytes(), "cls": label})
+        tars.append(str(path))
+    samples = reader("small", store)
+    web = wds.WebDataset(tars, shardshuffle=False, empty_check=False).to_tuple("bin", "cls")
+    times = interleaved_medians({"ours": lambda: drain(samples), "wds": lambda: sum(1 for _ in web)}, runs)
+    return Row(
+        "local", f"{count} x 784 B, packed", count / times["ours"], count / times["wds"], "samples/s", "WebDataset"
+    )
+
+
+def s3_packed(tmp: Path, count: int, runs: int) -> Row:
+    import s3fs
+
+    with moto_server_process() as endpoint:
+        options = {"endpoint_url": endpoint, "key": "bench", "secret": "bench-secret"}
+        client = s3fs.S3FileSystem(**s3_filesystem_options(options))
+        client.mkdir("bench")
+        store = open_store("s3://bench/root", **options)
+        shards = packed_dataset(store, make_dataset(tmp / "remote", count, 110_000), "remote", 16 << 20)
+        full = [store.full_path(s) for s in shards]
+        size_mb = sum(client.size(f) for f in full) / 1e6
+        samples = reader("remote", store)
+        actions = {"ours": lambda: drain(samples), "cat_file": lambda: [client.cat_file(f) for f in full]}
+        times = interleaved_medians(actions, runs)
+    return Row(
+        "s3 (moto)",
+        f"{count} x 110 KB, packed",
+        size_mb / times["ours"],
+        size_mb / times["cat_file"],
+        "MB/s",
+        "cat_file",
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    parser.add_argument("--runs", type=int, default=None, help="timed runs per figure (median reported)")
+    args = parser.parse_args()
+    runs = args.runs or (3 if args.quick else 5)
+    large, small, remote = (200, 5_000, 100) if args.quick else (1_000, 60_000, 400)
+    with tempfile.TemporaryDirectory(prefix="datamount-bench-shards-") as folder:
+        tmp = Path(folder)
+        rows = [local_large(tmp, large, runs), local_small(tmp, small, runs), s3_packed(tmp, remote, runs)]
+    print_rows(rows, f"Packed shards vs references, median of {runs} runs (ratio > 1: datamount is faster)")
+
+
+if __name__ == "__main__":
+    main()

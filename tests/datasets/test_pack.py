@@ -1,0 +1,178 @@
+"""Packed shards: the same tuples as before packing, random access by row, integrity, the local shard cache."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import MakeImageList
+from datamount.datasets import catalog
+from datamount.datasets.pack import pack
+from datamount.datasets.upload import upload
+from datamount.readers import reader
+from datamount.storage import IntegrityError, Store
+from datamount.storage.cache import ContentCache
+
+SMALL = {"shard_bytes": 40_000, "row_group_bytes": 6_000}
+
+
+def packed(store: Store, make_image_list: MakeImageList, count: int = 60) -> tuple[list[tuple[bytes, str]], int]:
+    upload(make_image_list(count, size=1500), "d", store=store)
+    expected = list(reader("d", store)())
+    manifest = pack("d", store=store, **SMALL)
+    return expected, len(manifest.shards)
+
+
+def test_packed_reads_yield_the_same_tuples_in_the_same_order(store: Store, make_image_list: MakeImageList) -> None:
+    expected, shards = packed(store, make_image_list)
+    assert shards > 1
+    samples = reader("d", store)
+    assert samples.shards is not None
+    assert list(samples()) == expected
+    assert list(reader("d", store, use_shards=False)()) == expected
+
+
+def test_text_datasets_pack_too(store: Store, text_list: Path) -> None:
+    upload(text_list, "pairs", store=store)
+    expected = list(reader("pairs", store)())
+    pack("pairs", store=store)
+    assert list(reader("pairs", store)()) == expected
+
+
+def test_random_access_by_row(store: Store, make_image_list: MakeImageList) -> None:
+    expected, _ = packed(store, make_image_list)
+    samples = reader("d", store)
+    for index in (0, 1, 17, 33, 59, -1):
+        assert samples[index] == expected[index]
+    with pytest.raises(IndexError, match="60 rows"):
+        samples[60]
+
+
+@pytest.mark.s3
+def test_random_access_reads_only_the_row_group_that_holds_the_row(
+    s3_store: Store, make_image_list: MakeImageList
+) -> None:
+    expected, _ = packed(s3_store, make_image_list)
+    manifest = catalog.resolve(s3_store, "d")
+    shard = manifest.shards[0]
+    path = f"datasets/d/{shard.path}"
+    original = s3_store.read(path)
+    footer = pq.ParquetFile(pa.BufferReader(original)).metadata
+    target_row, target_group = 7, 1  # row groups hold 4 rows each: row 7 is in group 1
+    assert shard.row_groups[0] <= target_row < shard.row_groups[0] + shard.row_groups[1]
+    damaged = bytearray(original)
+    for group in range(footer.num_row_groups):
+        if group == target_group:
+            continue
+        meta = footer.row_group(group)
+        for column in range(meta.num_columns):
+            chunk = meta.column(column)
+            start = chunk.dictionary_page_offset if chunk.has_dictionary_page else chunk.data_page_offset
+            damaged[start : start + chunk.total_compressed_size] = bytes(chunk.total_compressed_size)
+    s3_store.write(path, bytes(damaged))
+    assert reader("d", s3_store)[target_row] == expected[target_row]
+
+
+def test_packing_twice_changes_nothing(local_store: Store, make_image_list: MakeImageList) -> None:
+    packed(local_store, make_image_list)
+    first = catalog.resolve(local_store, "d")
+    assert pack("d", store=local_store, **SMALL) == first
+
+
+def test_shards_are_plain_parquet(local_store: Store, make_image_list: MakeImageList) -> None:
+    expected, _ = packed(local_store, make_image_list)
+    manifest = catalog.resolve(local_store, "d")
+    files = [str(Path(local_store.root) / "datasets" / "d" / s.path) for s in manifest.shards]
+    table = pa.concat_tables(pq.read_table(f) for f in files)
+    assert table.column_names == ["file", "label", "index", "path"]
+    assert table.column("index").to_pylist() == list(range(60))
+    assert list(zip(table.column("file").to_pylist(), table.column("label").to_pylist(), strict=True)) == expected
+    duckdb = pytest.importorskip("duckdb")
+    counts = duckdb.sql(f"SELECT label, count(*) FROM read_parquet({files!r}) GROUP BY label ORDER BY label").fetchall()
+    assert counts == [("0", 20), ("1", 20), ("2", 20)]
+
+
+@pytest.mark.s3
+def test_a_damaged_remote_shard_is_named(s3_store: Store, make_image_list: MakeImageList) -> None:
+    packed(s3_store, make_image_list)
+    shard = catalog.resolve(s3_store, "d").shards[1]
+    path = f"datasets/d/{shard.path}"
+    data = bytearray(s3_store.read(path))
+    data[100] ^= 0xFF
+    s3_store.write(path, bytes(data))
+    with pytest.raises(IntegrityError, match=shard.path.replace(".", r"\.")):
+        list(reader("d", s3_store)())
+    report = catalog.verify(s3_store, catalog.resolve(s3_store, "d"))
+    assert [p for p in report.problems if "wrong content" in p] == [
+        f"wrong content: shard {shard.path} ({s3_store.url_for(path)}) does not match its sha256"
+    ]
+
+
+@pytest.mark.s3
+def test_the_cache_serves_the_second_epoch_and_refetches_a_damaged_copy(
+    s3_store: Store, make_image_list: MakeImageList, tmp_path: Path
+) -> None:
+    expected, shards = packed(s3_store, make_image_list)
+    cache = ContentCache(tmp_path / "cache")
+    samples = reader("d", s3_store, cache=cache)
+    assert list(samples()) == expected
+    assert (cache.misses, cache.hits) == (shards, 0)
+    assert list(samples()) == expected
+    assert (cache.misses, cache.hits) == (shards, shards)
+    victim = cache.path_for(catalog.resolve(s3_store, "d").shards[0].sha256)
+    victim.write_bytes(b"X" * victim.stat().st_size)
+    fresh = ContentCache(tmp_path / "cache")  # a new process verifies what it finds
+    assert list(reader("d", s3_store, cache=fresh)()) == expected
+    assert fresh.misses == 1
+
+
+def test_the_cache_evicts_the_least_recently_used(tmp_path: Path) -> None:
+    import hashlib
+
+    cache = ContentCache(tmp_path / "cache", max_bytes=2500)
+    blobs = [bytes([i]) * 1000 for i in range(3)]
+    keys = [hashlib.sha256(b).hexdigest() for b in blobs]
+    for key, blob in zip(keys[:2], blobs[:2], strict=True):
+        cache.get(key, 1000, lambda out, blob=blob: out.write(blob))
+    cache.get(keys[0], 1000, lambda out: pytest.fail("a hit must not fetch"))  # keys[0] is now the most recent
+    cache.get(keys[2], 1000, lambda out: out.write(blobs[2]))
+    assert cache.path_for(keys[0]).exists() and cache.path_for(keys[2]).exists()
+    assert not cache.path_for(keys[1]).exists()
+    assert cache.usage() <= 2500
+
+
+def test_a_fill_that_does_not_match_is_refused(tmp_path: Path) -> None:
+    cache = ContentCache(tmp_path / "cache")
+    with pytest.raises(IntegrityError, match="do not match"):
+        cache.get("0" * 64, 3, lambda out: out.write(b"abc"), name="shard-x")
+    assert cache.usage() == 0
+
+
+@pytest.mark.s3
+def test_processes_sharing_a_cache_fetch_each_shard_once(
+    s3_store: Store, make_image_list: MakeImageList, tmp_path: Path
+) -> None:
+    expected, shards = packed(s3_store, make_image_list)
+    script = textwrap.dedent(
+        f"""
+        import sys
+        from datamount.readers import reader
+        from datamount.storage import open_store
+        from datamount.storage.cache import ContentCache
+        cache = ContentCache({str(tmp_path / "cache")!r})
+        store = open_store({s3_store.url!r}, endpoint_url={s3_store.endpoint!r}, key="k", secret="s")
+        rows = sum(1 for _ in reader("d", store, cache=cache)())
+        print(rows, cache.misses)
+        """
+    )
+    children = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True) for _ in range(3)]
+    outputs = [child.communicate(timeout=120)[0].split() for child in children]
+    assert all(child.returncode == 0 for child in children)
+    assert [int(rows) for rows, _ in outputs] == [60, 60, 60]
+    assert sum(int(misses) for _, misses in outputs) == shards
