@@ -158,7 +158,7 @@ def test_a_fill_that_does_not_match_is_refused(tmp_path: Path) -> None:
 def test_processes_sharing_a_cache_fetch_each_shard_once(
     s3_store: Store, make_image_list: MakeImageList, tmp_path: Path
 ) -> None:
-    expected, shards = packed(s3_store, make_image_list)
+    _, shards = packed(s3_store, make_image_list)
     script = textwrap.dedent(
         f"""
         import sys
