@@ -21,7 +21,13 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any, Generic, TypeVar, cast
 
-from datamount.readers._processes import POLL_SECONDS, close_iterator, exit_description, put_until_stopped
+from datamount.readers._processes import (
+    POLL_SECONDS,
+    advance_epochs,
+    close_iterator,
+    exit_description,
+    put_until_stopped,
+)
 from datamount.readers._remote import CarriedException
 from datamount.readers.errors import WorkerDiedError
 
@@ -435,6 +441,7 @@ class MultiprocessReader(Generic[T]):
                 else:
                     args = (reader, channel, stop, index)
                     processes.append(_start_worker(context, _child_into_queue, args, index))
+            advance_epochs(self.readers)  # each worker has its copy: keep this process's readers in step
             if channel is None:
                 yield from _merge_pipes(conns, processes)
             else:

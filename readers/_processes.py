@@ -3,6 +3,7 @@ closing iterators early, and describing how a worker process ended."""
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import pickle
 import queue
@@ -86,6 +87,38 @@ def require_picklable(value: object, what: str, method: str) -> None:
             "a functools.partial of one (lambdas, closures and generator objects do not pickle), or choose "
             "mp_context='fork' where it is available"
         ) from exc
+
+
+def advance_epochs(reader: object, by: int = 1) -> None:
+    """Advance the per-epoch state of ``reader`` and of every reader it decorates, as ``by`` calls of it would.
+
+    A worker process runs an epoch on its own copy of the reader, so state the epoch changes (the epoch number of
+    ``shuffle``) would stay behind in this process and every epoch would repeat the first. The parent calls this
+    once the worker has its copy, so the next worker starts where this one ends. Readers take part by having an
+    ``_advance_epoch(by)`` method; decorators are found through their ``reader`` / ``readers`` attributes and
+    ``functools.partial`` arguments.
+    """
+    seen: set[int] = set()
+    pending = [reader]
+    while pending:
+        node = pending.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, (list, tuple)):
+            pending.extend(node)
+            continue
+        advance = getattr(node, "_advance_epoch", None)
+        if callable(advance):
+            advance(by)
+        if isinstance(node, functools.partial):
+            pending.extend((node.func, *node.args, *node.keywords.values()))
+        for name in ("reader", "readers"):
+            child = getattr(node, name, None)
+            if isinstance(child, (list, tuple)):
+                pending.extend(child)
+            elif child is not None:
+                pending.append(child)
 
 
 def exit_description(process: BaseProcess) -> str:

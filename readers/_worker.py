@@ -40,7 +40,7 @@ from datamount.readers._prefetch import (
     Formatter,
     ThreadEpoch,
 )
-from datamount.readers._processes import close_iterator, exit_description
+from datamount.readers._processes import advance_epochs, close_iterator, exit_description
 from datamount.readers._remote import CarriedException
 from datamount.readers._shm import AttachedSegments, SegmentRing, Slot, Spec, plan_batch, write_batch
 from datamount.readers.errors import SharedMemoryError, WorkerDiedError
@@ -99,6 +99,7 @@ class ProcessEpoch(Epoch):
         self._fallback: ThreadEpoch | None = None
         self._worker = _WorkerHandle.start(source, capacity, context)
         self._finalizer = weakref.finalize(self, self._worker.shutdown)
+        advance_epochs(source)  # the worker has its copy; the next epoch's copy must start one epoch further
 
     def _next_columns(self) -> list[Column]:
         if self._fallback is not None:
@@ -126,6 +127,7 @@ class ProcessEpoch(Epoch):
 
     def _fall_back(self, error: SharedMemoryError) -> list[Column]:
         self._finalizer()
+        advance_epochs(self._source, by=-1)  # this epoch runs here after all, on this process's reader
         warnings.warn(
             f"{error} Prefetching this epoch in a thread instead (fallback_to_thread=True).",
             RuntimeWarning,

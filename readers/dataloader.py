@@ -43,9 +43,9 @@ class DataLoader:
     :class:`~datamount.readers.errors.WorkerDiedError` with its exit code or signal; an exception in the
     reader is raised again in the consumer with its original type, the worker's traceback as its
     ``__cause__``. Each epoch runs in a new worker, as in Paddle, which starts from this process's copy of
-    the reader: state a reader object changes while it runs (the epoch number of ``shuffle``, the samples of
-    ``cache``) changes in the worker only. Set such state here when it matters, e.g.
-    ``shuffled.epoch = epoch`` before each epoch.
+    the reader; the epoch numbers of the ``shuffle`` readers in it are moved on here as the worker starts, so
+    every epoch has its own order, the same as in thread mode. Other state a reader changes while it runs (the
+    samples ``cache`` records) stays in the worker.
 
     The thread or process of an epoch is stopped and joined, and its shared memory released, when the epoch
     ends, when it raises, on ``break`` (once the iterator is dropped), on :meth:`close` or ``with`` exit, and

@@ -173,6 +173,10 @@ class _ShuffleReader(Generic[T]):
             self.epoch += 1
         return _shuffled(self.reader, self.buf_size, random.Random(f"{self.seed}:{epoch}"))
 
+    def _advance_epoch(self, by: int) -> None:
+        with self._lock:
+            self.epoch += by
+
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         del state["_lock"]

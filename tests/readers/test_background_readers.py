@@ -481,3 +481,19 @@ def test_decorated_readers_run_in_a_spawned_process() -> None:
 def test_multiprocess_reader_itself_pickles() -> None:
     reader = multiprocess_reader([SOURCE, SOURCE], use_pipe=False, mp_context="spawn")
     assert sorted(pickle.loads(pickle.dumps(reader))()) == sorted(list(range(12)) * 2)
+
+
+def count_to_50() -> Iterator[int]:
+    return iter(range(50))
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_a_shuffle_inside_worker_processes_moves_on_each_epoch(method: str) -> None:
+    in_workers = shuffle(count_to_50, 10, seed=5)
+    here = shuffle(count_to_50, 10, seed=5)
+    merged = multiprocess_reader([in_workers], mp_context=method)
+    epochs = [list(merged()) for _ in range(3)]
+    assert epochs == [list(here()) for _ in range(3)]
+    assert len({tuple(epoch) for epoch in epochs}) == 3
+    assert in_workers.epoch == 3  # type: ignore[attr-defined]

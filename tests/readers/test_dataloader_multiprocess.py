@@ -445,3 +445,24 @@ def test_shuffle_epoch_set_in_the_parent_reaches_each_worker() -> None:
     assert sorted(orders[0]) == list(range(64))
     assert orders[0] != orders[1]
     assert orders[0] == orders[2]
+
+
+def _numbered() -> Iterator[tuple[int]]:
+    return ((index,) for index in range(64))
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_each_worker_epoch_continues_the_shuffle_like_the_thread_mode(method: str) -> None:
+    decorators = pytest.importorskip("datamount.readers.decorators")
+    orders = {}
+    for use_multiprocess in (False, True):
+        shuffled = decorators.shuffle(_numbered, 16, seed=11)
+        options = {"mp_context": method} if use_multiprocess else {}
+        loader = DataLoader.from_generator(capacity=2, use_multiprocess=use_multiprocess, **options)
+        loader.set_sample_generator(shuffled, batch_size=64)
+        orders[use_multiprocess] = [next(iter(loader))[0].tolist() for _ in range(3)]
+        loader.close()
+        assert shuffled.epoch == 3
+    assert orders[True] == orders[False]
+    assert len({tuple(order) for order in orders[True]}) == 3
