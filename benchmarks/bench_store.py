@@ -1,6 +1,6 @@
 """Batched read and write throughput of a Store against the same operation done directly with fsspec / s3fs.
 
-    python benchmarks/bench_store.py [--quick] [--runs N]
+    python benchmarks/bench_store.py [--quick] [--runs N] [--server moto|seaweedfs]
 
 Local disk: ``Store.read_many`` vs ``LocalFileSystem.cat(paths)``, ``Store.put_many`` vs ``LocalFileSystem.put``.
 S3 (a moto server in its own process on loopback): ``Store.read_many`` vs ``S3FileSystem.cat(paths)``,
@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _harness import Row, median_seconds, moto_server_process, print_rows
+from _harness import S3_SERVERS, Row, median_seconds, print_rows
 
 from datamount.storage import Store, open_store
 from datamount.storage.backends.s3 import s3_filesystem_options
@@ -55,6 +55,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     parser.add_argument("--runs", type=int, default=None, help="timed runs per figure (median reported)")
+    parser.add_argument("--server", choices=sorted(S3_SERVERS), default="moto", help="the S3 server to run")
     args = parser.parse_args()
     runs = args.runs or (3 if args.quick else 5)
     local_count, s3_count, size = (200, 100, 64 << 10) if args.quick else (2000, 500, 64 << 10)
@@ -67,14 +68,14 @@ def main() -> None:
 
         rows += compare("local", store, LocalFileSystem(), files[:local_count], runs)
 
-        with moto_server_process() as endpoint:
+        with S3_SERVERS[args.server]() as (endpoint, _):
             import s3fs
 
             options = {"endpoint_url": endpoint, "key": "bench", "secret": "bench-secret"}
             reference = s3fs.S3FileSystem(**s3_filesystem_options(options))
             reference.mkdir("bench-bucket")
             s3_store = open_store("s3://bench-bucket/root", **options)
-            rows += compare("s3 (moto)", s3_store, reference, files[:s3_count], runs)
+            rows += compare(f"s3 ({args.server})", s3_store, reference, files[:s3_count], runs)
 
     print_rows(rows, f"Store vs fsspec, {size >> 10} KiB objects, median of {runs} runs")
 
