@@ -19,3 +19,7 @@ class NotPicklableError(DatamountError, TypeError):
 
 class SharedMemoryError(DatamountError, OSError):
     """Shared memory is too small or unavailable for the requested prefetch."""
+
+
+class StreamFormatError(DatamountError, ValueError):
+    """A stream cannot be read (empty, not Arrow, truncated, a newer format) or an entry does not fit its columns."""
