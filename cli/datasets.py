@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 import click
+import numpy as np
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -215,12 +216,21 @@ def rm(name: str, yes: bool, store_ref: str | None, options: tuple[str, ...]) ->
 
 
 def describe(value: Any) -> str:
-    """A sample value as ``head`` prints it: bytes as their type and size, text as a quoted string."""
+    """A sample value as ``head`` prints it: bytes as their type and size, arrays as dtype, shape and first values,
+    text as a quoted string."""
     if isinstance(value, (bytes, bytearray, memoryview)):
         return f"<{_bytes_type(bytes(value[:16]))} {len(value):,} bytes>"
+    if isinstance(value, np.ndarray):
+        shape = ", ".join(str(size) for size in value.shape)
+        values = [str(item) for item in value.reshape(-1)[:_ARRAY_VALUES_SHOWN]]  # numpy scalars print shortest
+        more = ", ..." if value.size > _ARRAY_VALUES_SHOWN else ""
+        shown = values[0] if value.ndim == 0 else f"[{', '.join(values)}{more}]"
+        return f"{value.dtype}[{shape}] {shown}"
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "...'"
 
+
+_ARRAY_VALUES_SHOWN = 4
 
 _MAGIC = [
     (b"\xff\xd8\xff", "JPEG"),

@@ -13,7 +13,7 @@ from datamount.cli.datasets import head, info, list_datasets, pack, rm, upload, 
 from datamount.cli.demo import demo
 from datamount.cli.errors import ErrorHandlingGroup
 from datamount.cli.stores import doctor, stores
-from datamount.cli.stream import cat, pretty_print
+from datamount.cli.stream import cat, import_, pretty_print
 
 
 @click.group(cls=ErrorHandlingGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -26,7 +26,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
     ctx.obj["debug"] = debug
 
 
-for command in (demo, upload, pack, list_datasets, info, head, verify, rm, cat, pretty_print, stores, doctor):
+for command in (demo, upload, pack, import_, list_datasets, info, head, verify, rm, cat, pretty_print, stores, doctor):
     cli.add_command(command)
 
 

@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import itertools
 import sys
-from typing import Any
 
 import click
-import numpy as np
 
-from datamount.cli.datasets import describe, store_option
+from datamount.cli.datasets import describe, parse_size, store_option
 from datamount.cli.options import backend_options, options_dict
+from datamount.cli.progress import ProgressBar
 from datamount.readers.dataset import reader
+from datamount.readers.importing import import_stream
 from datamount.readers.stream import read_from, write_to
 from datamount.storage import open_store
-
-_ARRAY_VALUES_SHOWN = 4
 
 
 @click.command(name="cat")
@@ -49,15 +47,33 @@ def pretty_print(count: int | None) -> None:
         )
     with read_from("-") as stream:
         for index, entry in enumerate(itertools.islice(stream, count)):
-            click.echo(f"{index}: " + ", ".join(f"{column}={show(value)}" for column, value in entry.items()))
+            click.echo(f"{index}: " + ", ".join(f"{column}={describe(value)}" for column, value in entry.items()))
 
 
-def show(value: Any) -> str:
-    """A stream value as ``pretty-print`` prints it: arrays as dtype, shape and their first values."""
-    if not isinstance(value, np.ndarray):
-        return describe(value)
-    shape = ", ".join(str(size) for size in value.shape)
-    values = [str(item) for item in value.reshape(-1)[:_ARRAY_VALUES_SHOWN]]  # numpy scalars: shortest for dtype
-    more = ", ..." if value.size > _ARRAY_VALUES_SHOWN else ""
-    shown = values[0] if value.ndim == 0 else f"[{', '.join(values)}{more}]"
-    return f"{value.dtype}[{shape}] {shown}"
+@click.command(name="import")
+@click.argument("name")
+@click.option("--from", "source", default="-", show_default=True, help="Read the stream from this file, not stdin.")
+@click.option("--shard-size", default="256MB", show_default=True, help="Bytes per Parquet shard.")
+@store_option
+@backend_options
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+def import_(
+    name: str, source: str, shard_size: str, store_ref: str | None, options: tuple[str, ...], quiet: bool
+) -> None:
+    """Store the stream on stdin as a new version of dataset NAME (kept as Parquet shards).
+
+    The version is committed only once the stream has ended properly, so a pipeline that fails part way leaves
+    nothing behind: 'datamount cat raw | python clean.py | datamount import clean'.
+    """
+    if source == "-" and sys.stdin.isatty():
+        raise click.UsageError(
+            "import reads a stream on stdin; pipe one in, e.g. 'datamount cat NAME | datamount import NEW'"
+        )
+    shard_bytes = parse_size(shard_size)
+    store = open_store(store_ref, **options_dict(options))
+    with ProgressBar(quiet=quiet) as bar:
+        manifest = import_stream(source, name, store=store, shard_bytes=shard_bytes, progress=bar)
+    click.echo(
+        f"imported {manifest.ref}: {manifest.rows:,} rows, columns {', '.join(manifest.columns)}, "
+        f"{len(manifest.shards)} shard(s) in {store.url}"
+    )

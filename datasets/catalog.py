@@ -139,7 +139,11 @@ def verify(store: Store, manifest: Manifest, *, on_checked: Callable[[int], None
     """Re-hash the list and every object of ``manifest``; report every missing object and every mismatch."""
     report = VerifyReport(manifest)
     folder = dataset_folder(manifest.name)
-    targets = [(list_path(manifest.name, manifest.version), manifest.list_size, manifest.list_sha256, "the list")]
+    targets = []
+    if manifest.list_sha256:  # datasets imported from a stream have no list, only shards
+        targets.append(
+            (list_path(manifest.name, manifest.version), manifest.list_size, manifest.list_sha256, "the list")
+        )
     targets += [(f"{folder}/{object_key(e.sha256)}", e.size, e.sha256, e.path) for e in manifest.files]
     targets += [(f"{folder}/{s.path}", s.size, s.sha256, f"shard {s.path}") for s in manifest.shards]
     present = store.list(f"{folder}/objects")

@@ -69,8 +69,8 @@ class Manifest:
 
     @property
     def total_bytes(self) -> int:
-        """Bytes of all stored files and the list."""
-        return sum(entry.size for entry in self.files) + self.list_size
+        """Bytes of all stored files, the list and the shards."""
+        return sum(entry.size for entry in self.files) + self.list_size + sum(shard.size for shard in self.shards)
 
     @property
     def ref(self) -> str:

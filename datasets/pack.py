@@ -81,10 +81,10 @@ def _write_shards(
     folder = catalog.dataset_folder(manifest.name)
     number = 0
     with tempfile.TemporaryDirectory(prefix="datamount-pack-") as scratch:
-        writer: _ShardWriter | None = None
+        writer: ShardWriter | None = None
         for group in _row_groups(store, manifest, schema, row_group_bytes):
             if writer is None:
-                writer = _ShardWriter(os.path.join(scratch, f"shard-{number:05d}.parquet"), schema)
+                writer = ShardWriter(os.path.join(scratch, f"shard-{number:05d}.parquet"), schema)
             writer.write(group)
             report.advance(items=group.num_rows, size=group.nbytes)
             if writer.size >= shard_bytes:
@@ -94,13 +94,14 @@ def _write_shards(
             yield writer.commit(store, folder, f"{shard_folder(manifest)}/shard-{number:05d}.parquet")
 
 
-class _ShardWriter:
-    """One shard being written to a local file: one row group per batch, then hashed and sent to the store."""
+class ShardWriter:
+    """One shard being written to a local file: one row group per batch, then hashed and sent to the store by
+    :meth:`commit`."""
 
     def __init__(self, path: str, schema: pa.Schema) -> None:
         self.path = path
-        text_columns = [f.name for f in schema if pa.types.is_string(f.type)]
-        binary_columns = {f.name for f in schema if pa.types.is_binary(f.type)}
+        text_columns = [f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
+        binary_columns = {f.name for f in schema if pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type)}
         self._writer = pq.ParquetWriter(
             path,
             schema,

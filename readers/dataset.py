@@ -39,6 +39,8 @@ class DatasetReader:
         self.shards = (
             ShardSource(self.store, self.manifest, cache=_cache(cache)) if use_shards and self.manifest.shards else None
         )
+        if self.shards is None and not self.manifest.list_sha256:
+            raise ValueError(f"{self.manifest.ref} is stored only as Parquet shards; read it with use_shards=True")
         self._rows = catalog.read_rows(self.store, self.manifest) if self.shards is None else []
 
     def __len__(self) -> int:

@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 
 from datamount.datasets import catalog
 from datamount.datasets.manifest import Manifest, ShardEntry
+from datamount.readers._stream_codec import column_decoder
 from datamount.storage import IntegrityError, Store
 from datamount.storage.cache import ContentCache
 
@@ -59,8 +60,7 @@ class ShardSource:
     def _rows_of(self, source: pa.NativeFile) -> Iterator[tuple[Any, ...]]:
         parquet = pq.ParquetFile(source)
         for group in range(parquet.num_row_groups):
-            table = parquet.read_row_group(group, columns=self._columns)
-            yield from zip(*(column.to_pylist() for column in table.columns), strict=True)
+            yield from _decoded_rows(parquet.read_row_group(group, columns=self._columns))
 
     def _open(self, shard: ShardEntry) -> pa.NativeFile:
         path = f"{self._folder}/{shard.path}"
@@ -97,8 +97,7 @@ class ShardSource:
         starts = list(itertools.accumulate(shard.row_groups, initial=0))
         group = bisect.bisect_right(starts, offset) - 1
         table = self._read_group(shard, group)
-        picked = table.slice(offset - starts[group], 1)
-        return tuple(column[0].as_py() for column in picked.columns)
+        return next(_decoded_rows(table.slice(offset - starts[group], 1)))
 
     def _read_group(self, shard: ShardEntry, group: int) -> pa.Table:
         path = f"{self._folder}/{shard.path}"
@@ -123,6 +122,14 @@ class ShardSource:
             raw = self.store.read_range(path, shard.size - 8 - length, shard.size)
             self._footers[path] = pq.read_metadata(pa.BufferReader(raw))
         return self._footers[path]
+
+
+def _decoded_rows(table: pa.Table) -> Iterator[tuple[Any, ...]]:
+    """A table's rows as tuples: numpy arrays for tensor columns, Python values for the others."""
+    decoders = [column_decoder(field, writable=False) for field in table.schema]
+    for batch in table.to_batches():
+        columns = [decode(batch.column(index)) for index, decode in enumerate(decoders)]
+        yield from zip(*columns, strict=True)
 
 
 def _group_range(footer: pq.FileMetaData, group: int) -> tuple[int, int]:

@@ -428,7 +428,16 @@ class StreamReader(Iterator[dict[str, Any]]):
     ) -> None:
         self.close()
 
+    def record_batches(self) -> Iterator[pa.RecordBatch]:
+        """The remaining entries as the stream's own Arrow record batches, undecoded (instead of iterating)."""
+        return self._generate_batches()
+
     def _generate_rows(self) -> Generator[tuple[Any, ...], None, None]:
+        for batch in self._generate_batches():
+            columns = [decode(batch.column(index)) for index, decode in enumerate(self._decoders)]
+            yield from (zip(*columns, strict=True) if columns else itertools.repeat((), batch.num_rows))
+
+    def _generate_batches(self) -> Generator[pa.RecordBatch, None, None]:
         try:
             while True:
                 try:
@@ -439,10 +448,9 @@ class StreamReader(Iterator[dict[str, Any]]):
                     if self._input.failed:  # the source's own error (a disk error, a closed file), not the stream's
                         raise
                     raise self._truncated_error(exc) from None
-                columns = [decode(batch.column(index)) for index, decode in enumerate(self._decoders)]
                 self.entries += batch.num_rows
                 self.batches += 1
-                yield from (zip(*columns, strict=True) if columns else itertools.repeat((), batch.num_rows))
+                yield batch
             if self.version is not None and not self._input.ended_with_marker:
                 raise StreamFormatError(
                     f"{self.source}: the stream stopped after {self.entries:,} entries without its end-of-stream "

@@ -80,6 +80,7 @@ def test_manifest_json_round_trip(local_store: Store, make_image_list: MakeImage
     manifest = upload(make_image_list(3), "d", store=local_store).manifest
     assert Manifest.from_json(manifest.to_json(), "x") == manifest
     assert manifest.total_bytes == sum(f.size for f in manifest.files) + manifest.list_size
+    assert manifest.shards == []
 
 
 @pytest.mark.parametrize("text", ["mnist", "team/mnist", "public/mnist", "a.b-c_d", "x" * 128])
