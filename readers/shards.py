@@ -19,8 +19,8 @@ from datamount.readers._stream_codec import column_decoder
 from datamount.storage import IntegrityError, Store
 from datamount.storage.cache import ContentCache
 
-#: Ranged GETs a remote shard is fetched with, and how large each is.
-FETCH_CHUNK = 8 << 20
+#: Ranged GETs a remote shard is fetched with, and how large each is; a shard of up to two chunks is one GET.
+FETCH_CHUNK = 16 << 20
 FETCH_REQUESTS = 8
 
 
@@ -59,8 +59,20 @@ class ShardSource:
 
     def _rows_of(self, source: pa.NativeFile) -> Iterator[tuple[Any, ...]]:
         parquet = pq.ParquetFile(source)
-        for group in range(parquet.num_row_groups):
-            yield from _decoded_rows(parquet.read_row_group(group, columns=self._columns))
+        groups = parquet.num_row_groups
+        if groups == 0:
+            return
+        # Arrow decodes without holding the GIL: decode the next row group while this one becomes Python objects.
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="datamount-decode") as decoder:
+            upcoming = decoder.submit(parquet.read_row_group, 0, columns=self._columns)
+            try:
+                for group in range(groups):
+                    table = upcoming.result()
+                    if group + 1 < groups:
+                        upcoming = decoder.submit(parquet.read_row_group, group + 1, columns=self._columns)
+                    yield from _decoded_rows(table)
+            finally:
+                upcoming.cancel()
 
     def _open(self, shard: ShardEntry) -> pa.NativeFile:
         path = f"{self._folder}/{shard.path}"
@@ -69,23 +81,29 @@ class ShardSource:
         if self.cache is not None:
             local = self.cache.get(shard.sha256, shard.size, lambda out: self._download(path, shard, out), name=path)
             return pa.memory_map(str(local))
-        buffer = io.BytesIO()
-        self._download(path, shard, buffer)
-        return pa.BufferReader(buffer.getbuffer())
+        chunks = list(self._fetch(path, shard))
+        # One GET's bytes go to Arrow as they are; only a shard fetched in pieces is joined (one copy).
+        return pa.BufferReader(chunks[0] if len(chunks) == 1 else b"".join(chunks))
 
     def _download(self, path: str, shard: ShardEntry, out: BinaryIO) -> None:
+        for chunk in self._fetch(path, shard):
+            out.write(chunk)
+
+    def _fetch(self, path: str, shard: ShardEntry) -> Iterator[bytes]:
+        """The shard's bytes in order, checked against its sha256 once all have come (raising IntegrityError)."""
         digest = hashlib.sha256()
         # Parallel ranged GETs pay off for large shards; a small one is a single GET (some servers copy the whole
         # object for every ranged request).
-        chunk = FETCH_CHUNK if shard.size > 2 * FETCH_CHUNK else max(shard.size, 1)
-        ranges = [(start, min(start + chunk, shard.size)) for start in range(0, shard.size, chunk)]
-        for chunk in self.store.read_ranges(path, ranges, max_requests=FETCH_REQUESTS):
-            digest.update(chunk)
-            out.write(chunk)
+        size = FETCH_CHUNK if shard.size > 2 * FETCH_CHUNK else max(shard.size, 1)
+        ranges = [(start, min(start + size, shard.size)) for start in range(0, shard.size, size)]
+        pieces = list(self.store.read_ranges(path, ranges, max_requests=FETCH_REQUESTS))
+        for piece in pieces:
+            digest.update(piece)
         if digest.hexdigest() != shard.sha256:
             raise IntegrityError(
                 f"shard {self.store.url_for(path)} does not match the sha256 in {self.manifest.ref}'s manifest"
             )
+        yield from pieces
 
     def row(self, index: int) -> tuple[Any, ...]:
         """Row ``index`` of the version, reading only the footer and the one row group that holds it."""
