@@ -10,6 +10,7 @@ S3 (a moto server in its own process on loopback): ``Store.read_many`` vs ``S3Fi
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import sys
 import tempfile
@@ -17,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _harness import S3_SERVERS, Row, median_seconds, print_rows
+from _harness import S3_SERVERS, Row, interleaved_medians, print_rows
 
 from datamount.storage import Store, open_store
 from datamount.storage.backends.s3 import s3_filesystem_options
@@ -40,10 +41,28 @@ def compare(label: str, store: Store, reference_fs, files: list[Path], runs: int
     sizes = [p.stat().st_size for p in files]
     local = [str(p) for p in files]
 
-    ours_put = median_seconds(lambda: store.put_many(zip(local, names, strict=True)), runs)
-    ref_put = median_seconds(lambda: reference_fs.put(local, full), runs)
-    ours_read = median_seconds(lambda: sum(len(b) for b in store.read_many(names, sizes=sizes)), runs)
-    ref_read = median_seconds(lambda: reference_fs.cat(full), runs)
+    # Every timed write goes to names not written before, as uploads do (their objects are content-addressed), and
+    # the two take turns: overwriting would time the filesystem's replace-by-rename safeguards instead.
+    rounds = itertools.count()
+
+    def ours_put() -> None:
+        run = next(rounds)
+        store.put_many(zip(local, (f"fresh/{run}/{n}" for n in names), strict=True))
+
+    def ref_put() -> None:
+        run = next(rounds)
+        reference_fs.put(local, [store.full_path(f"fresh/{run}/{n}") for n in names])
+
+    writes = interleaved_medians({"ours": ours_put, "reference": ref_put}, runs)
+    store.put_many(zip(local, names, strict=True))
+    reads = interleaved_medians(
+        {
+            "ours": lambda: sum(len(b) for b in store.read_many(names, sizes=sizes)),
+            "reference": lambda: reference_fs.cat(full),
+        },
+        runs,
+    )
+    ours_put, ref_put, ours_read, ref_read = writes["ours"], writes["reference"], reads["ours"], reads["reference"]
     ref_name = f"{type(reference_fs).__name__}"
     return [
         Row(label, f"write {len(files)} objects", total_mb / ours_put, total_mb / ref_put, "MB/s", f"{ref_name}.put"),
@@ -66,7 +85,7 @@ def main() -> None:
         store = open_store(Path(tmp) / "store")
         from fsspec.implementations.local import LocalFileSystem
 
-        rows += compare("local", store, LocalFileSystem(), files[:local_count], runs)
+        rows += compare("local", store, LocalFileSystem(auto_mkdir=True), files[:local_count], runs)
 
         with S3_SERVERS[args.server]() as (endpoint, _):
             import s3fs

@@ -40,6 +40,8 @@ DEFAULT_MAX_BYTES_IN_FLIGHT = 256 << 20
 #: A thread-pool read task takes up to this many objects, or this many bytes when sizes are known.
 READ_GROUP_ITEMS = 16
 READ_GROUP_BYTES = 4 << 20
+#: An upload task on the thread pool copies up to this many files.
+PUT_GROUP_ITEMS = 8
 
 _UNREACHABLE_ERRNOS = {
     errno.ECONNREFUSED,
@@ -348,12 +350,36 @@ class Store:
         limit = max_requests or self.default_max_requests
         prepared = self._prepare_puts(items)
         total = 0
-        with self._submitter(self._put_one, self._aput_one, limit) as submit:
-            for (_, path, _), size in ordered_window(submit, prepared, max_in_flight=limit):
-                total += size
-                if on_done is not None:
-                    on_done(path, size)
+        if self._is_async:
+            with self._submitter(self._put_one, self._aput_one, limit) as submit:
+                for (_, path, _), size in ordered_window(submit, prepared, max_in_flight=limit):
+                    total += size
+                    if on_done is not None:
+                        on_done(path, size)
+            return total
+        # Threads: a task copies a group of files, so that the hand-off cost is paid once per group.
+        groups = _grouped(((item, 0) for item in prepared), PUT_GROUP_ITEMS, 0)
+        with self._submitter(self._put_group, self._aput_one, limit) as submit:
+            for _, (done, failure) in ordered_window(submit, groups, max_in_flight=limit):
+                for path, size in done:
+                    total += size
+                    if on_done is not None:
+                        on_done(path, size)
+                if failure is not None:
+                    raise failure
         return total
+
+    def _put_group(
+        self, group: builtins.list[tuple[tuple[str, str, str], int]]
+    ) -> tuple[builtins.list[tuple[str, int]], BaseException | None]:
+        """The group's files up to the first failure (as ``(store_path, size)``), and that failure."""
+        done = []
+        for item, _ in group:
+            try:
+                done.append((item[1], self._put_one(item)))
+            except Exception as exc:
+                return done, exc
+        return done, None
 
     def _prepare_puts(self, items: Iterable[tuple[str | os.PathLike[str], str]]) -> Iterator[tuple[str, str, str]]:
         made: set[str] = set()
@@ -518,11 +544,12 @@ class Store:
         return None
 
 
-def _grouped(items: Iterable[tuple[str, int]], max_items: int, max_bytes: int) -> Iterator[list[tuple[str, int]]]:
-    group: list[tuple[str, int]] = []
+def _grouped(items: Iterable[tuple[T, int]], max_items: int, max_bytes: int) -> Iterator[list[tuple[T, int]]]:
+    """``(item, size)`` pairs in groups of at most ``max_items`` and, when ``max_bytes``, about that many bytes."""
+    group: list[tuple[T, int]] = []
     group_bytes = 0
     for item in items:
-        if group and (len(group) >= max_items or group_bytes + item[1] > max_bytes):
+        if group and (len(group) >= max_items or (max_bytes and group_bytes + item[1] > max_bytes)):
             yield group
             group, group_bytes = [], 0
         group.append(item)
