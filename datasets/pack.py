@@ -8,10 +8,9 @@ path in the original list). Shards are plain Parquet: pyarrow, DuckDB, Spark, Ra
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -22,15 +21,12 @@ from datamount.datasets.errors import DatasetNotFoundError
 from datamount.datasets.manifest import Manifest, ShardEntry
 from datamount.datasets.progress import Progress, Silent
 from datamount.storage import Store, open_store
+from datamount.storage.checksums import sha256_file
 
 DEFAULT_SHARD_BYTES = 256 << 20
 DEFAULT_ROW_GROUP_BYTES = 8 << 20
 FORMAT_KEY = b"datamount.shard"
 FORMAT_VALUE = b"1"
-
-
-def shard_folder(manifest: Manifest) -> str:
-    return f"packs/{manifest.version}"
 
 
 def pack(
@@ -78,20 +74,37 @@ def _write_shards(
     store: Store, manifest: Manifest, shard_bytes: int, row_group_bytes: int, report: Progress
 ) -> Iterator[ShardEntry]:
     schema = schema_for(manifest)
+    groups = _row_groups(store, manifest, schema, row_group_bytes)
     folder = catalog.dataset_folder(manifest.name)
+    yield from write_shards(store, folder, manifest.version, groups, schema, shard_bytes, report)
+
+
+def write_shards(
+    store: Store,
+    folder: str,
+    version: int,
+    groups: Iterable[pa.RecordBatch],
+    schema: pa.Schema,
+    shard_bytes: int,
+    report: Progress,
+) -> Iterator[ShardEntry]:
+    """Write ``groups`` (one row group each) into shards of about ``shard_bytes`` under ``folder/packs/version``.
+
+    Each shard is written to a local file, hashed, sent to the store, and yielded as its manifest entry.
+    """
     number = 0
     with tempfile.TemporaryDirectory(prefix="datamount-pack-") as scratch:
         writer: ShardWriter | None = None
-        for group in _row_groups(store, manifest, schema, row_group_bytes):
+        for group in groups:
             if writer is None:
                 writer = ShardWriter(os.path.join(scratch, f"shard-{number:05d}.parquet"), schema)
             writer.write(group)
             report.advance(items=group.num_rows, size=group.nbytes)
             if writer.size >= shard_bytes:
-                yield writer.commit(store, folder, f"{shard_folder(manifest)}/shard-{number:05d}.parquet")
+                yield writer.commit(store, folder, f"packs/{version}/shard-{number:05d}.parquet")
                 writer, number = None, number + 1
         if writer is not None:
-            yield writer.commit(store, folder, f"{shard_folder(manifest)}/shard-{number:05d}.parquet")
+            yield writer.commit(store, folder, f"packs/{version}/shard-{number:05d}.parquet")
 
 
 class ShardWriter:
@@ -125,14 +138,10 @@ class ShardWriter:
 
     def commit(self, store: Store, folder: str, relative: str) -> ShardEntry:
         self._writer.close()
-        digest = hashlib.sha256()
-        with open(self.path, "rb", buffering=0) as shard:
-            while chunk := shard.read(1 << 20):
-                digest.update(chunk)
-        size = self.size
+        digest, size = sha256_file(self.path), self.size
         store.put_file(self.path, f"{folder}/{relative}")
         os.remove(self.path)
-        return ShardEntry(relative, self.rows, size, digest.hexdigest(), self.row_groups)
+        return ShardEntry(relative, self.rows, size, digest, self.row_groups)
 
 
 def _row_groups(store: Store, manifest: Manifest, schema: pa.Schema, row_group_bytes: int) -> Iterator[pa.RecordBatch]:

@@ -15,9 +15,9 @@ from datamount.datasets.manifest import FileEntry, Manifest, now_utc, object_key
 from datamount.datasets.names import validate_name
 from datamount.datasets.progress import Progress, Silent
 from datamount.storage import Store, open_store
+from datamount.storage.checksums import sha256_file
 
 HASH_WORKERS = 4
-HASH_CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -108,19 +108,11 @@ def _hash_files(parsed: ParsedList, report: Progress) -> list[FileEntry]:
     report.start("hash", items=len(files), size=sum(f.size for f in files))
     entries = []
     with ThreadPoolExecutor(max_workers=HASH_WORKERS, thread_name_prefix="datamount-hash") as pool:
-        for source, digest in zip(files, pool.map(lambda f: _sha256_file(f.local_path), files), strict=True):
+        for source, digest in zip(files, pool.map(lambda f: sha256_file(f.local_path), files), strict=True):
             entries.append(FileEntry(source.relative_path, source.size, digest))
             report.advance(size=source.size)
     report.finish()
     return entries
-
-
-def _sha256_file(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb", buffering=0) as f:
-        while chunk := f.read(HASH_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _normalised_list(parsed: ParsedList) -> bytes:

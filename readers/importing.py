@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Iterator
 from importlib.metadata import version as package_version
 
 import pyarrow as pa
 
 from datamount.datasets import catalog
-from datamount.datasets.manifest import Manifest, ShardEntry, now_utc
+from datamount.datasets.manifest import Manifest, now_utc
 from datamount.datasets.names import validate_name
-from datamount.datasets.pack import DEFAULT_ROW_GROUP_BYTES, DEFAULT_SHARD_BYTES, FORMAT_KEY, FORMAT_VALUE, ShardWriter
+from datamount.datasets.pack import DEFAULT_ROW_GROUP_BYTES, DEFAULT_SHARD_BYTES, FORMAT_KEY, FORMAT_VALUE, write_shards
 from datamount.datasets.progress import Progress, Silent
 from datamount.readers.errors import StreamFormatError
 from datamount.readers.stream import StreamTarget, read_from
@@ -49,9 +48,9 @@ def import_stream(
         schema = schema.with_metadata({**(schema.metadata or {}), FORMAT_KEY: FORMAT_VALUE})
         report.start("import", items=0, size=0)
         try:
-            shards = list(
-                _write(target, name, version, stream.record_batches(), schema, shard_bytes, row_group_bytes, report)
-            )
+            groups = _indexed(stream.record_batches(), schema, row_group_bytes)
+            folder = catalog.dataset_folder(name)
+            shards = list(write_shards(target, folder, version, groups, schema, shard_bytes, report))
         except BaseException:
             # Nothing was committed; the shards written so far would only take space.
             target.remove(f"{catalog.dataset_folder(name)}/packs/{version}", recursive=True, missing_ok=True)
@@ -75,34 +74,13 @@ def import_stream(
     return manifest
 
 
-def _write(
-    store: Store,
-    name: str,
-    version: int,
-    batches: Iterator[pa.RecordBatch],
-    schema: pa.Schema,
-    shard_bytes: int,
-    row_group_bytes: int,
-    report: Progress,
-) -> Iterator[ShardEntry]:
-    folder = catalog.dataset_folder(name)
-    number = rows = 0
-    writer: ShardWriter | None = None
-    with tempfile.TemporaryDirectory(prefix="datamount-import-") as scratch:
-        for group in _row_groups(batches, row_group_bytes):
-            indexed = pa.RecordBatch.from_arrays(
-                [*group.columns, pa.array(range(rows, rows + group.num_rows), pa.int64())], schema=schema
-            )
-            if writer is None:
-                writer = ShardWriter(os.path.join(scratch, f"shard-{number:05d}.parquet"), schema)
-            writer.write(indexed)
-            rows += group.num_rows
-            report.advance(items=group.num_rows, size=group.nbytes)
-            if writer.size >= shard_bytes:
-                yield writer.commit(store, folder, f"packs/{version}/shard-{number:05d}.parquet")
-                writer, number = None, number + 1
-        if writer is not None:
-            yield writer.commit(store, folder, f"packs/{version}/shard-{number:05d}.parquet")
+def _indexed(batches: Iterator[pa.RecordBatch], schema: pa.Schema, row_group_bytes: int) -> Iterator[pa.RecordBatch]:
+    """The stream's batches regrouped into row groups, each with its rows' ``index``."""
+    rows = 0
+    for group in _row_groups(batches, row_group_bytes):
+        index = pa.array(range(rows, rows + group.num_rows), pa.int64())
+        yield pa.RecordBatch.from_arrays([*group.columns, index], schema=schema)
+        rows += group.num_rows
 
 
 def _row_groups(batches: Iterator[pa.RecordBatch], row_group_bytes: int) -> Iterator[pa.RecordBatch]:

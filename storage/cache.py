@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import os
 import uuid
 from collections.abc import Callable, Iterator
@@ -14,12 +13,12 @@ from typing import BinaryIO
 
 import platformdirs
 
+from datamount.storage.checksums import sha256_file
 from datamount.storage.errors import IntegrityError
 
 CACHE_DIR_ENV = "DATAMOUNT_CACHE_DIR"
 CACHE_SIZE_ENV = "DATAMOUNT_CACHE_SIZE"
 DEFAULT_MAX_BYTES = 20 << 30
-_CHUNK = 1 << 20
 
 
 def default_cache_dir() -> Path:
@@ -70,7 +69,7 @@ class ContentCache:
     def _intact(self, path: Path, sha256: str) -> bool:
         if sha256 in self._verified:
             return True
-        if _sha256_of(path) != sha256:
+        if sha256_file(path) != sha256:
             path.unlink(missing_ok=True)
             return False
         self._verified.add(sha256)
@@ -82,7 +81,7 @@ class ContentCache:
         try:
             with open(temporary, "wb") as out:
                 fill(out)
-            got = _sha256_of(temporary)
+            got = sha256_file(temporary)
             if got != sha256 or temporary.stat().st_size != size:
                 raise IntegrityError(f"{name}: the bytes fetched do not match the sha256 recorded for them")
             os.replace(temporary, final)
@@ -116,11 +115,3 @@ class ContentCache:
     def usage(self) -> int:
         """Bytes the cache holds now."""
         return sum(p.stat().st_size for p in self.directory.glob("??/*") if not p.name.startswith("."))
-
-
-def _sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb", buffering=0) as source:
-        while chunk := source.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
