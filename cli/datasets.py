@@ -72,7 +72,8 @@ def upload(
         return
     click.echo(
         f"uploaded {m.ref}: {m.kind}, {m.rows} rows, {len(m.files)} files "
-        f"({result.sent_files} sent, {_size(result.sent_bytes)}; {result.reused_files} already stored) to {store.url}"
+        f"({result.sent_files} sent, {format_size(result.sent_bytes)}; {result.reused_files} already stored) "
+        f"to {store.url}"
     )
 
 
@@ -89,7 +90,7 @@ def pack(name: str, shard_size: str, store_ref: str | None, options: tuple[str, 
     with ProgressBar(quiet=quiet) as bar:
         manifest = pack_version(name, store=store, shard_bytes=shard_bytes, progress=bar)
     size = sum(shard.size for shard in manifest.shards)
-    click.echo(f"{manifest.ref} is packed in {len(manifest.shards)} shard(s), {_size(size)}")
+    click.echo(f"{manifest.ref} is packed in {len(manifest.shards)} shard(s), {format_size(size)}")
 
 
 def parse_size(text: str) -> int:
@@ -123,7 +124,7 @@ def list_datasets(store_ref: str | None, options: tuple[str, ...]) -> None:
             summary.name,
             latest.kind,
             f"{latest.rows:,}",
-            _size(latest.total_bytes),
+            format_size(latest.total_bytes),
             str(len(summary.versions)),
             f"@{latest.version} {latest.created}",
         )
@@ -150,7 +151,7 @@ def info(name: str, store_ref: str | None, options: tuple[str, ...]) -> None:
         ("columns", ", ".join(manifest.columns)),
         ("rows", f"{manifest.rows:,}"),
         ("files", f"{len(manifest.files):,}"),
-        ("size", _size(manifest.total_bytes)),
+        ("size", format_size(manifest.total_bytes)),
         ("versions", ", ".join(str(v) for v in all_versions)),
         ("packed", f"{len(manifest.shards)} shard(s)" if manifest.shards else "no (datamount pack NAME)"),
         ("created", manifest.created),
@@ -249,7 +250,8 @@ def _bytes_type(head_bytes: bytes) -> str:
     return next((label for magic, label in _MAGIC if head_bytes.startswith(magic)), "bytes")
 
 
-def _size(size: int) -> str:
+def format_size(size: int) -> str:
+    """``12.3 MB``-style sizes (powers of 1000)."""
     value = float(size)
     for unit in ("B", "KB", "MB", "GB"):
         if value < 1000:

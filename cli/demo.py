@@ -8,7 +8,7 @@ import time
 
 import click
 
-from datamount.cli.datasets import describe, store_option
+from datamount.cli.datasets import describe, format_size, store_option
 from datamount.cli.options import backend_options, options_dict
 from datamount.cli.progress import ProgressBar
 from datamount.datasets.demo import write_demo_lists
@@ -55,5 +55,6 @@ def _show(store: Store, name: str) -> None:
         total += sum(len(v) for v in sample)
     elapsed = time.perf_counter() - started
     click.echo(
-        f"  read {count} samples, {total / 1e6:.2f} MB in {elapsed * 1000:.1f} ms: {count / elapsed:,.0f} samples/s"
+        f"  read {count} samples, {format_size(total)} in {elapsed * 1000:.2f} ms: "
+        f"{count / elapsed:,.0f} samples/s, {format_size(int(total / elapsed))}/s"
     )
