@@ -84,6 +84,16 @@ def read_rows(store: Store, manifest: Manifest) -> list[tuple[str, ...]]:
     return [tuple(line.split("\t")) for line in text.split("\n") if line]
 
 
+def object_locations(manifest: Manifest, rows: list[tuple[str, ...]]) -> list[tuple[str, int]]:
+    """For each row of an image version, the store path and size of the object holding its file."""
+    folder = dataset_folder(manifest.name)
+    objects = {entry.path: (f"{folder}/{entry.object_key}", entry.size) for entry in manifest.files}
+    missing = next((row[0] for row in rows if row[0] not in objects), None)
+    if missing is not None:
+        raise DatasetNotFoundError(f"{manifest.ref}: the manifest has no file for {missing!r}")
+    return [objects[row[0]] for row in rows]
+
+
 def dataset_names(store: Store) -> list[str]:
     """Every dataset with at least one folder in the store: user datasets, namespaced ones, then public ones."""
     names = []

@@ -17,7 +17,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from datamount.datasets import catalog
-from datamount.datasets.errors import DatasetNotFoundError
 from datamount.datasets.manifest import Manifest, ShardEntry
 from datamount.datasets.progress import Progress, Silent
 from datamount.storage import Store, open_store
@@ -165,12 +164,7 @@ def _samples(store: Store, manifest: Manifest, rows: list[tuple[str, ...]]) -> I
     if manifest.kind != "image":
         yield from rows
         return
-    folder = catalog.dataset_folder(manifest.name)
-    objects = {entry.path: entry for entry in manifest.files}
-    missing = [row[0] for row in rows if row[0] not in objects]
-    if missing:
-        raise DatasetNotFoundError(f"{manifest.ref}: the manifest has no file for {missing[0]!r}")
-    located = [objects[row[0]] for row in rows]
-    blobs = store.read_many((f"{folder}/{e.object_key}" for e in located), sizes=(e.size for e in located))
+    located = catalog.object_locations(manifest, rows)
+    blobs = store.read_many((path for path, _ in located), sizes=(size for _, size in located))
     for row, data in zip(rows, blobs, strict=True):
         yield (data, *row[1:])

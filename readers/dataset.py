@@ -42,6 +42,8 @@ class DatasetReader:
         if self.shards is None and not self.manifest.list_sha256:
             raise ValueError(f"{self.manifest.ref} is stored only as Parquet shards; read it with use_shards=True")
         self._rows = catalog.read_rows(self.store, self.manifest) if self.shards is None else []
+        image_objects = self.shards is None and self.manifest.kind == "image"
+        self._located = catalog.object_locations(self.manifest, self._rows) if image_objects else []
 
     def __len__(self) -> int:
         return self.manifest.rows
@@ -68,21 +70,12 @@ class DatasetReader:
         row = self._rows[index]
         if self.manifest.kind != "image":
             return row
-        entry = self._objects()[row[0]]
-        return (self.store.read(f"{catalog.dataset_folder(self.manifest.name)}/{entry.object_key}"), *row[1:])
-
-    def _objects(self) -> dict[str, Any]:
-        if not hasattr(self, "_object_index"):
-            self._object_index = {entry.path: entry for entry in self.manifest.files}
-        return self._object_index
+        return (self.store.read(self._located[index][0]), *row[1:])
 
     def _image_samples(self) -> Iterator[tuple[Any, ...]]:
-        folder = catalog.dataset_folder(self.manifest.name)
-        objects = {entry.path: (f"{folder}/{entry.object_key}", entry.size) for entry in self.manifest.files}
-        located = [objects[row[0]] for row in self._rows]
         blobs = self.store.read_many(
-            (key for key, _ in located),
-            sizes=(size for _, size in located),
+            (path for path, _ in self._located),
+            sizes=(size for _, size in self._located),
             max_requests=self.max_requests,
             max_bytes=self.max_bytes,
         )
