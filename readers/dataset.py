@@ -8,7 +8,7 @@ from typing import Any
 
 from datamount.datasets import catalog
 from datamount.datasets.manifest import Manifest
-from datamount.readers.shards import ShardSource
+from datamount.datasets.shards import ShardSource
 from datamount.storage import Store, open_store
 from datamount.storage.cache import CACHE_DIR_ENV, ContentCache
 

@@ -24,12 +24,12 @@ from typing import IO, Any, Union
 
 import pyarrow as pa
 
+from datamount.datasets.arrow_values import column_decoder
 from datamount.readers._stream_codec import (
     FORMAT_KEY,
     FORMAT_MAJOR,
     FORMAT_VERSION,
     ColumnEncoder,
-    column_decoder,
     entry_size,
     infer_encoder,
 )

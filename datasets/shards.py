@@ -14,8 +14,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from datamount.datasets import catalog
+from datamount.datasets.arrow_values import column_decoder
 from datamount.datasets.manifest import Manifest, ShardEntry
-from datamount.readers._stream_codec import column_decoder
 from datamount.storage import IntegrityError, Store
 from datamount.storage.cache import ContentCache
 
