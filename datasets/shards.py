@@ -105,6 +105,27 @@ class ShardSource:
             )
         yield from pieces
 
+    def row_groups(self) -> list[range]:
+        """The row range of every row group of the version, in order: the natural units of a sharded read."""
+        ranges = []
+        for shard_start, shard in zip(self._starts, self.manifest.shards, strict=False):
+            for start, stop in itertools.pairwise(itertools.accumulate(shard.row_groups, initial=shard_start)):
+                ranges.append(range(start, stop))
+        return ranges
+
+    def rows(self, start: int, stop: int) -> Iterator[tuple[Any, ...]]:
+        """Rows ``start`` to ``stop - 1`` in order, reading only the row groups that hold them."""
+        start, stop = max(start, 0), min(stop, self.manifest.rows)
+        while start < stop:
+            number = bisect.bisect_right(self._starts, start) - 1
+            shard = self.manifest.shards[number]
+            group_starts = list(itertools.accumulate(shard.row_groups, initial=self._starts[number]))
+            group = bisect.bisect_right(group_starts, start) - 1
+            end = min(stop, group_starts[group + 1])
+            table = self._read_group(shard, group)
+            yield from _decoded_rows(table.slice(start - group_starts[group], end - start))
+            start = end
+
     def row(self, index: int) -> tuple[Any, ...]:
         """Row ``index`` of the version, reading only the footer and the one row group that holds it."""
         if not 0 <= index < self.manifest.rows:

@@ -13,6 +13,8 @@ from datamount.storage import Store, open_store
 from datamount.storage.cache import CACHE_DIR_ENV, ContentCache
 
 DEFAULT_MAX_BYTES_IN_FLIGHT = 256 << 20
+#: Rows in one unit of work of an unpacked version (packed versions use their row groups).
+DEFAULT_ROWS_PER_SPAN = 1024
 
 
 class DatasetReader:
@@ -72,14 +74,34 @@ class DatasetReader:
             return row
         return (self.store.read(self._located[index][0]), *row[1:])
 
-    def _image_samples(self) -> Iterator[tuple[Any, ...]]:
+    def spans(self, rows_per_span: int = DEFAULT_ROWS_PER_SPAN) -> list[range]:
+        """The version cut into consecutive row ranges: the row groups of a packed version (each read with one
+        request), else ranges of ``rows_per_span`` list lines. Distributed readers hand these out as units of work."""
+        if self.shards is not None:
+            return self.shards.row_groups()
+        if rows_per_span < 1:
+            raise ValueError(f"rows_per_span must be at least 1, not {rows_per_span}")
+        total = self.manifest.rows
+        return [range(start, min(start + rows_per_span, total)) for start in range(0, total, rows_per_span)]
+
+    def rows(self, start: int, stop: int) -> Iterator[tuple[Any, ...]]:
+        """Rows ``start`` to ``stop - 1`` of the version, in order, as :meth:`__call__` yields them."""
+        start, stop = max(start, 0), min(stop, self.manifest.rows)
+        if self.shards is not None:
+            return self.shards.rows(start, stop)
+        if self.manifest.kind == "image":
+            return self._image_samples(start, stop)
+        return iter(self._rows[start:stop])
+
+    def _image_samples(self, start: int = 0, stop: int | None = None) -> Iterator[tuple[Any, ...]]:
+        located = self._located[start:stop]
         blobs = self.store.read_many(
-            (path for path, _ in self._located),
-            sizes=(size for _, size in self._located),
+            (path for path, _ in located),
+            sizes=(size for _, size in located),
             max_requests=self.max_requests,
             max_bytes=self.max_bytes,
         )
-        for row, data in zip(self._rows, blobs, strict=True):
+        for row, data in zip(self._rows[start:stop], blobs, strict=True):
             yield (data, *row[1:])
 
 

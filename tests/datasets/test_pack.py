@@ -10,6 +10,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from conftest import MakeImageList
 from datamount.datasets import catalog
@@ -52,6 +54,35 @@ def test_random_access_by_row(store: Store, make_image_list: MakeImageList) -> N
         assert samples[index] == expected[index]
     with pytest.raises(IndexError, match="60 rows"):
         samples[60]
+
+
+@pytest.mark.parametrize("packed_form", [True, False], ids=["packed", "unpacked"])
+def test_spans_cover_the_version_once_and_read_as_a_pass_does(
+    store: Store, make_image_list: MakeImageList, packed_form: bool
+) -> None:
+    expected, _ = packed(store, make_image_list)
+    samples = reader("d", store, use_shards=packed_form)
+    spans = samples.spans(rows_per_span=7)
+    assert [row for span in spans for row in range(span.start, span.stop)] == list(range(60))
+    if packed_form:
+        manifest = catalog.resolve(store, "d")
+        assert [len(span) for span in spans] == [rows for shard in manifest.shards for rows in shard.row_groups]
+    else:
+        assert {len(span) for span in spans[:-1]} == {7}
+    assert [row for span in spans for row in samples.rows(span.start, span.stop)] == expected
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(start=st.integers(-5, 70), length=st.integers(0, 70))
+def test_any_row_range_reads_the_same_rows_as_a_slice_of_the_pass(
+    local_store: Store, make_image_list: MakeImageList, start: int, length: int
+) -> None:
+    if not catalog.versions(local_store, "d"):
+        packed(local_store, make_image_list)
+    expected = list(reader("d", local_store, use_shards=False)())
+    for form in (True, False):
+        rows = list(reader("d", local_store, use_shards=form).rows(start, start + length))
+        assert rows == expected[max(start, 0) : max(start + length, 0)]
 
 
 @pytest.mark.s3
