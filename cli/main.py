@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 from importlib.metadata import version
 from typing import Any
@@ -12,6 +13,7 @@ import click
 from datamount.cli.datasets import head, info, list_datasets, pack, rm, upload, verify
 from datamount.cli.demo import demo
 from datamount.cli.errors import ErrorHandlingGroup
+from datamount.cli.public import public
 from datamount.cli.stores import doctor, stores
 from datamount.cli.stream import cat, import_, pretty_print
 
@@ -24,10 +26,17 @@ def cli(ctx: click.Context, debug: bool) -> None:
     """Store ML training data on any storage and read it back fast."""
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
+    # Storage libraries log their retries and failures (gcsfs with whole tracebacks); the one-line error says what
+    # matters, so their records are shown only with --debug.
+    if debug:
+        logging.basicConfig(level=logging.WARNING, format="%(name)s: %(levelname)s: %(message)s")
+    elif not any(isinstance(handler, logging.NullHandler) for handler in logging.getLogger().handlers):
+        logging.getLogger().addHandler(logging.NullHandler())
 
 
 for command in (demo, upload, pack, import_, list_datasets, info, head, verify, rm, cat, pretty_print, stores, doctor):
     cli.add_command(command)
+cli.add_command(public)
 
 
 def main(argv: list[str] | None = None) -> Any:

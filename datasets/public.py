@@ -1,0 +1,249 @@
+"""Public datasets in a store's ``public/`` area: which exist, installing them (download or ``--from``), removing.
+
+Each public dataset is one ordinary dataset, ``public/NAME``, kept as Parquet shards: ``reader("mnist")`` reads it
+like any upload (its rows end with their ``split``), and ``datamount.datasets.mnist.train()`` reads one split the
+way Paddle's module does. Installing downloads the published files into a cache (checked against their md5,
+resumed after a cut, retried with backoff) or takes them from ``--from PATH``, converts them and commits the
+dataset by writing its manifest last: an install that fails or is killed leaves nothing visible, and installing an
+installed dataset does nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import platformdirs
+
+from datamount.datasets import catalog, imagenet, imdb, mnist, wmt14
+from datamount.datasets.download import RetryPolicy, fetch, md5_file
+from datamount.datasets.errors import DatasetNotFoundError
+from datamount.datasets.manifest import Manifest
+from datamount.datasets.pack import DEFAULT_ROW_GROUP_BYTES, DEFAULT_SHARD_BYTES
+from datamount.datasets.progress import Progress, Silent
+from datamount.datasets.public_spec import PublicConfigError, PublicDataset, RemoteFile, SourceNotFoundError, Sources
+from datamount.datasets.public_splits import split_rows
+from datamount.datasets.public_writer import PublicWriter
+from datamount.storage import IntegrityError, Store, open_store
+from datamount.storage.redact import redact_url
+
+#: A mirror of the published files (``URL/NAME/FILE``, e.g. ``https://mirror.example/datasets/mnist/t10k-...gz``),
+#: used instead of the published URLs.
+MIRROR_ENV = "DATAMOUNT_PUBLIC_MIRROR"
+
+_REGISTRY: dict[str, PublicDataset] = {spec.name: spec for spec in (mnist.SPEC, imdb.SPEC, imagenet.SPEC, wmt14.SPEC)}
+
+
+def public_datasets() -> list[PublicDataset]:
+    """Every public dataset datamount knows, by name."""
+    return [_REGISTRY[name] for name in sorted(_REGISTRY)]
+
+
+def get(name: str) -> PublicDataset:
+    """The public dataset ``name`` (``mnist``, ``imdb``, ``imagenet``, ``wmt14``, or one registered)."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        known = ", ".join(sorted(_REGISTRY))
+        raise DatasetNotFoundError(f"no public dataset named {name!r}; datamount knows: {known}") from None
+
+
+def register(spec: PublicDataset, *, replace: bool = False) -> PublicDataset | None:
+    """Make ``spec`` installable by its name; return the spec it replaces (``replace=True``), if any.
+
+    For a site that serves its own copy of a dataset's files (``get("mnist").with_checksums(...)``), or a dataset
+    of its own built the same way.
+    """
+    previous = _REGISTRY.get(spec.name)
+    if previous is not None and not replace:
+        raise ValueError(f"a public dataset named {spec.name!r} is already registered; pass replace=True")
+    _REGISTRY[spec.name] = spec
+    return previous
+
+
+def unregister(name: str) -> PublicDataset:
+    """Forget the public dataset ``name``; return its spec."""
+    get(name)
+    return _REGISTRY.pop(name)
+
+
+def download_dir() -> Path:
+    """Where downloaded files are kept: datamount's folder in the XDG cache folder."""
+    return platformdirs.user_cache_path("datamount") / "downloads"
+
+
+@dataclass(frozen=True)
+class InstallResult:
+    """What ``install`` did: the dataset's committed manifest, and whether this call created it."""
+
+    spec: PublicDataset
+    manifest: Manifest
+    created: bool
+
+    @property
+    def splits(self) -> dict[str, int]:
+        """Rows by split."""
+        return split_rows(self.manifest)
+
+
+def install(
+    name: str,
+    *,
+    store: Store | str | None = None,
+    source: str | os.PathLike[str] | None = None,
+    mirror: str | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    retry: RetryPolicy | None = None,
+    progress: Progress | None = None,
+    shard_bytes: int = DEFAULT_SHARD_BYTES,
+    row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES,
+) -> InstallResult:
+    """Install public dataset ``name`` into the store's public area (a no-op when it is installed).
+
+    Parameters
+    ----------
+    source
+        A file or folder holding the published files (or, for ImageNet, the archives or extracted trees); without
+        it the files are downloaded.
+    mirror
+        A base URL serving the files as ``MIRROR/NAME/FILE`` (default ``$DATAMOUNT_PUBLIC_MIRROR``); the files
+        must still have the published md5.
+    cache_dir
+        Where downloads are kept (default: :func:`download_dir`).
+    retry
+        Attempts, backoff and timeouts of each download.
+    progress
+        Receives the ``download`` and conversion phases.
+    """
+    spec = get(name)
+    target = open_store(store)
+    existing = catalog.versions(target, spec.dataset_name)
+    if existing:
+        return InstallResult(spec, catalog.read_manifest(target, spec.dataset_name, existing[-1]), created=False)
+    report = progress or Silent()
+    if source is not None:
+        sources = _local_sources(spec, Path(source).expanduser())
+    elif spec.downloadable:
+        sources = _downloaded_sources(spec, _mirror(mirror), Path(cache_dir or download_dir()), retry, report)
+    else:
+        raise SourceNotFoundError(f"{spec.name} cannot be downloaded; install it with --from PATH: {spec.source_help}")
+    return _build(spec, target, sources, report, shard_bytes=shard_bytes, row_group_bytes=row_group_bytes)
+
+
+def _build(
+    spec: PublicDataset, store: Store, sources: Sources, report: Progress, *, shard_bytes: int, row_group_bytes: int
+) -> InstallResult:
+    """Convert the sources into a new version and commit it, unless another install committed one meanwhile."""
+    with tempfile.TemporaryDirectory(prefix="datamount-public-") as scratch:
+        writer = PublicWriter(store, spec, scratch, shard_bytes=shard_bytes, row_group_bytes=row_group_bytes)
+        try:
+            spec.build(sources, writer, report)
+            winner = catalog.versions(store, spec.dataset_name)
+            if winner:  # another install of the same dataset committed while this one ran: keep it
+                writer.abort()
+                return InstallResult(spec, catalog.read_manifest(store, spec.dataset_name, winner[-1]), created=False)
+            manifest = writer.commit()
+        except BaseException:
+            writer.abort()
+            raise
+    return InstallResult(spec, manifest, created=True)
+
+
+def _mirror(mirror: str | None) -> str | None:
+    chosen = mirror or os.environ.get(MIRROR_ENV) or None
+    if chosen is not None and not chosen.startswith(("http://", "https://")):
+        raise PublicConfigError(
+            f"the mirror {redact_url(chosen)!r} is not an http:// or https:// URL (from --mirror or ${MIRROR_ENV})"
+        )
+    return chosen
+
+
+def file_urls(spec: PublicDataset, file: RemoteFile, mirror: str | None) -> tuple[str, ...]:
+    """Where a file is downloaded from: the mirror's copy (``MIRROR/NAME/FILE``), else its published URLs."""
+    return (f"{mirror.rstrip('/')}/{spec.name}/{file.name}",) if mirror else file.urls
+
+
+def _downloaded_sources(
+    spec: PublicDataset, mirror: str | None, cache: Path, retry: RetryPolicy | None, report: Progress
+) -> Sources:
+    files = {
+        file.name: fetch(
+            file_urls(spec, file, mirror), cache / spec.name / file.name, md5=file.md5, retry=retry, progress=report
+        )
+        for file in spec.files
+    }
+    return Sources(files, _checksums(spec))
+
+
+def _local_sources(spec: PublicDataset, path: Path) -> Sources:
+    """The published files found at ``path`` (the file itself, or in the folder), each checked against its md5.
+    ImageNet reads its folder itself."""
+    if not path.exists():
+        raise SourceNotFoundError(f"{path} does not exist")
+    if spec.needs_source:
+        return Sources({}, _checksums(spec), folder=path)
+    files = {file.name: _find(file, path, spec) for file in spec.files}
+    for file in spec.files:
+        found = md5_file(files[file.name])
+        if found != file.md5:
+            raise IntegrityError(
+                f"{files[file.name]}: its md5 is {found}, the published {file.name}'s is {file.md5}: the file is "
+                "damaged or is not the published one"
+            )
+    return Sources(files, _checksums(spec), folder=path if path.is_dir() else path.parent)
+
+
+def _find(file: RemoteFile, path: Path, spec: PublicDataset) -> Path:
+    if path.is_file():
+        if len(spec.files) == 1:
+            return path
+        raise SourceNotFoundError(f"{spec.name} needs {len(spec.files)} files; give the folder that holds them")
+    for alias in file.aliases:
+        if (path / alias).is_file():
+            return path / alias
+    raise SourceNotFoundError(f"{path} holds no {file.name} ({spec.name} is built from {spec.source_help})")
+
+
+def _checksums(spec: PublicDataset) -> Mapping[str, str]:
+    return {file.name: file.md5 for file in spec.files}
+
+
+@dataclass(frozen=True)
+class PublicStatus:
+    """A public dataset and, when it is installed in the store, its manifest."""
+
+    spec: PublicDataset
+    manifest: Manifest | None
+
+    @property
+    def installed(self) -> bool:
+        return self.manifest is not None
+
+    @property
+    def splits(self) -> dict[str, int]:
+        """Rows by split (none when not installed)."""
+        return split_rows(self.manifest) if self.manifest is not None else {}
+
+
+def status(store: Store | str | None = None) -> list[PublicStatus]:
+    """Every public dataset datamount knows, with its manifest where it is installed in the store."""
+    target = open_store(store)
+    found = []
+    for spec in public_datasets():
+        versions = catalog.versions(target, spec.dataset_name)
+        manifest = catalog.read_manifest(target, spec.dataset_name, versions[-1]) if versions else None
+        found.append(PublicStatus(spec, manifest))
+    return found
+
+
+def remove(name: str, *, store: Store | str | None = None) -> list[int]:
+    """Remove installed public dataset ``name`` (every version); return the versions removed."""
+    spec = get(name)
+    target = open_store(store)
+    if not catalog.versions(target, spec.dataset_name):
+        target.remove(catalog.dataset_folder(spec.dataset_name), recursive=True, missing_ok=True)  # a killed install
+        raise DatasetNotFoundError(f"the public dataset {name} is not installed in {target.url}")
+    return catalog.remove(target, spec.dataset_name)

@@ -1,0 +1,89 @@
+"""Reading an installed public dataset: one split's rows, and the small files kept with it."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+from collections.abc import Iterator
+from typing import Any
+
+from datamount.datasets import catalog
+from datamount.datasets.errors import DatasetNotFoundError
+from datamount.datasets.manifest import Manifest
+from datamount.datasets.names import PUBLIC_NAMESPACE
+from datamount.datasets.public_writer import SPLITS_KEY
+from datamount.datasets.shards import ShardSource
+from datamount.storage import IntegrityError, Store, open_store
+
+
+def installed(store: Store, name: str) -> Manifest:
+    """The latest committed version of public dataset ``name`` (``mnist``...), or an error saying how to install
+    it."""
+    try:
+        return catalog.resolve(store, f"{PUBLIC_NAMESPACE}/{name}", public_fallback=False)
+    except DatasetNotFoundError:
+        raise DatasetNotFoundError(
+            f"the public dataset {name} is not installed in {store.url}; install it with 'datamount public install "
+            f"{name}' (or datamount.datasets.public.install({name!r}))"
+        ) from None
+
+
+def split_rows(manifest: Manifest) -> dict[str, int]:
+    """Rows by split, in the splits' order."""
+    return {split: int(info["rows"]) for split, info in manifest.extra.get(SPLITS_KEY, {}).items()}
+
+
+def split_manifest(manifest: Manifest, split: str) -> Manifest:
+    """``manifest`` narrowed to one split: its shards and rows."""
+    splits = manifest.extra.get(SPLITS_KEY, {})
+    if split not in splits:
+        held = ", ".join(splits) or "none"
+        raise DatasetNotFoundError(f"{manifest.ref} has no {split!r} split (it holds: {held})")
+    first, stop = splits[split]["shards"]
+    return dataclasses.replace(
+        manifest,
+        shards=manifest.shards[first:stop],
+        rows=int(splits[split]["rows"]),
+    )
+
+
+def attached_file(store: Store, manifest: Manifest, name: str) -> bytes:
+    """A small file kept with the dataset (a dictionary, a class table), checked against its sha256."""
+    entry = next((entry for entry in manifest.files if entry.path == name), None)
+    if entry is None:
+        raise DatasetNotFoundError(f"{manifest.ref} has no file {name!r}; reinstall it ('datamount public rm' first)")
+    path = f"{catalog.dataset_folder(manifest.name)}/{entry.object_key}"
+    data = store.read(path)
+    if hashlib.sha256(data).hexdigest() != entry.sha256:
+        raise IntegrityError(f"{store.url_for(path)} ({name} of {manifest.ref}) does not match its sha256")
+    return data
+
+
+class SplitReader:
+    """A reader creator over one split of an installed public dataset; each call is one pass.
+
+    The version is fixed when the reader is made. Picklable, so that worker processes can take it.
+    """
+
+    def __init__(self, dataset: str, split: str, store: Store | str | None = None) -> None:
+        self.store = open_store(store)
+        self.dataset = dataset
+        self.split = split
+        self.manifest = installed(self.store, dataset)
+        self.split_manifest = split_manifest(self.manifest, split)
+
+    def __len__(self) -> int:
+        return self.split_manifest.rows
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.manifest.ref!r}, split={self.split!r}, rows={len(self)})"
+
+    @contextlib.contextmanager
+    def rows(self) -> Iterator[Iterator[tuple[Any, ...]]]:
+        """The split's rows as stored, closed when the block ends."""
+        with contextlib.closing(ShardSource(self.store, self.split_manifest).samples()) as rows:
+            yield rows
+
+    def attached(self, name: str) -> bytes:
+        return attached_file(self.store, self.manifest, name)
