@@ -1,8 +1,8 @@
 """ImageNet (ILSVRC2012 classification): the public dataset ``imagenet``, built from files the user has, and
 reader creators.
 
-The dataset holds rows ``(image, label, split)``: ``image`` a JPEG file's exact bytes, ``label`` its class's WordNet
-id (``n01440764``), ``split`` ``train`` or ``val``. The class table (``classes.tsv``: one class a line, its WordNet
+The dataset holds rows ``(image, label)``: ``image`` a JPEG file's exact bytes, ``label`` its class's WordNet id
+(``n01440764``), in the splits ``train`` and ``val``. The class table (``classes.tsv``: one class a line, its WordNet
 id and names, the line number being the class index) is kept with the dataset. Class indexes follow the sorted
 WordNet ids, as torchvision's ``ImageNet``/``ImageFolder`` and most published models number them.
 

@@ -1,8 +1,8 @@
 """IMDB movie reviews (Large Movie Review Dataset, aclImdb): the public dataset ``imdb`` and Paddle-compatible
 bag-of-words reader creators.
 
-The dataset holds 50,000 rows ``(text, label, split)``: ``text`` a review exactly as in its file, ``label`` ``pos``
-or ``neg``, ``split`` ``train`` or ``test`` (25,000 each; the 50,000 unlabelled reviews are left out, as Paddle
+The dataset holds 50,000 rows ``(text, label)``: ``text`` a review exactly as in its file, ``label`` ``pos`` or
+``neg``; the splits ``train`` then ``test`` (25,000 each; the 50,000 unlabelled reviews are left out, as Paddle
 does). Within a split the positive reviews come first, then the negative ones, each in the archive's order: the
 order ``paddle.dataset.imdb`` reads them in.
 

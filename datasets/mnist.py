@@ -1,8 +1,8 @@
 """MNIST handwritten digits: the public dataset ``mnist`` and Paddle-compatible reader creators.
 
-The dataset holds 70,000 rows ``(image, label, split)``: ``image`` the 784 raw pixel bytes of a 28x28 grey image
-(row by row, 0 white to 255 black, as in the IDX files), ``label`` the digit as a string, ``split`` ``train``
-(60,000 rows) or ``test`` (10,000), in the order of the published files.
+The dataset holds 70,000 rows ``(image, label)``: ``image`` the 784 raw pixel bytes of a 28x28 grey image (row by
+row, 0 white to 255 black, as in the IDX files), ``label`` the digit as a string; the splits ``train`` (60,000 rows)
+then ``test`` (10,000), in the order of the published files.
 
 ``train()`` and ``test()`` yield what ``paddle.dataset.mnist`` yields: ``(float32[784] scaled to [-1, 1], int)``.
 """

@@ -1,8 +1,8 @@
 """WMT14 French-English translation (Paddle's shrunk ``wmt14.tgz``): the public dataset ``wmt14`` and
 Paddle-compatible reader creators.
 
-The dataset holds rows ``(source, target, split)``: a French sentence, its English translation, and ``train``,
-``test`` or ``gen``, as the archive's ``train/train``, ``test/test`` and ``gen/gen`` files hold them (lines that do
+The dataset holds rows ``(source, target)``: a French sentence and its English translation, in the splits
+``train``, ``test`` and ``gen``, as the archive's ``train/train``, ``test/test`` and ``gen/gen`` files hold them (lines that do
 not have exactly two TAB-separated parts are left out, as Paddle does). The source and target dictionaries
 (``src.dict``, ``trg.dict``: one word a line, most frequent first after ``<s>``, ``<e>``, ``<unk>``) are kept with
 the dataset.
