@@ -17,11 +17,24 @@ from datamount.storage import Store, open_store
 S3_TEST_KEY = "AKIADATAMOUNTTEST"
 S3_TEST_SECRET = "datamount-test-secret-value"
 
-#: Backends the contract suite runs on; later fixtures add real servers.
+#: Fixtures that start real servers, one module per server; each skips, with its reason, where it cannot run.
+pytest_plugins: list[str] = [
+    "tests.servers.gluster",
+    "tests.servers.gcs",
+    "tests.servers.hdfs",
+    "tests.servers.ceph",
+    "tests.servers.fault_proxy",
+]
+
+#: Backends the contract suite and the dataset round trips run on.
 STORE_BACKENDS = [
     pytest.param("local", id="local"),
     pytest.param("memory", id="memory"),
     pytest.param("s3", id="s3-moto", marks=pytest.mark.s3),
+    pytest.param("gluster", id="gluster", marks=pytest.mark.gluster),
+    pytest.param("gcs", id="gcs", marks=pytest.mark.gcs),
+    pytest.param("hdfs", id="hdfs", marks=pytest.mark.hdfs),
+    pytest.param("ceph", id="ceph-rgw", marks=pytest.mark.ceph),
 ]
 
 

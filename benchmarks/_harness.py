@@ -1,4 +1,4 @@
-"""Helpers shared by the benchmarks: timing as medians, a moto server process, and result tables."""
+"""Helpers shared by the benchmarks: timing as medians, storage servers to run them on, and result tables."""
 
 from __future__ import annotations
 
@@ -14,6 +14,9 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
+
+from datamount.storage import Store, open_store
 
 
 def median_seconds(action: Callable[[], object], runs: int, *, setup: Callable[[], object] | None = None) -> float:
@@ -125,6 +128,116 @@ def seaweedfs_server() -> Iterator[tuple[str, int]]:
 S3_SERVERS: dict[str, Callable[[], contextlib.AbstractContextManager[tuple[str, int]]]] = {
     "moto": moto_server,
     "seaweedfs": seaweedfs_server,
+}
+
+
+#: Opens a fresh store under ``prefix`` on a running backend.
+StoreOpener = Callable[[str], Store]
+
+
+@contextlib.contextmanager
+def local_backend() -> Iterator[StoreOpener]:
+    with tempfile.TemporaryDirectory(prefix="datamount-bench-store-") as root:
+        yield lambda prefix: open_store(f"{root}/{prefix}")
+
+
+def _s3_backend(server: str) -> Callable[[], contextlib.AbstractContextManager[StoreOpener]]:
+    @contextlib.contextmanager
+    def backend() -> Iterator[StoreOpener]:
+        with S3_SERVERS[server]() as (endpoint, _):
+            options = {"endpoint_url": endpoint, "key": "bench", "secret": "bench-secret"}
+            yield _bucket_opener("s3", options)
+
+    return backend
+
+
+def _bucket_opener(scheme: str, options: dict[str, str]) -> StoreOpener:
+    """Stores in one bucket made for the run (bucket creation goes through the backend's own filesystem)."""
+    bucket = "bench-datasets"
+    open_store(f"{scheme}://{bucket}", check=False, **options).fs.mkdir(bucket)
+    return lambda prefix: open_store(f"{scheme}://{bucket}/{prefix}", **options)
+
+
+def _test_servers() -> None:
+    """Make the project's test servers (``tests/servers``) importable."""
+    root = str(Path(__file__).resolve().parent.parent)
+    if root not in sys.path:
+        sys.path.insert(0, root)
+
+
+@contextlib.contextmanager
+def gluster_backend() -> Iterator[StoreOpener]:
+    """A private GlusterFS volume mounted through FUSE (root, /dev/fuse, glusterfs-server)."""
+    _test_servers()
+    from tests.servers.gluster import start_gluster_server, why_gluster_cannot_run
+
+    _require(why_gluster_cannot_run())
+    server = start_gluster_server()
+    try:
+        yield lambda prefix: open_store(server.mount_point / prefix, mount="glusterfs")
+    finally:
+        server.stop()
+
+
+@contextlib.contextmanager
+def hdfs_backend() -> Iterator[StoreOpener]:
+    """HDFS 2.7.3 (NameNode and DataNode) on loopback."""
+    _test_servers()
+    from tests.servers.hdfs import start_hdfs_server, why_hdfs_cannot_run
+
+    _require(why_hdfs_cannot_run())
+    server = start_hdfs_server()
+    try:
+        yield lambda prefix: open_store(f"{server.url}/{prefix}")
+    finally:
+        server.stop()
+
+
+@contextlib.contextmanager
+def ceph_backend() -> Iterator[StoreOpener]:
+    """A one-node Ceph cluster with its RADOS Gateway on loopback."""
+    _test_servers()
+    from tests.servers.ceph import start_ceph_server, why_ceph_cannot_run
+
+    _require(why_ceph_cannot_run())
+    server = start_ceph_server()
+    try:
+        options = {"endpoint_url": server.endpoint_url, "key": server.key, "secret": server.secret}
+        yield _bucket_opener("s3", options)
+    finally:
+        server.stop()
+
+
+@contextlib.contextmanager
+def gcs_backend() -> Iterator[StoreOpener]:
+    """The fake-gcs-server GCS emulator (in memory) on loopback."""
+    _test_servers()
+    from tests.servers.gcs import start_gcs_server, why_gcs_cannot_run
+
+    _require(why_gcs_cannot_run())
+    server = start_gcs_server()
+    try:
+        server.create_bucket("bench-datasets")
+        options = {"endpoint_url": server.endpoint_url, "token": "anon"}
+        yield lambda prefix: open_store(f"gs://bench-datasets/{prefix}", **options)
+    finally:
+        server.stop()
+
+
+def _require(reason: str | None) -> None:
+    if reason is not None:
+        raise SystemExit(f"cannot run this backend here: {reason}")
+
+
+#: Backends the store benchmarks can run on, by name: each a context yielding a :data:`StoreOpener`.
+BACKENDS: dict[str, Callable[[], contextlib.AbstractContextManager[StoreOpener]]] = {
+    "local": local_backend,
+    "moto": _s3_backend("moto"),
+    "seaweedfs": _s3_backend("seaweedfs"),
+    "gluster": gluster_backend,
+    "hdfs": hdfs_backend,
+    "ceph": ceph_backend,
+    "gcs": gcs_backend,
 }
 
 

@@ -1,14 +1,15 @@
-"""Dataset upload and read throughput against the same objects moved directly with fsspec / s3fs.
+"""Dataset upload and read throughput against the same bytes moved directly by the backend's own fsspec filesystem.
 
-    python benchmarks/bench_datasets.py [--quick] [--runs N] [--server moto|seaweedfs]
+    python benchmarks/bench_datasets.py [--quick] [--runs N] [--backend NAME ...]
 
-An image dataset (4,000 files of ~110 KB of random bytes; 300 with ``--quick``) is uploaded and read:
+An image dataset (4,000 files of ~110 KB of random bytes; 300 with ``--quick``) is uploaded to and read from each
+backend (``local``; S3 on ``moto`` or SeaweedFS's ``weed mini`` (``seaweedfs``); and the project's test servers:
+``gluster`` (FUSE mount), ``hdfs`` (2.7.3), ``ceph`` (RGW), ``gcs`` (emulator)):
 
-- S3 (a moto server in its own process on loopback, or SeaweedFS's ``weed mini``): ``reader(name)`` over every
-  sample vs ``S3FileSystem.cat`` of the same objects, and vs loops that read one object at a time
-  (``S3FileSystem.open(path).read()`` and ``S3FileSystem.cat_file(path)``, on the first 500 objects); ``upload`` vs
-  ``S3FileSystem.put`` of the same files, each timed run to a fresh prefix so that everything is really sent.
-- Local disk: ``reader(name)`` vs ``LocalFileSystem.cat`` of the same object files.
+- read: ``reader(name)`` over every sample vs the filesystem's ``cat`` of the same objects (many in flight where the
+  filesystem is asynchronous), and vs a loop of ``cat_file`` one object at a time (on the first 500 objects);
+- upload: ``upload`` vs the filesystem's ``put`` of the same files, each timed run to a fresh prefix so that
+  everything is really sent.
 
 Ratios above 1 mean datamount is faster. Medians of several runs, the compared operations taking turns.
 """
@@ -22,24 +23,19 @@ import random
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _harness import S3_SERVERS, Row, interleaved_medians, print_rows
+from _harness import BACKENDS, Row, StoreOpener, interleaved_medians, print_rows
 
 from datamount.datasets.catalog import dataset_folder, read_rows
 from datamount.datasets.upload import upload
 from datamount.readers.dataset import DatasetReader, reader
-from datamount.storage import open_store
-from datamount.storage.backends.s3 import s3_filesystem_options
 
 DATASET = "bench-images"
-BUCKET = "bench-datasets"
 CLASSES = 10
 MEAN_SIZE = 110_000
 NAIVE_LOOP_OBJECTS = 500
-SHORT_NAMES = {"seaweedfs": "weed"}
 
 
 def make_image_list(folder: Path, count: int, *, seed: int = 0) -> Path:
@@ -76,105 +72,88 @@ def mb_per_second(total_bytes: int, seconds: float) -> float:
     return total_bytes / 1e6 / seconds
 
 
-def bench_s3_reads(setup: str, samples: DatasetReader, fs: Any, runs: int) -> list[Row]:
-    """``reader`` vs ``S3FileSystem.cat`` of the same objects, and vs loops reading one object at a time."""
+def bench_reads(setup: str, samples: DatasetReader, runs: int) -> list[Row]:
+    """``reader`` vs the filesystem's ``cat`` of the same objects, and vs a loop reading one object at a time."""
+    fs = samples.store.fs
     paths, sizes = object_paths(samples)
     total = sum(sizes)
     few = paths[:NAIVE_LOOP_OBJECTS]
     few_bytes = sum(sizes[:NAIVE_LOOP_OBJECTS])
-
-    def open_each() -> None:
-        for path in few:
-            with fs.open(path, "rb") as f:
-                f.read()
 
     def cat_each() -> None:
         for path in few:
             fs.cat_file(path)
 
     seconds = interleaved_medians(
-        {"ours": lambda: read_samples(samples), "cat": lambda: fs.cat(paths), "open": open_each, "cat_file": cat_each},
-        runs,
+        {"ours": lambda: read_samples(samples), "cat": lambda: fs.cat(paths), "cat_file": cat_each}, runs
     )
-    ours = mb_per_second(total, seconds["ours"])
-    references = [
-        (mb_per_second(total, seconds["cat"]), "S3FileSystem.cat"),
-        (mb_per_second(few_bytes, seconds["open"]), f"open().read() loop ({len(few)})"),
-        (mb_per_second(few_bytes, seconds["cat_file"]), f"cat_file loop ({len(few)})"),
-    ]
-    return [Row(setup, f"read {len(paths)} images", ours, rate, "MB/s", name) for rate, name in references]
+    name = type(fs).__name__
+    return [
+        Row(setup, f"read {len(paths)} images", mb_per_second(total, seconds["ours"]),
+            mb_per_second(total, seconds["cat"]), "MB/s", f"{name}.cat"),
+        Row(setup, f"read {len(paths)} images", mb_per_second(total, seconds["ours"]),
+            mb_per_second(few_bytes, seconds["cat_file"]), "MB/s", f"cat_file loop ({len(few)})"),
+    ]  # fmt: skip
 
 
-def bench_s3_uploads(setup: str, list_file: Path, store_options: dict[str, str], fs: Any, runs: int) -> Row:
-    """``upload`` vs ``S3FileSystem.put`` of the same files, each run to a prefix that holds nothing yet."""
+def bench_uploads(setup: str, list_file: Path, open_at: StoreOpener, runs: int) -> Row:
+    """``upload`` vs the filesystem's ``put`` of the same files, each run to a prefix that holds nothing yet."""
     relative = [line.split("\t")[0] for line in list_file.read_text(encoding="utf-8").splitlines()]
     local = [str(list_file.parent / path) for path in relative]
     total = sum(os.path.getsize(path) for path in local)
     counter = itertools.count()
-    current: list[str] = []
+    current = []
 
     def fresh_prefix() -> None:
-        for prefix in current:
-            fs.rm(prefix, recursive=True)
-        current[:] = [f"{BUCKET}/run-{next(counter)}"]
+        for store in current:
+            store.remove("", recursive=True, missing_ok=True)
+        current[:] = [open_at(f"upload-{next(counter)}")]
+        store = current[0]
+        for folder in sorted({os.path.dirname(path) for path in relative}):  # put() of a list makes no folders
+            store.fs.makedirs(store.full_path(folder), exist_ok=True)
 
     def ours() -> None:
-        upload(list_file, DATASET, store=open_store(f"s3://{current[0]}", **store_options))
+        upload(list_file, DATASET, store=current[0])
 
     def reference() -> None:
-        fs.put(local, [f"{current[0]}/{path}" for path in relative])
+        store = current[0]
+        store.fs.put(local, [store.full_path(path) for path in relative])
 
     seconds = interleaved_medians({"ours": ours, "put": reference}, runs, setup=fresh_prefix)
     fresh_prefix()
+    name = type(current[0].fs).__name__
     return Row(setup, f"upload {len(local)} images", mb_per_second(total, seconds["ours"]),
-               mb_per_second(total, seconds["put"]), "MB/s", "S3FileSystem.put")  # fmt: skip
+               mb_per_second(total, seconds["put"]), "MB/s", f"{name}.put")  # fmt: skip
 
 
-def bench_s3(server: str, list_file: Path, runs: int) -> list[Row]:
-    """Reads and uploads on a fresh S3 server holding one empty bucket."""
-    import s3fs
-
-    setup = f"s3 ({SHORT_NAMES.get(server, server)})"
-    with S3_SERVERS[server]() as (endpoint, _):
-        options = {"endpoint_url": endpoint, "key": "bench", "secret": "bench-secret"}
-        fs = s3fs.S3FileSystem(**s3_filesystem_options(options))
-        fs.mkdir(BUCKET)
-        store = open_store(f"s3://{BUCKET}/read", **options)
+def bench_backend(backend: str, list_file: Path, runs: int) -> list[Row]:
+    """Reads, then uploads, on a fresh server (or folder) of ``backend``."""
+    with BACKENDS[backend]() as open_at:
+        store = open_at("read")
         upload(list_file, DATASET, store=store)
-        rows = bench_s3_reads(setup, reader(DATASET, store), fs, runs)
-        rows.append(bench_s3_uploads(setup, list_file, options, fs, runs))
+        rows = bench_reads(backend, reader(DATASET, store), runs)
+        rows.append(bench_uploads(backend, list_file, open_at, runs))
     return rows
-
-
-def bench_local_reads(list_file: Path, folder: Path, runs: int) -> Row:
-    """``reader`` on a local store vs ``LocalFileSystem.cat`` of the same object files."""
-    from fsspec.implementations.local import LocalFileSystem
-
-    store = open_store(folder)
-    upload(list_file, DATASET, store=store)
-    samples = reader(DATASET, store)
-    paths, sizes = object_paths(samples)
-    total = sum(sizes)
-    fs = LocalFileSystem()
-    seconds = interleaved_medians({"ours": lambda: read_samples(samples), "cat": lambda: fs.cat(paths)}, runs)
-    return Row("local", f"read {len(paths)} images", mb_per_second(total, seconds["ours"]),
-               mb_per_second(total, seconds["cat"]), "MB/s", "LocalFileSystem.cat")  # fmt: skip
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="300 images, for a smoke run")
     parser.add_argument("--runs", type=int, default=3, help="timed runs per figure (median reported)")
-    parser.add_argument("--server", choices=sorted(S3_SERVERS), default="moto", help="the S3 server to run")
+    parser.add_argument(
+        "--backend", action="append", choices=sorted(BACKENDS), help="backends to run on (default: moto and local)"
+    )
+    parser.add_argument("--count", type=int, help="images in the dataset (default 4,000; 300 with --quick)")
     args = parser.parse_args()
     if args.runs < 1:
         parser.error("--runs must be at least 1")
-    count = 300 if args.quick else 4000
+    count = args.count or (300 if args.quick else 4000)
 
+    rows = []
     with tempfile.TemporaryDirectory(prefix="datamount-bench-") as tmp:
         list_file = make_image_list(Path(tmp) / "source", count)
-        rows = bench_s3(args.server, list_file, args.runs)
-        rows.append(bench_local_reads(list_file, Path(tmp) / "store", args.runs))
+        for backend in args.backend or ["moto", "local"]:
+            rows += bench_backend(backend, list_file, args.runs)
 
     print_rows(rows, f"Datasets vs fsspec, {count} images of ~{MEAN_SIZE // 1000} KB, median of {args.runs} runs")
 

@@ -320,7 +320,7 @@ class Store:
             else:
                 with self._temporary(full) as tmp:
                     self.fs.pipe_file(tmp, bytes(data))
-                    self.fs.mv(tmp, full)
+                    self._replace(tmp, full)
 
     def put_file(self, local_path: str | os.PathLike[str], path: str) -> None:
         """Copy the local file ``local_path`` to ``path`` atomically."""
@@ -413,7 +413,11 @@ class Store:
         else:
             with self._temporary(full) as tmp:
                 self.fs.put_file(local, tmp)
-                self.fs.mv(tmp, full)
+                self._replace(tmp, full)
+
+    def _replace(self, tmp: str, full: str) -> None:
+        """Move the finished temporary object ``tmp`` to ``full``, replacing what is there."""
+        self.fs.mv(tmp, full)
 
     def _before_write(self, full: str) -> None:
         """Prepare for a write to ``full`` (make its folder where folders exist)."""
@@ -534,6 +538,7 @@ class Store:
         """The datamount error that tells a user what went wrong with ``op`` on ``path``."""
         if isinstance(exc, DatamountError):
             return exc
+        exc = _unwrapped(exc)
         failure = self._classify(exc) or _classify_builtin(exc)
         where = self.url_for(path) if path else self.url
         reason = redact.scrub(failure.reason, self._secrets)
@@ -556,6 +561,16 @@ def _grouped(items: Iterable[tuple[T, int]], max_items: int, max_bytes: int) -> 
         group_bytes += item[1]
     if group:
         yield group
+
+
+def _unwrapped(exc: BaseException) -> BaseException:
+    """The failure to report for ``exc``: fsspec's sync calls turn any asyncio timeout (a client's read timeout)
+    into a bare ``FSTimeoutError`` raised from it."""
+    from fsspec.exceptions import FSTimeoutError
+
+    if isinstance(exc, FSTimeoutError) and exc.__cause__ is not None:
+        return exc.__cause__
+    return exc
 
 
 def _classify_builtin(exc: BaseException) -> Failure:

@@ -2,12 +2,28 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from typing import Any
 
 from datamount.storage import redact
-from datamount.storage.errors import ObjectNotFoundError, StoreConfigError, StorePermissionError, StoreUnreachableError
+from datamount.storage.backends._limits import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_READ_TIMEOUT,
+    retries_option,
+    seconds_option,
+)
+from datamount.storage.errors import (
+    ObjectNotFoundError,
+    StoreConfigError,
+    StoreIOError,
+    StorePermissionError,
+    StoreUnreachableError,
+)
 from datamount.storage.store import Failure, Store, short_reason
+
+#: New attempts after a failed request: gcsfs's own choice for GCS (6 attempts, about 31 s of backoff in all).
+GCS_DEFAULT_RETRIES = 5
 
 
 class GCSStore(Store):
@@ -16,6 +32,11 @@ class GCSStore(Store):
     Options are those of :class:`gcsfs.GCSFileSystem` (``token``, ``project``, ``endpoint_url``...); credentials
     otherwise come from Google's Application Default Credentials. With ``endpoint_url`` (an emulator) and no
     ``token``, requests are anonymous. ``STORAGE_EMULATOR_HOST`` is honoured as gcsfs does.
+
+    ``connect_timeout`` (seconds, default 5), ``read_timeout`` (seconds without a byte of the answer, default 30)
+    and ``retries`` (new attempts after a failed request, default 5, with gcsfs's backoff of about 1, 2, 4, 8, 16
+    seconds) bound how long a failing endpoint can hold an operation. Connection errors, timeouts, 5xx and 429
+    answers, and answers cut short, are retried.
     """
 
     protocol = "gs"
@@ -26,9 +47,10 @@ class GCSStore(Store):
     @classmethod
     def from_url(cls, url: str, *, name: str | None = None, **options: Any) -> GCSStore:
         # gcsfs's hierarchical-namespace probe is a gRPC call per bucket that hangs for a minute against
-        # emulators and S3-style gateways; datamount needs none of what it enables.
+        # emulators and S3-style gateways; datamount needs none of what it enables. The filesystem builds on the plain
+        # class of gcsfs.core because ``gcsfs.GCSFileSystem`` is the probing one when gcsfs was imported first.
         os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
-        import gcsfs
+        from datamount.storage.backends._gcs_client import RetryingGCSFileSystem
 
         bucket_path = url.split("://", 1)[1] if "://" in url else url
         root = bucket_path.strip("/")
@@ -41,8 +63,20 @@ class GCSStore(Store):
         opts.setdefault("skip_instance_cache", True)
         opts.setdefault("use_listings_cache", False)
         opts.setdefault("timeout", 30)
-        store = cls(gcsfs.GCSFileSystem(**opts), root, url=f"gs://{root}", options=options, name=name)
+        read_timeout = seconds_option(opts.pop("read_timeout", DEFAULT_READ_TIMEOUT), "read_timeout")
+        connect_timeout = seconds_option(opts.pop("connect_timeout", DEFAULT_CONNECT_TIMEOUT), "connect_timeout")
+        if "requests_timeout" not in opts:
+            import aiohttp
+
+            # Per request: seconds to connect and seconds of silence, no cap on a whole transfer. gcsfs's default
+            # is aiohttp's (5 minutes per request, on each of its 6 attempts).
+            opts["requests_timeout"] = aiohttp.ClientTimeout(sock_connect=connect_timeout, sock_read=read_timeout)
+        attempts = retries_option(opts.pop("retries", GCS_DEFAULT_RETRIES)) + 1
+        store = cls(
+            RetryingGCSFileSystem(attempts=attempts, **opts), root, url=f"gs://{root}", options=options, name=name
+        )
         store._endpoint = redact.redact_url(endpoint) if endpoint else "Google Cloud Storage"
+        store._read_timeout = read_timeout
         return store
 
     @property
@@ -55,11 +89,32 @@ class GCSStore(Store):
     def _classify(self, exc: BaseException) -> Failure | None:
         import aiohttp
 
+        attempts = getattr(self.fs, "attempts", 1)
+        if isinstance(exc, (aiohttp.ServerTimeoutError, asyncio.TimeoutError, TimeoutError)):
+            silence = getattr(self, "_read_timeout", None)
+            within = f" for {silence:g} s (read_timeout)" if silence else ""
+            return Failure(
+                StoreUnreachableError,
+                f"GCS endpoint {self.endpoint} stopped answering: silent{within}, {attempts} attempts",
+            )
+        if isinstance(exc, aiohttp.ClientPayloadError):
+            reason = f"{short_reason(exc)}; {attempts} attempts"
+            return Failure(StoreIOError, f"the answer from GCS endpoint {self.endpoint} was cut short ({reason})")
         if isinstance(exc, (aiohttp.ClientConnectionError, aiohttp.ServerTimeoutError)):
-            return Failure(StoreUnreachableError, f"GCS endpoint {self.endpoint} did not answer ({short_reason(exc)})")
+            reason = f"{short_reason(exc)}; {attempts} attempts"
+            return Failure(StoreUnreachableError, f"GCS endpoint {self.endpoint} did not answer ({reason})")
         code = getattr(exc, "code", None)
-        if code in (401, 403):
+        # gcsfs turns a 403 answer into a plain OSError("Forbidden: ...") with no status code on it.
+        forbidden = type(exc) is OSError and str(exc).startswith("Forbidden")
+        if code in (401, 403) or forbidden:
             return Failure(StorePermissionError, f"GCS refused the credentials ({short_reason(exc)})")
         if code == 404:
             return Failure(ObjectNotFoundError, "not found")
+        if isinstance(code, int) and (code >= 500 or code == 429):
+            throttled = "; it is throttling requests: lower max_requests, or try again later" if code == 429 else ""
+            return Failure(
+                StoreIOError,
+                f"GCS endpoint {self.endpoint} answered {code} to all {attempts} attempts "
+                f"({short_reason(exc)}){throttled}",
+            )
         return None

@@ -7,7 +7,9 @@ otherwise fsspec falls back to pyarrow's ``HadoopFileSystem``, which needs ``lib
 from __future__ import annotations
 
 import errno
+import os
 import re
+from collections.abc import Iterable
 from typing import IO, Any
 
 from datamount.storage.errors import BackendNotInstalledError, ObjectNotFoundError, StoreUnreachableError
@@ -25,6 +27,10 @@ FAILOVER_DEFAULTS = {
 _OS_ERROR = re.compile(r"os error (\d+)")
 _UNREACHABLE = {errno.ECONNREFUSED, errno.ECONNRESET, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ETIMEDOUT}
 
+#: hdfs-native clients a forked process inherited. Their runtime's threads did not survive the fork, and dropping a
+#: client waits for them forever, so a child keeps them until it exits and makes a client of its own.
+_INHERITED_CLIENTS: list[Any] = []
+
 
 class HDFSStore(Store):
     """A folder on HDFS (``hdfs://namenode:port/path``); writes go to a temporary name and are renamed.
@@ -40,12 +46,33 @@ class HDFSStore(Store):
 
     @classmethod
     def from_url(cls, url: str, *, name: str | None = None, **options: Any) -> Store:
-        options = {**FAILOVER_DEFAULTS, **options}
+        # fsspec's instance cache is emptied in forked children, which would drop an inherited client (see above).
+        options = {**FAILOVER_DEFAULTS, "skip_instance_cache": True, **options}
         try:
-            return super().from_url(url, name=name, **options)
+            store = super().from_url(url, name=name, **options)
         except (BackendNotInstalledError, OSError) as exc:
             # Without hdfs-native, fsspec tries pyarrow's libhdfs binding, which fails with an OSError here.
             raise BackendNotInstalledError(f"cannot open {redact_url(url)}: {exc}; {INSTALL_HINT}") from exc
+        assert isinstance(store, HDFSStore)
+        store._reopen = (url, options)
+        return store
+
+    @property  # type: ignore[override]
+    def fs(self) -> Any:
+        """The client; a forked process makes its own the first time it needs one."""
+        if self._pid != os.getpid() and self._reopen is not None:
+            import fsspec
+
+            _INHERITED_CLIENTS.append(self._fs)
+            self._fs = fsspec.core.url_to_fs(self._reopen[0], **self._reopen[1])[0]
+            self._pid = os.getpid()
+        return self._fs
+
+    @fs.setter
+    def fs(self, client: Any) -> None:
+        self._fs = client
+        self._pid = os.getpid()
+        self._reopen: tuple[str, dict[str, Any]] | None = getattr(self, "_reopen", None)
 
     def _classify(self, exc: BaseException) -> Failure | None:
         # hdfs-native raises OSError with the errno only in its message ("Connection refused (os error 111)").
@@ -56,6 +83,17 @@ class HDFSStore(Store):
         if code == errno.ENOENT:
             return Failure(ObjectNotFoundError, "not found")
         return None
+
+    def remove_many(self, paths: Iterable[str]) -> None:
+        # HDFS has no bulk delete, and hdfs-native's rm takes one path; deleting a missing file is not an error.
+        full = [self.full_path(path) for path in paths]
+        with self._errors(f"remove {len(full)} objects from", ""):
+            for path in full:
+                self.fs.rm(path)
+
+    def _replace(self, tmp: str, full: str) -> None:
+        # HDFS refuses to rename onto an existing file unless asked to; with overwrite it is one atomic rename.
+        self.fs.mv(tmp, full, overwrite=True)
 
     def _open_for_hashing(self, full: str) -> IO[bytes]:
         # hdfs-native 0.14 raises NotImplementedError on reads from files opened with a block size.

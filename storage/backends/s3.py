@@ -2,26 +2,33 @@
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import os
 from typing import Any
 
 from datamount.storage import redact
+from datamount.storage.backends._limits import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_READ_TIMEOUT,
+    DEFAULT_RETRIES,
+    retries_option,
+    seconds_option,
+)
 from datamount.storage.errors import (
     ObjectNotFoundError,
     StoreConfigError,
+    StoreIOError,
     StorePermissionError,
     StoreUnreachableError,
 )
-from datamount.storage.store import Failure, Store, short_reason
+from datamount.storage.store import HASH_CHUNK, Failure, Store, short_reason
 
 # S3 error codes that mean the credentials, not the path, are wrong.
 _CREDENTIAL_CODES = {"InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken"}
 _ENDPOINT_ENV = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
-
-#: s3fs settings that bound the time a dead or refusing endpoint can take before an error reaches the user.
-TIMEOUTS = {"connect_timeout": 5, "read_timeout": 30}
-RETRIES = {"max_attempts": 2, "mode": "standard"}
-S3FS_RETRIES = 3
+#: Ranged GETs in flight while hashing an object.
+HASH_REQUESTS = 4
 
 
 class S3Store(Store):
@@ -33,6 +40,12 @@ class S3Store(Store):
     ``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL``. For endpoints other than AWS's, path-style addressing is the
     default and request checksums are sent only when required (several S3-compatible servers reject the newer
     botocore defaults).
+
+    ``connect_timeout`` (seconds, default 5), ``read_timeout`` (seconds without a byte of the answer, default 30)
+    and ``retries`` (new attempts after a failed request, default 2) bound how long a failing endpoint can hold an
+    operation: about ``(retries + 1) * read_timeout`` plus a few seconds of backoff for one that stops answering.
+    Connection errors, timeouts, 5xx answers and throttling (``503 SlowDown``) are retried by botocore, with
+    exponential backoff; a GET whose body stops short of its ``Content-Length`` is sent again, as many times.
     """
 
     protocol = "s3"
@@ -42,17 +55,19 @@ class S3Store(Store):
 
     @classmethod
     def from_url(cls, url: str, *, name: str | None = None, **options: Any) -> S3Store:
-        import s3fs
+        from datamount.storage.backends._s3_client import RetryingS3FileSystem
 
         bucket_path = url.split("://", 1)[1] if "://" in url else url
         if not bucket_path.strip("/"):
             raise StoreConfigError(f"an S3 store needs a bucket: s3://BUCKET[/PREFIX], got {url!r}")
         fs_options = s3_filesystem_options(options)
         root = bucket_path.strip("/")
-        fs = s3fs.S3FileSystem(**fs_options)
-        fs.retries = S3FS_RETRIES  # a class attribute in s3fs, not a constructor argument
+        attempts = total_attempts(fs_options["config_kwargs"]["retries"])
+        fs = RetryingS3FileSystem(body_retries=attempts - 1, **fs_options)
         store = cls(fs, root, url=f"s3://{root}", options=options, name=name)
         store._endpoint = redact.redact_url(fs_options.get("endpoint_url") or "AWS S3")
+        store._attempts = attempts
+        store._read_timeout = fs_options["config_kwargs"]["read_timeout"]
         return store
 
     @property
@@ -67,12 +82,35 @@ class S3Store(Store):
 
         self._call_with_deadline("open", list_one)
 
+    def sha256(self, path: str) -> str:
+        # Ranged GETs through the filesystem's reads, which resend an answer cut short (s3fs's file objects do not).
+        size = self.info(path).size
+        digest = hashlib.sha256()
+        chunks = ((start, min(start + HASH_CHUNK, size)) for start in range(0, size, HASH_CHUNK))
+        for chunk in self.read_ranges(path, chunks, max_requests=HASH_REQUESTS):
+            digest.update(chunk)
+        return digest.hexdigest()
+
     def _classify(self, exc: BaseException) -> Failure | None:
         import botocore.exceptions as bex
 
+        from datamount.storage.backends._s3_client import is_cut_short
+
         endpoint = self.endpoint
+        attempts = getattr(self, "_attempts", 1)
+        tried = f"{attempts} attempt{'s' if attempts > 1 else ''}"
+        if isinstance(exc, (bex.ReadTimeoutError, asyncio.TimeoutError, TimeoutError)):
+            silence = getattr(self, "_read_timeout", None)
+            within = f" for {silence:g} s (read_timeout)" if silence else ""
+            return Failure(StoreUnreachableError, f"S3 endpoint {endpoint} stopped answering: silent{within}, {tried}")
         if isinstance(exc, (bex.EndpointConnectionError, bex.ConnectTimeoutError, bex.ConnectionClosedError)):
-            return Failure(StoreUnreachableError, f"S3 endpoint {endpoint} did not answer ({short_reason(exc)})")
+            cause = getattr(exc, "kwargs", {}).get("error")
+            reason = short_reason(cause if isinstance(cause, BaseException) else exc)
+            return Failure(StoreUnreachableError, f"S3 endpoint {endpoint} did not answer ({reason}; {tried})")
+        if is_cut_short(exc):
+            return Failure(
+                StoreIOError, f"the answer from S3 endpoint {endpoint} was cut short ({short_reason(exc)}; {tried})"
+            )
         if isinstance(exc, bex.NoCredentialsError):
             return Failure(
                 StorePermissionError,
@@ -87,18 +125,34 @@ class S3Store(Store):
             return Failure(StorePermissionError, f"the S3 credentials were refused ({code})")
         if code == "PermanentRedirect" or "AuthorizationHeaderMalformed" in str(code):
             return Failure(StoreConfigError, f"wrong region for this bucket ({code}); set region_name")
+        status = _http_status(exc)
+        if status is not None and status >= 500:
+            throttled = "; it is throttling requests: lower max_requests, or try again later" if status == 503 else ""
+            answer = f"{status} {code}" if code else str(status)
+            return Failure(StoreIOError, f"S3 endpoint {endpoint} answered {answer} to all {tried}{throttled}")
         return None
 
 
-def _error_code(exc: BaseException) -> str | None:
+def _client_error_response(exc: BaseException) -> dict[str, Any] | None:
+    """The botocore response behind ``exc`` (s3fs re-raises S3 errors as built-in exceptions caused by them)."""
     seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        response = getattr(exc, "response", None)
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        response = getattr(current, "response", None)
         if isinstance(response, dict):
-            return response.get("Error", {}).get("Code")
-        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+            return response
+        current = current.__cause__ or current.__context__
     return None
+
+
+def _http_status(exc: BaseException) -> int | None:
+    status = ((_client_error_response(exc) or {}).get("ResponseMetadata") or {}).get("HTTPStatusCode")
+    return int(status) if status else None
+
+
+def _error_code(exc: BaseException) -> str | None:
+    return ((_client_error_response(exc) or {}).get("Error") or {}).get("Code")
 
 
 def s3_filesystem_options(options: dict[str, Any]) -> dict[str, Any]:
@@ -119,9 +173,15 @@ def s3_filesystem_options(options: dict[str, Any]) -> dict[str, Any]:
         s3_config = dict(config_kwargs.get("s3") or {})
         s3_config.setdefault("addressing_style", "path")
         config_kwargs["s3"] = s3_config
-    for name, value in TIMEOUTS.items():
-        config_kwargs.setdefault(name, value)
-    config_kwargs.setdefault("retries", dict(RETRIES))
+    # datamount's own options win over the defaults; explicit botocore settings in config_kwargs win over both.
+    config_kwargs.setdefault(
+        "connect_timeout", seconds_option(opts.pop("connect_timeout", DEFAULT_CONNECT_TIMEOUT), "connect_timeout")
+    )
+    config_kwargs.setdefault(
+        "read_timeout", seconds_option(opts.pop("read_timeout", DEFAULT_READ_TIMEOUT), "read_timeout")
+    )
+    retries = retries_option(opts.pop("retries", DEFAULT_RETRIES))
+    config_kwargs.setdefault("retries", {"mode": "standard", "total_max_attempts": retries + 1})
     # One GET per small object: s3fs's concurrent ranged download would add a HEAD to every read.
     opts.setdefault("max_concurrency", 1)
     opts.setdefault("use_listings_cache", False)
@@ -129,3 +189,12 @@ def s3_filesystem_options(options: dict[str, Any]) -> dict[str, Any]:
     opts["client_kwargs"] = client_kwargs
     opts["config_kwargs"] = config_kwargs
     return opts
+
+
+def total_attempts(retry_config: dict[str, Any]) -> int:
+    """Attempts botocore makes at one request under ``retry_config`` (its ``max_attempts`` counts retries only)."""
+    if "total_max_attempts" in retry_config:
+        return max(int(retry_config["total_max_attempts"]), 1)
+    if "max_attempts" in retry_config:
+        return max(int(retry_config["max_attempts"]) + 1, 1)
+    return 3 if retry_config.get("mode") in ("standard", "adaptive") else 5

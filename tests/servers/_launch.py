@@ -1,0 +1,144 @@
+"""Starting and stopping server processes for the tests: readiness waits, PID shutdown, log tails, free ports."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import NoReturn
+
+import pytest
+
+#: Seconds a process gets to exit after SIGTERM before it is killed.
+STOP_GRACE = 10.0
+
+
+#: Set (to anything but "" or "0") where every server must run, as in CI: a server that cannot run then fails its
+#: tests instead of skipping them.
+REQUIRE_SERVERS_ENV = "DATAMOUNT_REQUIRE_SERVERS"
+
+
+def cannot_run(what: str, reason: str) -> NoReturn:
+    """Skip the tests that need server ``what``, saying ``reason``; fail them where :data:`REQUIRE_SERVERS_ENV` is
+    set."""
+    message = f"{what} tests cannot run here: {reason}"
+    if os.environ.get(REQUIRE_SERVERS_ENV, "") not in ("", "0"):
+        pytest.fail(f"{message} (${REQUIRE_SERVERS_ENV} requires every server)", pytrace=False)
+    pytest.skip(message)
+
+
+class ServerStartError(RuntimeError):
+    """A test server did not come up; the message names its log files."""
+
+
+def log_tail(path: Path, lines: int = 15) -> str:
+    """The last ``lines`` lines of the log at ``path``, indented for an error message ('' when there is none)."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    tail = text.rstrip().splitlines()[-lines:]
+    return "".join(f"\n    {line}" for line in tail)
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether ``pid`` is a running process (a zombie left to an init that never reaps counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            state = stat.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def stop_pid(pid: int, *, grace: float = STOP_GRACE) -> bool:
+    """SIGTERM ``pid``, SIGKILL it if it is still there after ``grace`` seconds; ``True`` once it is gone."""
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+        if not pid_alive(pid):
+            return True
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+        deadline = time.monotonic() + wait
+        while pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    return not pid_alive(pid)
+
+
+def stop_process(process: subprocess.Popen[bytes], *, grace: float = STOP_GRACE) -> int | None:
+    """Terminate a child started by the tests, kill it after ``grace`` seconds, and reap it; its exit status."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=5.0)
+    return process.returncode
+
+
+def wait_until(ready: Callable[[], bool], *, timeout: float, failed: Callable[[], str | None], what: str) -> None:
+    """Poll ``ready`` until it is true; raise :class:`ServerStartError` when ``failed`` names a reason or time is up.
+
+    ``failed`` returns why waiting is pointless (e.g. the process exited, with its log), or ``None``.
+    """
+    deadline = time.monotonic() + timeout
+    delay = 0.02
+    while True:
+        if ready():
+            return
+        reason = failed()
+        if reason is not None:
+            raise ServerStartError(f"{what}: {reason}")
+        if time.monotonic() >= deadline:
+            raise ServerStartError(f"{what}: not ready within {timeout:g} s")
+        time.sleep(delay)
+        delay = min(delay * 2, 0.25)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port on ``host`` that nothing listens on now (chosen by the OS)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
+
+
+def port_in_use(port: int, host: str = "") -> bool:
+    """Whether something already listens on ``port`` (on every address when ``host`` is empty)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def can_bind(host: str) -> bool:
+    """Whether this machine can listen on the address ``host``."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((host, 0))
+        except OSError:
+            return False
+    return True
+
+
+def start_daemon(command: list[str], log: Path, *, cwd: Path | None = None) -> subprocess.Popen[bytes]:
+    """Start ``command`` in its own session (so a ``timeout`` wrapper's process group does not take it down),
+    its output appended to ``log``."""
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=cwd, start_new_session=True
+        )
+
+
+def environment_path() -> str:
+    """``PATH`` with the system folders where daemons live added (a non-login root shell may lack ``sbin``)."""
+    folders = os.environ.get("PATH", "").split(os.pathsep)
+    extra = [folder for folder in ("/usr/local/sbin", "/usr/sbin", "/sbin") if folder not in folders]
+    return os.pathsep.join([*folders, *extra])

@@ -1,0 +1,407 @@
+"""Network and server faults between datamount and real S3 and GCS servers, injected by a proxy on loopback.
+
+Under a transient fault (one reset, one 5xx, one answer cut short) reads and uploads complete with the exact bytes;
+under a persistent one they fail with a clear error naming the object, within a bounded time (the tests' timeouts),
+and an upload commits nothing, then resumes once the fault is gone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import S3_TEST_KEY, S3_TEST_SECRET, MakeImageList, S3Server
+from datamount.datasets import catalog
+from datamount.datasets.manifest import object_key
+from datamount.datasets.pack import pack
+from datamount.datasets.upload import upload
+from datamount.readers.dataset import reader
+from datamount.storage import (
+    DatamountError,
+    Store,
+    StoreConfigError,
+    StoreIOError,
+    StoreUnreachableError,
+    open_store,
+)
+from tests.servers.fault_proxy import Action, Fault, FaultProxy, FaultProxyFactory
+from tests.servers.gcs import PROJECT as GCS_PROJECT
+
+#: Options that keep persistent faults short: one new attempt, one second of silence at most.
+QUICK = {"retries": 1, "read_timeout": 1, "connect_timeout": 1}
+
+RESET_BEFORE = pytest.param(Fault.reset_before(), id="reset-before")
+RESET_AFTER = pytest.param(Fault.reset_after(), id="reset-after")
+STATUS_500 = pytest.param(Fault.status(500), id="500")
+STATUS_503 = pytest.param(Fault.status(503), id="503-slowdown")
+CUT = pytest.param(Fault.cut(1000), id="cut")
+#: Shard tests also read 8-byte Parquet tails: cut those too.
+CUT_EARLY = pytest.param(Fault.cut(4), id="cut")
+STALL = pytest.param(Fault.stall(), id="stall")
+
+#: The error each persistent fault ends in.
+EXPECTED_ERROR: dict[Action, type[DatamountError]] = {
+    Action.RESET_BEFORE: StoreUnreachableError,
+    Action.RESET_AFTER: StoreUnreachableError,
+    Action.STATUS: StoreIOError,
+    Action.CUT: StoreIOError,
+    Action.STALL: StoreUnreachableError,
+}
+
+
+@dataclass
+class ProxiedBackend:
+    """A real storage server behind a fault proxy, and how to open stores on it."""
+
+    url: str
+    proxy: FaultProxy
+    options: dict[str, Any]
+    upstream_url: str
+    #: The HTTP method that stores an object (S3: PUT; GCS: POST).
+    write_method: str
+
+    def open(self, **options: Any) -> Store:
+        """A store whose requests go through the proxy."""
+        return open_store(self.url, endpoint_url=self.proxy.endpoint_url, **self.options, **options)
+
+    def open_direct(self) -> Store:
+        """A store that talks to the server itself: what is really stored, whatever the proxy does."""
+        return open_store(self.url, endpoint_url=self.upstream_url, **self.options)
+
+
+def _s3_backend(request: pytest.FixtureRequest, fault_proxy: FaultProxyFactory) -> ProxiedBackend:
+    server: S3Server = request.getfixturevalue("s3_server")
+    bucket: str = request.getfixturevalue("s3_bucket")
+    return ProxiedBackend(
+        url=f"s3://{bucket}/root",
+        proxy=fault_proxy(server.endpoint_url, flavour="s3"),
+        options={"key": S3_TEST_KEY, "secret": S3_TEST_SECRET},
+        upstream_url=server.endpoint_url,
+        write_method="PUT",
+    )
+
+
+def _gcs_backend(request: pytest.FixtureRequest, fault_proxy: FaultProxyFactory) -> ProxiedBackend:
+    server = request.getfixturevalue("gcs_server")
+    bucket: str = request.getfixturevalue("gcs_bucket")
+    return ProxiedBackend(
+        url=f"gs://{bucket}/root",
+        proxy=fault_proxy(server.endpoint_url, flavour="gcs"),
+        options={"token": "anon", "project": GCS_PROJECT},
+        upstream_url=server.endpoint_url,
+        write_method="POST",
+    )
+
+
+@pytest.fixture(
+    params=[
+        pytest.param(_s3_backend, id="s3-moto", marks=pytest.mark.s3),
+        pytest.param(_gcs_backend, id="gcs-emulator", marks=pytest.mark.gcs),
+    ]
+)
+def backend(request: pytest.FixtureRequest, fault_proxy: FaultProxyFactory) -> ProxiedBackend:
+    """An empty bucket on each server, behind a proxy that passes everything until told otherwise."""
+    make: Callable[[pytest.FixtureRequest, FaultProxyFactory], ProxiedBackend] = request.param
+    return make(request, fault_proxy)
+
+
+@pytest.fixture
+def s3_backend(request: pytest.FixtureRequest, fault_proxy: FaultProxyFactory) -> ProxiedBackend:
+    return _s3_backend(request, fault_proxy)
+
+
+@pytest.fixture
+def quick_s3_store(s3_backend: ProxiedBackend) -> Store:
+    return s3_backend.open(**QUICK)
+
+
+def blobs(count: int, size: int = 40_000) -> dict[str, bytes]:
+    return {f"blobs/{i:03d}": os.urandom(size + i) for i in range(count)}
+
+
+def assert_names(error: BaseException, store: Store, path: str, backend: ProxiedBackend) -> None:
+    """The message names what failed and where: the object's URL and the endpoint."""
+    text = str(error)
+    assert store.url_for(path) in text, text
+    assert backend.proxy.endpoint_url in text, text
+
+
+def image_rows(list_file: Path) -> list[tuple[bytes, str]]:
+    rows = []
+    for line in list_file.read_text(encoding="utf-8").splitlines():
+        path, label = line.split("\t")
+        rows.append(((list_file.parent / path).read_bytes(), label))
+    return rows
+
+
+def _local_copies(objects: dict[str, bytes], folder: Path) -> list[tuple[str, str]]:
+    """Write ``objects`` into ``folder``; the ``(local, store path)`` pairs to upload them."""
+    pairs = []
+    for path, data in objects.items():
+        local = folder / path.replace("/", "_")
+        local.write_bytes(data)
+        pairs.append((str(local), path))
+    return pairs
+
+
+# -- reads: one fault, then the exact bytes ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fault", [RESET_BEFORE, RESET_AFTER, STATUS_500, STATUS_503, CUT])
+def test_a_read_survives_one_fault(backend: ProxiedBackend, fault: Fault) -> None:
+    store = backend.open()
+    data = os.urandom(300_000)
+    store.write("blob", data)
+    backend.proxy.inject(fault, times=1, methods={"GET"}, containing="root/blob")
+    assert store.read("blob") == data
+    assert store.read_range("blob", 1_000, 250_000) == data[1_000:250_000]
+    assert backend.proxy.count(fault.action) == 1
+    assert backend.proxy.count(Action.PASS, method="GET", path_contains="root/blob") == 2
+
+
+def test_reads_survive_new_connections_being_reset(backend: ProxiedBackend) -> None:
+    data = os.urandom(100_000)
+    backend.open().write("blob", data)
+    backend.proxy.inject(Fault.reset_before(), times=2, unit="connection")
+    fresh = backend.open()  # a new client: new connections, the first two reset as soon as they are accepted
+    assert fresh.read("blob") == data
+    assert backend.proxy.faulty_connections == 2
+
+
+@pytest.mark.parametrize("fault", [RESET_BEFORE, STATUS_503, CUT])
+def test_read_many_survives_faults_among_many_reads(backend: ProxiedBackend, fault: Fault, tmp_path: Path) -> None:
+    store = backend.open()
+    objects = blobs(24)
+    store.put_many(_local_copies(objects, tmp_path), max_requests=8)
+    backend.proxy.inject(fault, skip=3, times=2, methods={"GET"}, containing="root/blobs/")
+    got = list(store.read_many(list(objects), sizes=[len(d) for d in objects.values()], max_requests=8))
+    assert got == list(objects.values())
+    assert backend.proxy.count(fault.action) == 2
+
+
+# -- reads: a persistent fault is a clear error, soon ------------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("fault", [RESET_BEFORE, RESET_AFTER, STATUS_500, STATUS_503, CUT, STALL])
+def test_a_read_under_a_persistent_fault_fails_clearly(backend: ProxiedBackend, fault: Fault) -> None:
+    store = backend.open(**QUICK)
+    store.write("blob", os.urandom(300_000))
+    backend.proxy.inject(fault, methods={"GET"}, containing="root/blob")
+    with pytest.raises(EXPECTED_ERROR[fault.action]) as caught:
+        store.read("blob")
+    assert_names(caught.value, store, "blob", backend)
+    assert "2 attempts" in str(caught.value)
+    if fault.action is Action.CUT:
+        assert "cut short" in str(caught.value)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("fault", [RESET_BEFORE, CUT, STALL])
+def test_read_many_under_a_persistent_fault_yields_what_came_then_fails(
+    backend: ProxiedBackend, fault: Fault, tmp_path: Path
+) -> None:
+    store = backend.open(**QUICK)
+    objects = blobs(12)
+    store.put_many(_local_copies(objects, tmp_path))
+    broken = list(objects)[7]
+    backend.proxy.inject(fault, methods={"GET"}, containing=f"root/{broken}")
+    got: list[bytes] = []
+    with pytest.raises(EXPECTED_ERROR[fault.action]) as caught:
+        for data in store.read_many(list(objects), max_requests=4):
+            got.append(data)
+    assert got == list(objects.values())[:7]
+    assert_names(caught.value, store, broken, backend)
+
+
+# -- packed shards ---------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def packed(backend: ProxiedBackend, make_image_list: MakeImageList) -> tuple[Path, str]:
+    """An image dataset packed into a few shards (written without faults); its list file and name."""
+    list_file = make_image_list(30, size=2_000)
+    direct = backend.open_direct()
+    upload(list_file, "cats", store=direct)
+    manifest = pack("cats", store=direct, shard_bytes=20_000, row_group_bytes=6_000)
+    assert len(manifest.shards) >= 3
+    return list_file, "cats"
+
+
+def _shard_samples(rows: list[tuple[Any, ...]]) -> list[tuple[bytes, str]]:
+    return [(bytes(image), label) for image, label, *_ in rows]
+
+
+@pytest.mark.parametrize("fault", [RESET_AFTER, STATUS_503, CUT_EARLY])
+def test_shard_reads_survive_one_fault(backend: ProxiedBackend, packed: tuple[Path, str], fault: Fault) -> None:
+    list_file, name = packed
+    dataset = reader(name, backend.open())
+    backend.proxy.inject(fault, skip=1, times=1, methods={"GET"}, containing="shard-")
+    assert _shard_samples(list(dataset())) == image_rows(list_file)
+    backend.proxy.inject(fault, times=1, methods={"GET"}, containing="shard-")
+    assert _shard_samples([dataset[17]]) == image_rows(list_file)[17:18]
+    assert backend.proxy.count(fault.action) == 2
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("fault", [STATUS_500, CUT_EARLY, STALL])
+def test_shard_reads_under_a_persistent_fault_fail_clearly(
+    backend: ProxiedBackend, packed: tuple[Path, str], fault: Fault
+) -> None:
+    _, name = packed
+    store = backend.open(**QUICK)
+    dataset = reader(name, store)
+    backend.proxy.inject(fault, methods={"GET"}, containing="shard-")
+    with pytest.raises(EXPECTED_ERROR[fault.action]) as caught:
+        list(dataset())
+    shard = f"{catalog.dataset_folder(name)}/{dataset.manifest.shards[0].path}"
+    assert_names(caught.value, store, shard, backend)
+    with pytest.raises(EXPECTED_ERROR[fault.action]):
+        dataset[3]
+
+
+# -- uploads ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fault", [RESET_BEFORE, RESET_AFTER, STATUS_500, STATUS_503])
+def test_an_upload_survives_faults(backend: ProxiedBackend, make_image_list: MakeImageList, fault: Fault) -> None:
+    list_file = make_image_list(16)
+    backend.proxy.inject(fault, skip=2, times=2, methods={backend.write_method}, containing="/objects/")
+    result = upload(list_file, "cats", store=backend.open(), max_requests=4)
+    assert result.created and result.sent_files == 16
+    assert backend.proxy.count(fault.action) == 2
+    direct = backend.open_direct()
+    assert list(reader("cats", direct)()) == image_rows(list_file)
+    assert catalog.verify(direct, result.manifest).ok
+
+
+def test_verify_rehashes_through_an_answer_cut_short(backend: ProxiedBackend, make_image_list: MakeImageList) -> None:
+    list_file = make_image_list(8, size=20_000)
+    manifest = upload(list_file, "cats", store=backend.open_direct()).manifest
+    backend.proxy.inject(Fault.cut(1000), times=2, methods={"GET"}, containing="/objects/")
+    report = catalog.verify(backend.open(), manifest)
+    assert report.ok and report.checked == 9
+    assert backend.proxy.count(Action.CUT) == 2
+
+
+def _object_of(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("fault", [RESET_BEFORE, RESET_AFTER, STATUS_500, STATUS_503, STALL])
+def test_an_upload_under_a_persistent_fault_commits_nothing_then_resumes(
+    backend: ProxiedBackend, make_image_list: MakeImageList, fault: Fault
+) -> None:
+    list_file = make_image_list(10)
+    broken = _object_of(list_file.parent / "data" / "img0006.jpg")
+    backend.proxy.inject(fault, methods={backend.write_method}, containing=broken)
+    store = backend.open(**QUICK)
+    with pytest.raises(EXPECTED_ERROR[fault.action]) as caught:
+        upload(list_file, "cats", store=store, max_requests=4)
+    assert broken in str(caught.value) and backend.proxy.endpoint_url in str(caught.value)
+
+    direct = backend.open_direct()
+    assert catalog.versions(direct, "cats") == []
+    assert not direct.exists(catalog.list_path("cats", 1))
+    stored = direct.list(f"{catalog.dataset_folder('cats')}/objects")
+    # Only a reset after the server answered leaves the object stored (the client never heard it was).
+    assert (f"{catalog.dataset_folder('cats')}/{object_key(broken)}" in stored) is (fault.action is Action.RESET_AFTER)
+
+    backend.proxy.clear()
+    result = upload(list_file, "cats", store=store)
+    assert result.created and result.manifest.version == 1
+    assert result.sent_files == 10 - len(stored)
+    assert list(reader("cats", direct)()) == image_rows(list_file)
+    assert catalog.verify(direct, result.manifest).ok
+
+
+@pytest.mark.s3
+@pytest.mark.timeout(90)
+def test_the_upload_command_reports_a_stalled_store_and_resumes(
+    s3_backend: ProxiedBackend, make_image_list: MakeImageList
+) -> None:
+    list_file = make_image_list(6)
+    s3_backend.proxy.inject(Fault.stall(), methods={"PUT"}, containing="/objects/")
+    command = [sys.executable, "-m", "datamount.cli.main", "upload", str(list_file), "cats", "-q"]
+    command += ["--store", s3_backend.url, "-o", f"endpoint_url={s3_backend.proxy.endpoint_url}"]
+    command += ["-o", "read_timeout=1", "-o", "retries=1"]
+    stalled = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert stalled.returncode == 5, stalled.stdout + stalled.stderr
+    assert stalled.stderr.startswith(f"datamount: error: cannot upload {s3_backend.url}/datasets/cats/objects/")
+    assert "stopped answering: silent for 1 s (read_timeout), 2 attempts" in stalled.stderr
+    assert "Traceback" not in stalled.stderr
+    assert catalog.versions(s3_backend.open_direct(), "cats") == []
+
+    s3_backend.proxy.clear()
+    resumed = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "uploaded cats@1: image, 6 rows, 6 files" in resumed.stdout
+    assert list(reader("cats", s3_backend.open_direct())()) == image_rows(list_file)
+
+
+# -- a cut anywhere: never short bytes -----------------------------------------------------------------------------
+
+
+@pytest.mark.s3
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    data=st.binary(min_size=1, max_size=50_000),
+    cut=st.integers(min_value=0),
+    span=st.tuples(st.integers(min_value=0), st.integers(min_value=0)),
+)
+def test_an_answer_cut_anywhere_is_fetched_again_never_returned_short(
+    s3_backend: ProxiedBackend, quick_s3_store: Store, data: bytes, cut: int, span: tuple[int, int]
+) -> None:
+    store, proxy = quick_s3_store, s3_backend.proxy
+    store.write("blob", data)
+    start, end = sorted(x % (len(data) + 1) for x in span)
+    proxy.clear()
+    proxy.inject(Fault.cut(cut % len(data)), times=1, methods={"GET"}, containing="root/blob")
+    assert store.read("blob") == data
+    if start == end:
+        assert store.read_range("blob", start, end) == b""
+        return
+    proxy.inject(Fault.cut(cut % (end - start)), times=1, methods={"GET"}, containing="root/blob")
+    assert store.read_range("blob", start, end) == data[start:end]
+    proxy.inject(Fault.cut(cut % (end - start)), methods={"GET"}, containing="root/blob")
+    with pytest.raises(StoreIOError, match="cut short"):
+        store.read_range("blob", start, end)
+
+
+# -- the defaults ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.s3
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_with_default_settings_a_stalled_read_fails_within_a_bounded_time(s3_backend: ProxiedBackend) -> None:
+    store = s3_backend.open()
+    store.write("blob", b"x" * 1000)
+    s3_backend.proxy.inject(Fault.stall(), methods={"GET"})
+    with pytest.raises(StoreUnreachableError, match=r"silent for 30 s \(read_timeout\), 3 attempts"):
+        store.read("blob")
+    assert s3_backend.proxy.count(Action.STALL) == 3
+
+
+@pytest.mark.s3
+def test_timeout_and_retry_options_are_checked(s3_server: S3Server, s3_bucket: str) -> None:
+    for bad in ({"read_timeout": 0}, {"connect_timeout": "soon"}, {"retries": -1}, {"retries": 1.5}):
+        name = next(iter(bad))
+        with pytest.raises(StoreConfigError, match=name):
+            open_store(f"s3://{s3_bucket}", endpoint_url=s3_server.endpoint_url, check=False, **bad)
+    fast = open_store(
+        f"s3://{s3_bucket}", endpoint_url=s3_server.endpoint_url, read_timeout="2.5", retries="0", check=False
+    )
+    assert fast.fs.config_kwargs["read_timeout"] == 2.5
+    assert fast.fs.config_kwargs["retries"]["total_max_attempts"] == 1
