@@ -168,7 +168,7 @@ def info(name: str, store_ref: str | None, options: tuple[str, ...]) -> None:
 @backend_options
 def head(name: str, count: int, store_ref: str | None, options: tuple[str, ...]) -> None:
     """Print the first samples of dataset NAME as tuples (bytes shown as their type and size)."""
-    samples = reader(name, _open(store_ref, options), max_requests=max(1, min(count, 16)))
+    samples = reader(name, _open(store_ref, options), max_requests=max(1, min(count, 16)), rank=0, world_size=1)
     for sample in itertools.islice(samples(), count):
         click.echo("(" + ", ".join(describe(value) for value in sample) + ")")
 

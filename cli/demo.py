@@ -44,7 +44,7 @@ def demo(store_ref: str | None, options: tuple[str, ...], quiet: bool) -> None:
 
 
 def _show(store: Store, name: str) -> None:
-    samples = reader(name, store)
+    samples = reader(name, store, rank=0, world_size=1)
     click.echo(f"\nreader({name!r}) -> {samples.manifest.ref}, columns {samples.manifest.columns}")
     for sample in itertools.islice(samples(), 3):
         click.echo("  (" + ", ".join(describe(value) for value in sample) + ")")

@@ -31,7 +31,7 @@ def cat(name: str, store_ref: str | None, options: tuple[str, ...]) -> None:
             "refusing to write a binary stream to a terminal; pipe it, e.g. "
             f"'datamount cat {name} | datamount pretty-print'"
         )
-    samples = reader(name, open_store(store_ref, **options_dict(options)))
+    samples = reader(name, open_store(store_ref, **options_dict(options)), rank=0, world_size=1)
     with write_to("-") as stream:
         stream.set_columns(*samples.manifest.columns)
         stream.write_many(samples())

@@ -14,13 +14,22 @@ from datamount.readers.decorators import (
     shuffle,
     xmap_readers,
 )
-from datamount.readers.errors import ComposeNotAligned, NotPicklableError, SharedMemoryError, WorkerDiedError
+from datamount.readers.errors import (
+    ComposeNotAligned,
+    DistributedConfigError,
+    NotPicklableError,
+    ReaderStateError,
+    SharedMemoryError,
+    WorkerDiedError,
+)
 
 __all__ = [
     "ComposeNotAligned",
     "DataLoader",
     "DatasetReader",
+    "DistributedConfigError",
     "NotPicklableError",
+    "ReaderStateError",
     "SharedMemoryError",
     "WorkerDiedError",
     "batch",

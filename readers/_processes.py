@@ -9,6 +9,8 @@ import pickle
 import queue
 import signal
 import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from multiprocessing.context import BaseContext
 from multiprocessing.process import BaseProcess
 from multiprocessing.reduction import ForkingPickler
@@ -89,15 +91,9 @@ def require_picklable(value: object, what: str, method: str) -> None:
         ) from exc
 
 
-def advance_epochs(reader: object, by: int = 1) -> None:
-    """Advance the per-epoch state of ``reader`` and of every reader it decorates, as ``by`` calls of it would.
-
-    A worker process runs an epoch on its own copy of the reader, so state the epoch changes (the epoch number of
-    ``shuffle``) would stay behind in this process and every epoch would repeat the first. The parent calls this
-    once the worker has its copy, so the next worker starts where this one ends. Readers take part by having an
-    ``_advance_epoch(by)`` method; decorators are found through their ``reader`` / ``readers`` attributes and
-    ``functools.partial`` arguments.
-    """
+def walk_readers(reader: object) -> Iterator[object]:
+    """``reader`` and every reader it decorates, each once: decorators are followed through their ``reader`` /
+    ``readers`` attributes and the arguments of ``functools.partial``."""
     seen: set[int] = set()
     pending = [reader]
     while pending:
@@ -108,9 +104,7 @@ def advance_epochs(reader: object, by: int = 1) -> None:
         if isinstance(node, (list, tuple)):
             pending.extend(node)
             continue
-        advance = getattr(node, "_advance_epoch", None)
-        if callable(advance):
-            advance(by)
+        yield node
         if isinstance(node, functools.partial):
             pending.extend((node.func, *node.args, *node.keywords.values()))
         for name in ("reader", "readers"):
@@ -119,6 +113,64 @@ def advance_epochs(reader: object, by: int = 1) -> None:
                 pending.extend(child)
             elif child is not None:
                 pending.append(child)
+
+
+def advance_epochs(reader: object, by: int = 1) -> None:
+    """Advance the per-epoch state of ``reader`` and of every reader it decorates, as ``by`` calls of it would.
+
+    A worker process runs an epoch on its own copy of the reader, so state the epoch changes (the epoch number of
+    ``shuffle`` and of a dataset reader, where a resumed dataset reader starts) would stay behind in this process
+    and every epoch would repeat the first. The parent calls this once the worker has its copy, so the next worker
+    starts where this one ends. Readers take part by having an ``_advance_epoch(by)`` method.
+    """
+    for node in walk_readers(reader):
+        advance = getattr(node, "_advance_epoch", None)
+        if callable(advance):
+            advance(by)
+
+
+def split_among_workers(readers: Sequence[Callable[[], Any]]) -> tuple[Callable[[], Any], ...]:
+    """The readers of worker processes, each dataset reader that several of them contain split among those.
+
+    A dataset reader (anything with a ``_worker_token`` and ``_assign_worker(index, count)``) found in the chains
+    of ``k`` > 1 of ``readers`` is read in ``k`` parts, one per worker that holds it; copies of one reader keep its
+    token, so they count as the same reader. A reader found in one worker only is read whole.
+    """
+    holders: dict[str, list[int]] = {}
+    for index, reader in enumerate(readers):
+        tokens = {getattr(node, "_worker_token", None) for node in walk_readers(reader)}
+        for token in tokens:
+            if isinstance(token, str):
+                holders.setdefault(token, []).append(index)
+    parts: list[dict[str, tuple[int, int]]] = [{} for _ in readers]
+    for token, indices in holders.items():
+        if len(indices) > 1:
+            for part, index in enumerate(indices):
+                parts[index][token] = (part, len(indices))
+    return tuple(
+        WorkerPart(reader, tuple(sorted(assigned.items()))) if assigned else reader
+        for reader, assigned in zip(readers, parts, strict=True)
+    )
+
+
+@dataclass(frozen=True, eq=False)
+class WorkerPart:
+    """A worker's reader that tells the dataset readers in it which part of their share to read."""
+
+    reader: Callable[[], Any]
+    parts: tuple[tuple[str, tuple[int, int]], ...]
+
+    def __call__(self) -> Any:
+        # Runs in the worker, on its own copy of the chain: the assignment never reaches the parent's readers.
+        wanted = dict(self.parts)
+        for node in walk_readers(self.reader):
+            token = getattr(node, "_worker_token", None)
+            if isinstance(token, str) and token in wanted:
+                node._assign_worker(*wanted[token])  # type: ignore[attr-defined]
+        return self.reader()
+
+    def __repr__(self) -> str:
+        return repr(self.reader)
 
 
 def exit_description(process: BaseProcess) -> str:

@@ -2,19 +2,66 @@
 
 from __future__ import annotations
 
+import hashlib
+import itertools
+import numbers
 import os
-from collections.abc import Iterator
+import threading
+import uuid
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from datamount.datasets import catalog
 from datamount.datasets.manifest import Manifest
+from datamount.datasets.public_splits import split_manifest
 from datamount.datasets.shards import ShardSource
+from datamount.readers._processes import close_iterator
+from datamount.readers.sharding import (
+    DEFAULT_REMAINDER,
+    DistributedConfigError,
+    EpochOrder,
+    Piece,
+    ReaderState,
+    ReaderStateError,
+    check_remainder,
+    check_worker,
+    resolve_rank,
+    share_bounds,
+    torch_worker,
+    worker_runs,
+)
 from datamount.storage import Store, open_store
 from datamount.storage.cache import CACHE_DIR_ENV, ContentCache
 
 DEFAULT_MAX_BYTES_IN_FLIGHT = 256 << 20
 #: Rows in one unit of work of an unpacked version (packed versions use their row groups).
 DEFAULT_ROWS_PER_SPAN = 1024
+#: Row groups read ahead of a sharded or shuffled pass over a packed version: on local disk enough to decode one
+#: while another becomes Python objects; on remote stores enough to hide each ranged GET's latency.
+PIECES_AHEAD_LOCAL = 2
+PIECES_AHEAD_REMOTE = 8
+#: What must be the same in a saved state and the reader that loads it, and how to say so when it is not.
+_STATE_FIT = {
+    "fingerprint": "the dataset's content differs from the one the state was saved from",
+    "split": "pass split= as when the state was saved",
+    "rows": "the dataset's row count differs from the one the state was saved from",
+    "layout": "spans differ: pass use_shards= (and rows_per_span=) as when the state was saved",
+    "shuffle": "pass shuffle= as when the state was saved",
+    "seed": "pass seed= as when the state was saved",
+    "remainder": "pass remainder= as when the state was saved",
+}
+
+
+@dataclass
+class _PassProgress:
+    """A pass that has begun: its epoch, the share position it started at, and the samples it has yielded."""
+
+    epoch: int
+    start: int
+    yielded: int = 0
 
 
 class DatasetReader:
@@ -22,6 +69,11 @@ class DatasetReader:
 
     The version is fixed when the reader is made (``name`` means the latest committed one at that moment), so a
     new upload never changes what a running job reads. Picklable: worker processes can take it.
+
+    In a distributed job each call reads this rank's share of the epoch, and in a worker process (a copy in
+    :func:`~datamount.readers.multiprocess_reader`, a PyTorch DataLoader worker) that worker's part of it; see
+    :func:`reader` for the arguments and ``docs/sharding.md`` for the guarantees. ``epoch`` is the number of the
+    next pass; :meth:`state_dict` tells where the reader stands and :meth:`load_state_dict` continues from there.
     """
 
     def __init__(
@@ -33,9 +85,28 @@ class DatasetReader:
         max_bytes: int = DEFAULT_MAX_BYTES_IN_FLIGHT,
         use_shards: bool = True,
         cache: ContentCache | str | bool | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+        shuffle: bool = False,
+        seed: int = 0,
+        remainder: str = DEFAULT_REMAINDER,
+        rows_per_span: int = DEFAULT_ROWS_PER_SPAN,
+        worker_chunk: int = 1,
+        split: str | None = None,
     ) -> None:
+        self.rank, self.world_size = resolve_rank(rank, world_size)
+        if not isinstance(shuffle, bool):
+            raise DistributedConfigError(f"shuffle must be True or False, got {shuffle!r}")
+        self.shuffle = shuffle
+        self.seed = _whole(seed, "seed", minimum=None)
+        self.remainder = check_remainder(remainder)
+        self.rows_per_span = _whole(rows_per_span, "rows_per_span", minimum=1)
+        self.worker_chunk = _whole(worker_chunk, "worker_chunk", minimum=1)
         self.store = open_store(store)
         self.manifest: Manifest = catalog.resolve(self.store, name)
+        self.split = split or ""
+        if split is not None:
+            self.manifest = split_manifest(self.manifest, split)
         self.max_requests = max_requests
         self.max_bytes = max_bytes
         self.shards = (
@@ -46,20 +117,255 @@ class DatasetReader:
         self._rows = catalog.read_rows(self.store, self.manifest) if self.shards is None else []
         image_objects = self.shards is None and self.manifest.kind == "image"
         self._located = catalog.object_locations(self.manifest, self._rows) if image_objects else []
+        self.epoch = 0
+        self._resume: tuple[int, int] | None = None  # (epoch, position) the pass of that epoch starts at
+        self._pass: _PassProgress | None = None
+        self._worker: tuple[int, int] | None = None  # set in a multiprocess_reader worker that shares this reader
+        self._worker_token = uuid.uuid4().hex  # kept by copies, so that workers can tell it is the same reader
+        self._span_list: list[range] | None = None
+        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return self.manifest.rows
 
     def __repr__(self) -> str:
         packed = ", packed" if self.shards is not None else ""
-        return f"DatasetReader({self.manifest.ref!r}, {self.store.url!r}, rows={self.manifest.rows}{packed})"
+        packed += f", split {self.split!r}" if self.split else ""
+        sharded = f", rank {self.rank} of {self.world_size}" if self.world_size > 1 else ""
+        shuffled = f", shuffle seed {self.seed}" if self.shuffle else ""
+        return (
+            f"DatasetReader({self.manifest.ref!r}, {self.store.url!r}, rows={self.manifest.rows}"
+            f"{packed}{sharded}{shuffled})"
+        )
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    # --------------------------------------------------------------------------------------------------- passes
 
     def __call__(self) -> Iterator[tuple[Any, ...]]:
+        """One pass: this rank's (and worker's) share of epoch :attr:`epoch`, which then moves on by one."""
+        with self._lock:
+            progress = self._begin_pass()
+        worker, workers = self._worker_slot()
+        if not self.shuffle and self.world_size == 1 and workers == 1 and progress.start == 0:
+            samples = self._whole_pass()
+        else:
+            samples = self._share_pass(progress, worker, workers)
+        return _counted(samples, progress)
+
+    def _begin_pass(self) -> _PassProgress:
+        epoch = self.epoch
+        start = self._resume[1] if self._resume is not None and self._resume[0] == epoch else 0
+        self._resume = None
+        self.epoch += 1
+        self._pass = _PassProgress(epoch, start)
+        return self._pass
+
+    def _advance_epoch(self, by: int) -> None:
+        """A copy of this reader runs the next pass in a worker process (``by=1``), or that pass is taken back to
+        run here after all (``by=-1``); see :func:`~datamount.readers._processes.advance_epochs`."""
+        with self._lock:
+            if by > 0:
+                self._begin_pass()
+                self.epoch += by - 1
+                return
+            undone = self._pass
+            self.epoch += by
+            self._pass = None
+            if undone is not None and undone.start:
+                self._resume = (undone.epoch, undone.start)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make the next pass epoch ``epoch`` (as ``DistributedSampler.set_epoch``), read from the start of the
+        share, or from a loaded state's position if the state is of that epoch."""
+        number = _whole(epoch, "epoch", minimum=0)
+        with self._lock:
+            self.epoch = number
+            self._pass = None
+            if self._resume is not None and self._resume[0] != number:
+                self._resume = None
+
+    def _worker_slot(self) -> tuple[int, int]:
+        if self._worker is not None:
+            return self._worker
+        return torch_worker() or (0, 1)
+
+    def _assign_worker(self, index: int, count: int) -> None:
+        """Read only part ``index`` of ``count`` of each share (set by ``multiprocess_reader`` in its workers)."""
+        self._worker = check_worker(index, count)
+
+    def _whole_pass(self) -> Iterator[tuple[Any, ...]]:
         if self.shards is not None:
             return self.shards.samples()
         if self.manifest.kind == "image":
             return self._image_samples()
         return iter(self._rows)
+
+    def _share_pass(self, progress: _PassProgress, worker: int, workers: int) -> Iterator[tuple[Any, ...]]:
+        order = EpochOrder(self.spans(self.rows_per_span), shuffle=self.shuffle, seed=self.seed, epoch=progress.epoch)
+        low, high = share_bounds(self.manifest.rows, self.rank, self.world_size, self.remainder)
+        runs = worker_runs(progress.start, high - low, worker, workers, self.worker_chunk)
+        pieces = order.pieces((low + first, low + stop) for first, stop in runs)
+        if self.shards is not None:
+            return self._packed_pieces(self.shards, pieces)
+        rows = (row for piece in pieces for row in piece.rows)
+        if self.manifest.kind == "image":
+            return self._image_rows(rows)
+        return (self._rows[row] for row in rows)
+
+    @staticmethod
+    def _packed_pieces(shards: ShardSource, pieces: Iterator[Piece]) -> Iterator[tuple[Any, ...]]:
+        """The rows of each piece, the next pieces' row groups read and decoded in threads while this one is
+        yielded (Arrow decodes one without the GIL while another becomes Python objects)."""
+        ahead = PIECES_AHEAD_LOCAL if shards.store.protocol == "file" else PIECES_AHEAD_REMOTE
+        with ThreadPoolExecutor(max_workers=ahead, thread_name_prefix="datamount-span") as readers:
+            upcoming: deque[Future[list[tuple[Any, ...]]]] = deque()
+            try:
+                for piece in itertools.islice(pieces, ahead):
+                    upcoming.append(readers.submit(_piece_rows, shards, piece))
+                while upcoming:
+                    current = upcoming.popleft().result()
+                    following = next(pieces, None)
+                    if following is not None:
+                        upcoming.append(readers.submit(_piece_rows, shards, following))
+                    yield from current
+            finally:
+                for future in upcoming:
+                    future.cancel()
+
+    def _image_rows(self, rows: Iterable[int]) -> Iterator[tuple[Any, ...]]:
+        """Image rows ``rows`` in that order, their objects read with many requests in flight."""
+        for_paths, for_sizes, for_labels = itertools.tee(rows, 3)
+        blobs = self.store.read_many(
+            (self._located[row][0] for row in for_paths),
+            sizes=(self._located[row][1] for row in for_sizes),
+            max_requests=self.max_requests,
+            max_bytes=self.max_bytes,
+        )
+        for row, data in zip(for_labels, blobs, strict=True):
+            yield (data, *self._rows[row][1:])
+
+    @property
+    def share_size(self) -> int:
+        """Samples in this rank's share of each epoch (all of this process's workers together)."""
+        low, high = share_bounds(self.manifest.rows, self.rank, self.world_size, self.remainder)
+        return high - low
+
+    # ---------------------------------------------------------------------------------------------------- state
+
+    def state_dict(self, consumed: int | None = None) -> dict[str, Any]:
+        """Where this reader stands, as a small JSON-able dict for :meth:`load_state_dict` or
+        :meth:`from_state_dict`: the dataset version, the settings that decide the order, the epoch and the
+        position in this rank's share.
+
+        Parameters
+        ----------
+        consumed
+            Samples of the current pass your loop has taken. By default, those this reader has yielded in this
+            process, which is exact when the loop iterates the reader itself. Pass it when something reads ahead
+            (a DataLoader prefetching, ``buffered``) or when worker processes do the reading (our DataLoader's
+            process mode, ``multiprocess_reader``, PyTorch's DataLoader): e.g. ``steps * batch_size``.
+        """
+        with self._lock:
+            progress = self._pass
+            if progress is not None:
+                epoch, start, done = progress.epoch, progress.start, progress.yielded
+            else:
+                epoch, done = self.epoch, 0
+                start = self._resume[1] if self._resume is not None and self._resume[0] == epoch else 0
+        size = self.share_size
+        if consumed is not None:
+            done = _whole(consumed, "consumed", minimum=0)
+            if start + done > size:
+                raise ReaderStateError(
+                    f"consumed={done} is more than the {size - start} samples of epoch {epoch}'s share "
+                    f"{'from position ' + str(start) + ' ' if start else ''}(rank {self.rank} of {self.world_size})"
+                )
+        position = start + done
+        if position >= size and (size or progress is not None):  # a pass at its end: the next one starts afresh
+            epoch, position = epoch + 1, 0
+        return self._state(epoch, position).to_dict()
+
+    def _state(self, epoch: int, position: int) -> ReaderState:
+        return ReaderState(
+            dataset=self.manifest.ref,
+            split=self.split,
+            fingerprint=_fingerprint(self.manifest),
+            rows=self.manifest.rows,
+            layout="row-groups" if self.shards is not None else f"lines:{self.rows_per_span}",
+            shuffle=self.shuffle,
+            seed=self.seed,
+            remainder=self.remainder,
+            rank=self.rank,
+            world_size=self.world_size,
+            epoch=epoch,
+            position=position,
+        )
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue from ``state`` (a :meth:`state_dict`): the next pass is its epoch, from its position.
+
+        The state of one rank serves every rank of a job whose ranks consume in step (as data-parallel training
+        does); the world size must be the one the state was saved with.
+
+        Raises
+        ------
+        ReaderStateError
+            The state is malformed, or of another dataset version, layout, order (shuffle, seed, remainder) or
+            world size than this reader.
+        """
+        saved = ReaderState.from_dict(state)
+        mine = self._state(saved.epoch, saved.position)
+        if saved.dataset != mine.dataset:
+            raise ReaderStateError(
+                f"the state is for {saved.dataset} but this reader reads {mine.dataset}; build the reader with "
+                f"reader({saved.dataset!r}, ...) or DatasetReader.from_state_dict(state)"
+            )
+        if saved.world_size != mine.world_size:
+            raise ReaderStateError(
+                f"the state was saved by a job of {saved.world_size} ranks and this one has {mine.world_size}: "
+                "a position in one rank's share means nothing under another split. Resume with "
+                f"{saved.world_size} ranks, or start the next epoch afresh with reader.set_epoch({saved.epoch + 1})"
+            )
+        for name, fix in _STATE_FIT.items():
+            if getattr(saved, name) != getattr(mine, name):
+                raise ReaderStateError(
+                    f"the state of {saved.dataset} does not fit this reader: {name} is {getattr(saved, name)!r} "
+                    f"there and {getattr(mine, name)!r} here ({fix})"
+                )
+        with self._lock:
+            self.epoch = saved.epoch
+            self._pass = None
+            self._resume = (saved.epoch, min(saved.position, self.share_size))
+
+    @classmethod
+    def from_state_dict(
+        cls, state: Mapping[str, Any], store: Store | str | None = None, **options: Any
+    ) -> DatasetReader:
+        """A reader that continues from ``state``: the same dataset version, layout and order settings, read from
+        ``store`` (the default store unless given; the state records the URL it was saved from, not its
+        credentials). ``options`` are those of :func:`reader` (rank, world size, cache, ...)."""
+        saved = ReaderState.from_dict(state)
+        layout: dict[str, Any] = {"shuffle": saved.shuffle, "seed": saved.seed, "remainder": saved.remainder}
+        if saved.split:
+            layout["split"] = saved.split
+        if saved.layout == "row-groups":
+            layout["use_shards"] = True
+        else:
+            layout["use_shards"] = False
+            layout["rows_per_span"] = int(saved.layout.partition(":")[2] or DEFAULT_ROWS_PER_SPAN)
+        samples = cls(saved.dataset, store, **{**layout, **options})
+        samples.load_state_dict(state)
+        return samples
+
+    # ------------------------------------------------------------------------------------------ random access
 
     def __getitem__(self, index: int) -> tuple[Any, ...]:
         """Row ``index`` (for samplers): from packed shards, only the row group that holds it is read."""
@@ -78,7 +384,9 @@ class DatasetReader:
         """The version cut into consecutive row ranges: the row groups of a packed version (each read with one
         request), else ranges of ``rows_per_span`` list lines. Distributed readers hand these out as units of work."""
         if self.shards is not None:
-            return self.shards.row_groups()
+            if self._span_list is None:
+                self._span_list = self.shards.row_groups()
+            return self._span_list
         if rows_per_span < 1:
             raise ValueError(f"rows_per_span must be at least 1, not {rows_per_span}")
         total = self.manifest.rows
@@ -86,7 +394,8 @@ class DatasetReader:
 
     def rows(self, start: int, stop: int) -> Iterator[tuple[Any, ...]]:
         """Rows ``start`` to ``stop - 1`` of the version, in order, as :meth:`__call__` yields them."""
-        start, stop = max(start, 0), min(stop, self.manifest.rows)
+        start = max(start, 0)
+        stop = max(min(stop, self.manifest.rows), start)  # an empty range, never a slice from the end
         if self.shards is not None:
             return self.shards.rows(start, stop)
         if self.manifest.kind == "image":
@@ -103,6 +412,40 @@ class DatasetReader:
         )
         for row, data in zip(self._rows[start:stop], blobs, strict=True):
             yield (data, *row[1:])
+
+
+def _piece_rows(shards: ShardSource, piece: Piece) -> list[tuple[Any, ...]]:
+    """A piece's rows in its order, from the one row group that holds them (decoding only the stretch they span)."""
+    rows = piece.rows
+    if isinstance(rows, range):
+        return list(shards.rows(rows.start, rows.stop))
+    low = min(rows)
+    decoded = list(shards.rows(low, max(rows) + 1))
+    return [decoded[row - low] for row in rows]
+
+
+def _counted(samples: Iterator[tuple[Any, ...]], progress: _PassProgress) -> Iterator[tuple[Any, ...]]:
+    """``samples``, counting each into ``progress`` as it is handed out."""
+    try:
+        for sample in samples:
+            progress.yielded += 1
+            yield sample
+    finally:
+        close_iterator(samples)
+
+
+def _whole(value: object, name: str, *, minimum: int | None) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise DistributedConfigError(f"{name} must be a whole number, got {value!r}")
+    if minimum is not None and value < minimum:
+        raise DistributedConfigError(f"{name} must be at least {minimum}, got {value}")
+    return int(value)
+
+
+def _fingerprint(manifest: Manifest) -> str:
+    """The version's content in 16 hex digits: its list's sha256, or its shards' for a version stored only packed."""
+    source = manifest.list_sha256 or "\n".join(shard.sha256 for shard in manifest.shards)
+    return hashlib.sha256(source.encode()).hexdigest()[:16]
 
 
 def _cache(option: ContentCache | str | bool | None) -> ContentCache | None:
@@ -127,5 +470,46 @@ def reader(name: str, store: Store | str | None = None, **options: Any) -> Datas
     ``store`` defaults to the default store (``$DATAMOUNT_STORE``), so the same
     script reads from a laptop's local folder or a cluster's shared store, as its environment says. A name the
     user has no dataset for is looked up in the store's public area.
+
+    In a distributed job each call reads only this rank's share of the epoch (``docs/sharding.md``).
+
+    Parameters
+    ----------
+    name
+        ``name`` (the latest version when the reader is made) or ``name@N``.
+    store
+        A :class:`~datamount.storage.Store`, a URL, a path or a profile name; the default store if None.
+    max_requests, max_bytes
+        Reads in flight at most, and bytes in flight at most (unpacked image datasets).
+    use_shards
+        Read a packed version from its Parquet shards (True) or from its objects and list.
+    cache
+        Keep remote shards in a local cache: True (the default cache), a folder, a ``ContentCache``.
+    rank, world_size
+        This process's rank and the number of ranks. Both or neither; with neither, torchrun's ``RANK`` and
+        ``WORLD_SIZE``, else PaddlePaddle's ``PADDLE_TRAINER_ID`` and ``PADDLE_TRAINERS_NUM``, else rank 0 of 1.
+        ``rank=0, world_size=1`` reads the whole dataset inside a distributed job.
+    shuffle
+        Each epoch in its own order, drawn from ``(seed, epoch)``: the spans (row groups, or runs of
+        ``rows_per_span`` list lines) in a permuted order, the rows of each span permuted within it.
+    seed
+        The shuffle's seed; every rank must use the same one (the default, 0, is).
+    remainder
+        When the rows do not divide by the world size: ``"pad"`` (default) repeats a few rows so that every rank
+        reads as many samples; ``"drop"`` leaves the last rows of the epoch out; ``"uneven"`` reads every row
+        once, some ranks one sample more.
+    rows_per_span
+        Rows of each span of an unpacked version (a packed version's spans are its row groups).
+    split
+        Only this split's rows, for datasets made of splits (the public datasets: ``reader("mnist",
+        split="test")``); without it, every split, one after the other.
+    worker_chunk
+        Samples a worker process takes at a time from the rank's share, in turn with the other workers. Set it to
+        the ``batch_size`` of a PyTorch DataLoader with workers, which then yields the share in its order.
+
+    Raises
+    ------
+    DistributedConfigError
+        A rank, world size or option that is missing, malformed or inconsistent.
     """
     return DatasetReader(name, store, **options)

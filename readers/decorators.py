@@ -39,6 +39,7 @@ from datamount.readers._processes import (
     close_iterator,
     effective_start_method,
     require_picklable,
+    split_among_workers,
     start_method_of,
 )
 from datamount.readers.errors import ComposeNotAligned
@@ -514,7 +515,10 @@ def multiprocess_reader(
     """Run each reader in its own process and merge their samples as they arrive.
 
     Samples cross with pickle, so any picklable sample arrives intact (bytes, numpy arrays, tuples, ``None``).
-    The order within one reader is kept; across readers it depends on timing.
+    The order within one reader is kept; across readers it depends on timing. A dataset reader
+    (:func:`~datamount.readers.reader`) that several of the readers contain, e.g. ``[samples] * 4`` or
+    ``[map_readers(decode, samples)] * 4``, is split among them: each worker reads its own part of the share,
+    together they read it once (see ``docs/sharding.md``).
 
     Parameters
     ----------
@@ -551,4 +555,4 @@ def multiprocess_reader(
     if (method := effective_start_method(start_method)) != "fork":
         for index, reader in enumerate(readers):
             require_picklable(reader, f"multiprocess_reader(): reader {index} ({reader!r})", method)
-    return MultiprocessReader(tuple(readers), bool(use_pipe), size, start_method)
+    return MultiprocessReader(split_among_workers(readers), bool(use_pipe), size, start_method)

@@ -23,3 +23,12 @@ class SharedMemoryError(DatamountError, OSError):
 
 class StreamFormatError(DatamountError, ValueError):
     """A stream cannot be read (empty, not Arrow, truncated, a newer format) or an entry does not fit its columns."""
+
+
+class DistributedConfigError(DatamountError, ValueError):
+    """The rank, world size or worker settings (arguments or environment variables) are missing, malformed or
+    inconsistent; the message names the variable or argument."""
+
+
+class ReaderStateError(DatamountError, ValueError):
+    """A reader state (``state_dict()``) is malformed or does not belong to the reader it is loaded into."""

@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from conftest import MakeImageList
@@ -74,6 +74,7 @@ def test_spans_cover_the_version_once_and_read_as_a_pass_does(
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(start=st.integers(-5, 70), length=st.integers(0, 70))
+@example(start=-1, length=0)
 def test_any_row_range_reads_the_same_rows_as_a_slice_of_the_pass(
     local_store: Store, make_image_list: MakeImageList, start: int, length: int
 ) -> None:

@@ -147,3 +147,19 @@ def test_images_and_labels_must_agree(tmp_path: Path, local_store: Store) -> Non
     ):
         public.install("mnist", store=local_store, source=made.folder)
     assert catalog.dataset_names(local_store) == []
+
+
+def test_reader_by_name_reads_every_split_or_one(installed: Store, source: MnistSource) -> None:
+    from datamount.readers import DatasetReader, reader
+
+    expected = {
+        split: [(pixels.tobytes(), str(label)) for pixels, label in zip(images, source.labels[split], strict=True)]
+        for split, images in source.images.items()
+    }
+    assert list(reader("mnist", installed)()) == expected["train"] + expected["test"]
+    test_rows = reader("mnist", installed, split="test")
+    assert len(test_rows) == 90 and list(test_rows()) == expected["test"]
+    resumed = DatasetReader.from_state_dict(test_rows.state_dict(consumed=30), installed)
+    assert resumed.split == "test" and list(resumed()) == expected["test"][30:]
+    with pytest.raises(DatasetNotFoundError, match="no 'valid' split"):
+        reader("mnist", installed, split="valid")

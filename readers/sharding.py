@@ -1,0 +1,278 @@
+"""Static sharding: which rank and worker a process is, each rank's share of an epoch, and the epoch's order.
+
+An epoch is one pass over a dataset version cut into *spans* (the row groups of a packed version, runs of list
+lines otherwise). Its order is the spans in a permuted order, each span's rows permuted within it, both drawn from
+``(seed, epoch)``; unshuffled, it is the rows in order. The ranks cut that sequence into consecutive blocks (their
+*shares*), so a rank reads few spans and each span at most once. A rank's share is read in order by one consumer; the
+workers of a process (our ``multiprocess_reader`` copies, PyTorch's DataLoader workers) take chunks of it in turn, so
+that a loader which merges its workers' batches round-robin hands out the share in its order.
+
+Nothing here reads data: :class:`~datamount.readers.dataset.DatasetReader` turns the plans into reads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import os
+import random
+import sys
+from bisect import bisect_right
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from datamount.readers.errors import DistributedConfigError, ReaderStateError
+
+#: How a remainder of ``rows % world_size`` is handled; see :func:`share_bounds`.
+REMAINDER_RULES = ("pad", "drop", "uneven")
+DEFAULT_REMAINDER = "pad"
+#: Rank and world size variables, in the order they are looked at: torchrun's, then PaddlePaddle's.
+ENVIRONMENTS = (("RANK", "WORLD_SIZE"), ("PADDLE_TRAINER_ID", "PADDLE_TRAINERS_NUM"))
+STATE_FORMAT = 1
+
+
+# ------------------------------------------------------------------------------------------- rank and workers
+
+
+def resolve_rank(
+    rank: int | None = None, world_size: int | None = None, environ: Mapping[str, str] | None = None
+) -> tuple[int, int]:
+    """This process's ``(rank, world_size)``: the arguments if given, else torchrun's ``RANK``/``WORLD_SIZE``, else
+    PaddlePaddle's ``PADDLE_TRAINER_ID``/``PADDLE_TRAINERS_NUM``, else ``(0, 1)``.
+
+    Raises
+    ------
+    DistributedConfigError
+        Only one of ``rank``/``world_size`` given; a variable set without its partner; a value that is not a
+        whole number, a rank outside ``0 .. world_size - 1``; torchrun's and Paddle's variables disagreeing.
+    """
+    if rank is not None or world_size is not None:
+        if rank is None or world_size is None:
+            raise DistributedConfigError(
+                f"give both rank and world_size or neither (got rank={rank!r}, world_size={world_size!r}); "
+                "with neither they come from RANK/WORLD_SIZE or PADDLE_TRAINER_ID/PADDLE_TRAINERS_NUM"
+            )
+        return _checked_rank(rank, world_size, "rank", "world_size")
+    environ = os.environ if environ is None else environ
+    found: list[tuple[str, tuple[int, int]]] = []
+    for rank_name, size_name in ENVIRONMENTS:
+        raw_rank, raw_size = environ.get(rank_name, "").strip(), environ.get(size_name, "").strip()
+        if not raw_rank and not raw_size:
+            continue
+        if not raw_rank or not raw_size:
+            missing, present = (rank_name, size_name) if not raw_rank else (size_name, rank_name)
+            raise DistributedConfigError(
+                f"{present} is set ({environ[present]!r}) but {missing} is not: a distributed launcher sets both"
+            )
+        values = (_parse_whole(raw_rank, rank_name), _parse_whole(raw_size, size_name))
+        found.append((f"{rank_name}/{size_name}", _checked_rank(*values, rank_name, size_name)))
+    if len(found) == 2 and found[0][1] != found[1][1]:
+        (first, (r1, w1)), (second, (r2, w2)) = found
+        raise DistributedConfigError(
+            f"{first} say rank {r1} of {w1} but {second} say rank {r2} of {w2}; unset one pair or pass rank= "
+            "and world_size= explicitly"
+        )
+    return found[0][1] if found else (0, 1)
+
+
+def _parse_whole(text: str, name: str) -> int:
+    try:
+        return int(text, 10)
+    except ValueError:
+        raise DistributedConfigError(f"{name}={text!r} is not a whole number") from None
+
+
+def _checked_rank(rank: Any, world_size: Any, rank_name: str, size_name: str) -> tuple[int, int]:
+    for value, name in ((rank, rank_name), (world_size, size_name)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise DistributedConfigError(f"{name} must be a whole number, got {value!r}")
+    if world_size < 1:
+        raise DistributedConfigError(f"{size_name}={world_size} must be at least 1")
+    if not 0 <= rank < world_size:
+        raise DistributedConfigError(f"{rank_name}={rank} must be between 0 and {size_name} - 1 = {world_size - 1}")
+    return rank, world_size
+
+
+def torch_worker() -> tuple[int, int] | None:
+    """``(worker id, number of workers)`` inside a PyTorch DataLoader worker, else None.
+
+    Looked up only when ``torch.utils.data`` is already imported: a process that never imported torch is not one
+    of its workers, and importing it here would cost seconds.
+    """
+    data = sys.modules.get("torch.utils.data")
+    info = data.get_worker_info() if data is not None else None
+    return None if info is None else (int(info.id), int(info.num_workers))
+
+
+def check_worker(index: int, count: int) -> tuple[int, int]:
+    """``(index, count)`` of a worker, checked."""
+    try:
+        return _checked_rank(index, count, "worker index", "number of workers")
+    except DistributedConfigError as exc:
+        raise DistributedConfigError(f"invalid worker: {exc}") from None
+
+
+# ------------------------------------------------------------------------------------------------------ shares
+
+
+def check_remainder(rule: object) -> str:
+    if rule not in REMAINDER_RULES:
+        raise DistributedConfigError(f"remainder must be one of {', '.join(map(repr, REMAINDER_RULES))}, got {rule!r}")
+    return str(rule)
+
+
+def share_bounds(rows: int, rank: int, world_size: int, remainder: str) -> tuple[int, int]:
+    """Rank ``rank``'s share as ``[start, stop)`` in the epoch's sequence of ``rows`` rows, repeated as needed.
+
+    ``"pad"``: every rank gets ``ceil(rows / world_size)`` rows; the last shares run past the end and wrap around
+    to the start of the sequence, so fewer than ``world_size`` rows are read twice. ``"drop"``: every rank gets
+    ``rows // world_size`` rows; the last ``rows % world_size`` of the sequence are left out this epoch.
+    ``"uneven"``: the first ``rows % world_size`` ranks get one row more; every row is read exactly once.
+    """
+    if remainder == "pad":
+        size = -(-rows // world_size)
+        return rank * size, (rank + 1) * size
+    if remainder == "drop":
+        size = rows // world_size
+        return rank * size, (rank + 1) * size
+    size, extra = divmod(rows, world_size)
+    start = rank * size + min(rank, extra)
+    return start, start + size + (rank < extra)
+
+
+def worker_runs(start: int, stop: int, worker: int, workers: int, chunk: int) -> Iterator[tuple[int, int]]:
+    """The runs ``[a, b)`` of share positions ``start .. stop - 1`` that worker ``worker`` of ``workers`` reads:
+    chunks of ``chunk`` positions counted from ``start``, dealt round-robin."""
+    if workers == 1:
+        if start < stop:
+            yield start, stop
+        return
+    step = chunk * workers
+    for first in range(start + worker * chunk, stop, step):
+        yield first, min(first + chunk, stop)
+
+
+# -------------------------------------------------------------------------------------------- the epoch's order
+
+
+@dataclass(frozen=True)
+class Piece:
+    """Rows to read from one span, in the order they are yielded (absolute row numbers of the version)."""
+
+    span: range
+    rows: Sequence[int]
+
+
+class EpochOrder:
+    """The sequence of one epoch: ``spans`` in an order drawn from ``(seed, epoch)``, each span's rows permuted
+    with their own generator (``random.Random(f"{seed}:{epoch}:{span}")``), so any part of the sequence is found
+    without drawing the rest. Unshuffled, the sequence is the rows in order."""
+
+    def __init__(self, spans: Sequence[range], *, shuffle: bool, seed: int, epoch: int) -> None:
+        self.spans = spans
+        self.shuffle = shuffle
+        self.seed = seed
+        self.epoch = epoch
+        self.order = [index for index, span in enumerate(spans) if len(span)]
+        if shuffle:
+            random.Random(f"{seed}:{epoch}").shuffle(self.order)
+        self.starts = list(itertools.accumulate((len(spans[index]) for index in self.order), initial=0))
+        self._permuted: tuple[int, list[int]] | None = None
+
+    @property
+    def rows(self) -> int:
+        return self.starts[-1]
+
+    def pieces(self, runs: Iterator[tuple[int, int]]) -> Iterator[Piece]:
+        """The rows at sequence positions ``runs`` (which may run past the end and wrap around), grouped into
+        one piece per stretch within a span."""
+        slot = -1
+        wanted: list[int] = []
+        for first, stop in runs:
+            for slot_here, low, high in self._segments(first, stop):
+                if slot_here != slot and wanted:
+                    yield self._piece(slot, wanted)
+                    wanted = []
+                slot = slot_here
+                wanted.extend(range(low, high))
+        if wanted:
+            yield self._piece(slot, wanted)
+
+    def _segments(self, first: int, stop: int) -> Iterator[tuple[int, int, int]]:
+        """``(slot, low, high)``: offsets ``low .. high - 1`` of the span in slot ``slot`` cover ``[first, stop)``."""
+        total = self.rows
+        while first < stop:
+            position = first % total
+            slot = bisect_right(self.starts, position) - 1
+            low = position - self.starts[slot]
+            high = min(low + stop - first, self.starts[slot + 1] - self.starts[slot])
+            yield slot, low, high
+            first += high - low
+
+    def _piece(self, slot: int, offsets: list[int]) -> Piece:
+        index = self.order[slot]
+        span = self.spans[index]
+        if not self.shuffle:
+            if offsets[-1] - offsets[0] == len(offsets) - 1:
+                return Piece(span, range(span.start + offsets[0], span.start + offsets[-1] + 1))
+            return Piece(span, [span.start + offset for offset in offsets])
+        permutation = self._permutation(index)
+        return Piece(span, [span.start + permutation[offset] for offset in offsets])
+
+    def _permutation(self, index: int) -> list[int]:
+        if self._permuted is None or self._permuted[0] != index:
+            permutation = list(range(len(self.spans[index])))
+            random.Random(f"{self.seed}:{self.epoch}:{index}").shuffle(permutation)
+            self._permuted = (index, permutation)
+        return self._permuted[1]
+
+
+# ------------------------------------------------------------------------------------------------ reader state
+
+
+@dataclass(frozen=True)
+class ReaderState:
+    """Where a sharded reader stands: the dataset version and its layout, the settings that decide the order, and
+    the position (samples already consumed) in this rank's share of ``epoch``."""
+
+    dataset: str
+    split: str
+    fingerprint: str
+    rows: int
+    layout: str
+    shuffle: bool
+    seed: int
+    remainder: str
+    rank: int
+    world_size: int
+    epoch: int
+    position: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": STATE_FORMAT, **dataclasses.asdict(self)}
+
+    @classmethod
+    def from_dict(cls, state: Mapping[str, Any]) -> ReaderState:
+        """Parse a ``state_dict()``; a missing key or a value of the wrong type is a :class:`ReaderStateError`."""
+        if not isinstance(state, Mapping):
+            raise ReaderStateError(f"a reader state is a dict from state_dict(), got {type(state).__name__}")
+        if state.get("format") != STATE_FORMAT:
+            raise ReaderStateError(
+                f"reader state format {state.get('format')!r} is not supported (this datamount reads format "
+                f"{STATE_FORMAT})"
+            )
+        values: dict[str, Any] = {}
+        for field in dataclasses.fields(cls):
+            if field.name not in state:
+                raise ReaderStateError(f"the reader state has no {field.name!r}; pass the dict state_dict() returned")
+            value = state[field.name]
+            wanted = {"str": str, "int": int, "bool": bool}[str(field.type)]
+            if not isinstance(value, wanted) or (wanted is int and isinstance(value, bool)):
+                raise ReaderStateError(f"reader state {field.name!r} must be a {field.type}, got {value!r}")
+            values[field.name] = value
+        parsed = cls(**values)
+        if parsed.epoch < 0 or parsed.position < 0 or parsed.rows < 0:
+            raise ReaderStateError(f"reader state has a negative epoch, position or row count: {dict(state)!r}")
+        check_remainder(parsed.remainder)
+        return parsed
