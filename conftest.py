@@ -24,6 +24,7 @@ pytest_plugins: list[str] = [
     "tests.servers.hdfs",
     "tests.servers.ceph",
     "tests.servers.fault_proxy",
+    "tests.servers.ray_cluster",
 ]
 
 #: Backends the contract suite and the dataset round trips run on.

@@ -19,6 +19,7 @@ from datamount.datasets import catalog
 from datamount.datasets.errors import DatasetNotFoundError
 from datamount.datasets.names import parse_ref
 from datamount.datasets.pack import pack as pack_version
+from datamount.datasets.pack_ray import pack_ray
 from datamount.datasets.upload import upload as upload_list
 from datamount.readers.dataset import reader
 from datamount.storage import Store, open_store
@@ -80,15 +81,30 @@ def upload(
 @click.command()
 @click.argument("name")
 @click.option("--shard-size", default="256MB", show_default=True, help="Bytes per shard (e.g. 64MB, 1GiB).")
+@click.option(
+    "--ray",
+    "ray_address",
+    is_flag=False,
+    flag_value="",
+    default=None,
+    metavar="[ADDRESS]",
+    help="Write the shards in parallel as Ray tasks, on the cluster at ADDRESS (else $RAY_ADDRESS, else a local "
+    "Ray); the result is the same. Needs datamount[ray].",
+)
 @store_option
 @backend_options
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
-def pack(name: str, shard_size: str, store_ref: str | None, options: tuple[str, ...], quiet: bool) -> None:
+def pack(
+    name: str, shard_size: str, ray_address: str | None, store_ref: str | None, options: tuple[str, ...], quiet: bool
+) -> None:
     """Pack dataset NAME (or NAME@N) into Parquet shards for fast sequential and sharded reads."""
     shard_bytes = parse_size(shard_size)
     store = _open(store_ref, options)
     with ProgressBar(quiet=quiet) as bar:
-        manifest = pack_version(name, store=store, shard_bytes=shard_bytes, progress=bar)
+        if ray_address is None:
+            manifest = pack_version(name, store=store, shard_bytes=shard_bytes, progress=bar)
+        else:
+            manifest = pack_ray(name, store=store, address=ray_address or None, shard_bytes=shard_bytes, progress=bar)
     size = sum(shard.size for shard in manifest.shards)
     click.echo(f"{manifest.ref} is packed in {len(manifest.shards)} shard(s), {format_size(size)}")
 

@@ -13,6 +13,7 @@ import click
 from datamount.cli.datasets import head, info, list_datasets, pack, rm, upload, verify
 from datamount.cli.demo import demo
 from datamount.cli.errors import ErrorHandlingGroup
+from datamount.cli.master import master, tasks
 from datamount.cli.public import public
 from datamount.cli.stores import doctor, stores
 from datamount.cli.stream import cat, import_, pretty_print
@@ -37,6 +38,8 @@ def cli(ctx: click.Context, debug: bool) -> None:
 for command in (demo, upload, pack, import_, list_datasets, info, head, verify, rm, cat, pretty_print, stores, doctor):
     cli.add_command(command)
 cli.add_command(public)
+cli.add_command(master)
+cli.add_command(tasks)
 
 
 def main(argv: list[str] | None = None) -> Any:

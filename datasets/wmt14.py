@@ -2,10 +2,10 @@
 Paddle-compatible reader creators.
 
 The dataset holds rows ``(source, target)``: a French sentence and its English translation, in the splits
-``train``, ``test`` and ``gen``, as the archive's ``train/train``, ``test/test`` and ``gen/gen`` files hold them (lines that do
-not have exactly two TAB-separated parts are left out, as Paddle does). The source and target dictionaries
-(``src.dict``, ``trg.dict``: one word a line, most frequent first after ``<s>``, ``<e>``, ``<unk>``) are kept with
-the dataset.
+``train``, ``test`` and ``gen``, as the archive's ``train/train``, ``test/test`` and ``gen/gen`` files hold them
+(lines that do not have exactly two TAB-separated parts are left out, as Paddle does). The source and target
+dictionaries (``src.dict``, ``trg.dict``: one word a line, most frequent first after ``<s>``, ``<e>``, ``<unk>``) are
+kept with the dataset.
 
 ``train(dict_size)`` / ``test(dict_size)`` / ``gen(dict_size)`` yield what ``paddle.dataset.wmt14`` yields:
 ``(source ids, target ids, next target ids)``; ``get_dict(dict_size)`` returns the dictionaries.

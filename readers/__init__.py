@@ -14,6 +14,7 @@ from datamount.readers.decorators import (
     shuffle,
     xmap_readers,
 )
+from datamount.readers.dist import dist_reader
 from datamount.readers.errors import (
     ComposeNotAligned,
     DistributedConfigError,
@@ -37,6 +38,7 @@ __all__ = [
     "cache",
     "chain",
     "compose",
+    "dist_reader",
     "firstn",
     "map_readers",
     "multiprocess_reader",

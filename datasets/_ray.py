@@ -1,0 +1,71 @@
+"""Ray, imported lazily (the ``datamount[ray]`` extra): connecting to a cluster, with clear errors instead of hangs."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from types import ModuleType
+
+from datamount.storage.errors import BackendNotInstalledError, DatamountError
+
+#: Seconds a cluster's address may take to accept a connection before it is reported unreachable.
+PROBE_TIMEOUT = 5.0
+ADDRESS_ENV = "RAY_ADDRESS"
+
+
+class RayUnreachableError(DatamountError, ConnectionError):
+    """No Ray cluster answers at the address given (or none is running where one was looked for)."""
+
+
+def ray_module() -> ModuleType:
+    """The ``ray`` module; a :class:`BackendNotInstalledError` naming the extra when it is not installed."""
+    try:
+        import ray
+    except ImportError as exc:
+        raise BackendNotInstalledError(
+            f"this needs Ray, which is not installed ({exc.name} is missing): pip install 'datamount[ray]'"
+        ) from exc
+    return ray
+
+
+def configured_address(address: str | None = None) -> str | None:
+    """The cluster to use: ``address``, else ``$RAY_ADDRESS``, else ``None``."""
+    return address or os.environ.get(ADDRESS_ENV) or None
+
+
+def connect_ray(address: str | None = None, *, start_local: bool = False) -> tuple[ModuleType, bool]:
+    """Connect this process to Ray, unless it already is; return ``ray`` and whether this call connected it.
+
+    ``address`` (else ``$RAY_ADDRESS``) names the cluster: ``host:port`` of its head, ``ray://host:port``, or
+    ``auto`` (the cluster ``ray start`` started on this machine). With neither, ``start_local`` starts a Ray
+    instance for this process alone; otherwise the local cluster is looked for and its absence is an error.
+    """
+    ray = ray_module()
+    if ray.is_initialized():
+        return ray, False
+    target = configured_address(address)
+    if target is None and not start_local:
+        target = "auto"
+    if target not in (None, "auto", "local"):
+        probe(target)
+    try:
+        ray.init(address=target, logging_level=logging.WARNING, configure_logging=True)
+    except ConnectionError as exc:
+        raise RayUnreachableError(
+            f"no Ray cluster to connect to ({exc}); pass its address (--address / address=), set {ADDRESS_ENV}, "
+            "or start one with 'ray start --head'"
+        ) from exc
+    return ray, True
+
+
+def probe(address: str) -> None:
+    """Make sure something accepts connections at ``address`` (``host:port`` or ``ray://host:port``)."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise RayUnreachableError(f"{address!r} is not a Ray address: write host:port, ray://host:port or auto")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=PROBE_TIMEOUT):
+            pass
+    except OSError as exc:
+        raise RayUnreachableError(f"no Ray cluster answers at {address}: {exc.strerror or exc}") from exc
