@@ -9,10 +9,16 @@ from __future__ import annotations
 import errno
 import os
 import re
+import weakref
 from collections.abc import Iterable
 from typing import IO, Any
 
-from datamount.storage.errors import BackendNotInstalledError, ObjectNotFoundError, StoreUnreachableError
+from datamount.storage.errors import (
+    BackendNotInstalledError,
+    ObjectNotFoundError,
+    StoreIOError,
+    StoreUnreachableError,
+)
 from datamount.storage.redact import redact_url
 from datamount.storage.store import Failure, Store, short_reason
 
@@ -27,9 +33,18 @@ FAILOVER_DEFAULTS = {
 _OS_ERROR = re.compile(r"os error (\d+)")
 _UNREACHABLE = {errno.ECONNREFUSED, errno.ECONNRESET, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ETIMEDOUT}
 
-#: hdfs-native clients a forked process inherited. Their runtime's threads did not survive the fork, and dropping a
-#: client waits for them forever, so a child keeps them until it exits and makes a client of its own.
+#: hdfs-native runs its I/O on a runtime whose threads do not survive fork(): in a forked child every client of it
+#: hangs, even when dropped. A child keeps the clients it inherited (so that none is ever dropped) and refuses to use
+#: them with a clear error instead.
 _INHERITED_CLIENTS: list[Any] = []
+_OPEN_STORES: weakref.WeakSet[HDFSStore] = weakref.WeakSet()
+
+
+def _keep_inherited_clients() -> None:
+    _INHERITED_CLIENTS.extend(store._fs for store in list(_OPEN_STORES))
+
+
+os.register_at_fork(after_in_child=_keep_inherited_clients)
 
 
 class HDFSStore(Store):
@@ -49,30 +64,33 @@ class HDFSStore(Store):
         # fsspec's instance cache is emptied in forked children, which would drop an inherited client (see above).
         options = {**FAILOVER_DEFAULTS, "skip_instance_cache": True, **options}
         try:
-            store = super().from_url(url, name=name, **options)
+            return super().from_url(url, name=name, **options)
         except (BackendNotInstalledError, OSError) as exc:
             # Without hdfs-native, fsspec tries pyarrow's libhdfs binding, which fails with an OSError here.
             raise BackendNotInstalledError(f"cannot open {redact_url(url)}: {exc}; {INSTALL_HINT}") from exc
-        assert isinstance(store, HDFSStore)
-        store._reopen = (url, options)
-        return store
 
     @property  # type: ignore[override]
     def fs(self) -> Any:
-        """The client; a forked process makes its own the first time it needs one."""
-        if self._pid != os.getpid() and self._reopen is not None:
-            import fsspec
-
-            _INHERITED_CLIENTS.append(self._fs)
-            self._fs = fsspec.core.url_to_fs(self._reopen[0], **self._reopen[1])[0]
-            self._pid = os.getpid()
+        """The hdfs-native client; in a process forked from the one that opened the store, a clear error."""
+        if self._pid != os.getpid():
+            raise StoreIOError(
+                f"cannot use {self.url} in a process forked from the one that opened it: the hdfs-native client "
+                "does not survive fork(); start worker processes with the 'spawn' method (e.g. "
+                "DataLoader(..., mp_context='spawn'), multiprocess_reader(..., start_method='spawn'))"
+            )
         return self._fs
 
     @fs.setter
     def fs(self, client: Any) -> None:
         self._fs = client
         self._pid = os.getpid()
-        self._reopen: tuple[str, dict[str, Any]] | None = getattr(self, "_reopen", None)
+        _OPEN_STORES.add(self)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # Unpickled in a spawned process: its client was made there, by the unpickling.
+        self.__dict__.update(state)
+        self._pid = os.getpid()
+        _OPEN_STORES.add(self)
 
     def _classify(self, exc: BaseException) -> Failure | None:
         # hdfs-native raises OSError with the errno only in its message ("Connection refused (os error 111)").
