@@ -15,8 +15,10 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from datamount.storage import Store, open_store
+if TYPE_CHECKING:  # the benchmarks' helper processes (e.g. under another interpreter) need not have datamount
+    from datamount.storage import Store
 
 
 def median_seconds(action: Callable[[], object], runs: int, *, setup: Callable[[], object] | None = None) -> float:
@@ -132,11 +134,13 @@ S3_SERVERS: dict[str, Callable[[], contextlib.AbstractContextManager[tuple[str, 
 
 
 #: Opens a fresh store under ``prefix`` on a running backend.
-StoreOpener = Callable[[str], Store]
+StoreOpener = Callable[[str], "Store"]
 
 
 @contextlib.contextmanager
 def local_backend() -> Iterator[StoreOpener]:
+    from datamount.storage import open_store
+
     with tempfile.TemporaryDirectory(prefix="datamount-bench-store-") as root:
         yield lambda prefix: open_store(f"{root}/{prefix}")
 
@@ -153,6 +157,8 @@ def _s3_backend(server: str) -> Callable[[], contextlib.AbstractContextManager[S
 
 def _bucket_opener(scheme: str, options: dict[str, str]) -> StoreOpener:
     """Stores in one bucket made for the run (bucket creation goes through the backend's own filesystem)."""
+    from datamount.storage import open_store
+
     bucket = "bench-datasets"
     open_store(f"{scheme}://{bucket}", check=False, **options).fs.mkdir(bucket)
     return lambda prefix: open_store(f"{scheme}://{bucket}/{prefix}", **options)
@@ -169,6 +175,7 @@ def _test_servers() -> None:
 def gluster_backend() -> Iterator[StoreOpener]:
     """A private GlusterFS volume mounted through FUSE (root, /dev/fuse, glusterfs-server)."""
     _test_servers()
+    from datamount.storage import open_store
     from tests.servers.gluster import start_gluster_server, why_gluster_cannot_run
 
     _require(why_gluster_cannot_run())
@@ -183,6 +190,7 @@ def gluster_backend() -> Iterator[StoreOpener]:
 def hdfs_backend() -> Iterator[StoreOpener]:
     """HDFS 2.7.3 (NameNode and DataNode) on loopback."""
     _test_servers()
+    from datamount.storage import open_store
     from tests.servers.hdfs import start_hdfs_server, why_hdfs_cannot_run
 
     _require(why_hdfs_cannot_run())
@@ -212,6 +220,7 @@ def ceph_backend() -> Iterator[StoreOpener]:
 def gcs_backend() -> Iterator[StoreOpener]:
     """The fake-gcs-server GCS emulator (in memory) on loopback."""
     _test_servers()
+    from datamount.storage import open_store
     from tests.servers.gcs import start_gcs_server, why_gcs_cannot_run
 
     _require(why_gcs_cannot_run())
