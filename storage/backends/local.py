@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import collections
+import itertools
 import os
 import shutil
+from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
 from fsspec.implementations.local import LocalFileSystem, make_path_posix
 
 from datamount.storage.errors import StoreConfigError, UnsafePathError
 from datamount.storage.mounts import require_mount
-from datamount.storage.store import Store
+from datamount.storage.store import DEFAULT_MAX_BYTES_IN_FLIGHT, Store
+
+#: Files announced to the kernel ahead of a sequential :meth:`LocalStore.read_many`.
+READ_AHEAD_FILES = 16
 
 
 class LocalStore(Store):
@@ -69,6 +75,47 @@ class LocalStore(Store):
         real = os.path.realpath(full)
         if real != self._real_root and not real.startswith(self._real_root.rstrip("/") + "/"):
             raise UnsafePathError(f"store path {path!r} leads outside the store root {self.root} (through a link)")
+
+    def read_many(
+        self,
+        paths: Iterable[str],
+        *,
+        sizes: Iterable[int] | None = None,
+        max_requests: int | None = None,
+        max_bytes: int = DEFAULT_MAX_BYTES_IN_FLIGHT,
+    ) -> Iterator[bytes]:
+        """As :meth:`Store.read_many`. On a local disk the files are read one after the other in this thread, the
+        next ones announced to the kernel (``POSIX_FADV_WILLNEED``) so that it reads them ahead on its own: threads
+        would only fight over the GIL for data that is, or soon will be, in the page cache. Shared filesystems
+        (``mount=``), and an explicit ``max_requests``, keep many reads in flight on threads."""
+        if self.mount or max_requests is not None or not hasattr(os, "posix_fadvise"):
+            yield from super().read_many(paths, sizes=sizes, max_requests=max_requests, max_bytes=max_bytes)
+            return
+        pending = iter(paths)
+        ahead: collections.deque[str] = collections.deque()
+        for path in itertools.islice(pending, READ_AHEAD_FILES):
+            self._announce(path)
+            ahead.append(path)
+        while ahead:
+            path = ahead.popleft()
+            following = next(pending, None)
+            if following is not None:
+                self._announce(following)
+                ahead.append(following)
+            yield self.read(path)
+
+    def _announce(self, path: str) -> None:
+        """Ask the kernel to start reading ``path`` (a hint: a problem with it shows when the file is read)."""
+        try:
+            fd = os.open(self.full_path(path), os.O_RDONLY)
+        except (OSError, ValueError):
+            return
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
 
     def read(self, path: str) -> bytes:
         full = self.full_path(path)
