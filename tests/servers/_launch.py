@@ -10,7 +10,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, Protocol
 
 import pytest
 
@@ -142,3 +142,21 @@ def environment_path() -> str:
     folders = os.environ.get("PATH", "").split(os.pathsep)
     extra = [folder for folder in ("/usr/local/sbin", "/usr/sbin", "/sbin") if folder not in folders]
     return os.pathsep.join([*folders, *extra])
+
+
+class _Serving(Protocol):
+    def exited(self) -> int | None: ...
+
+    def stop(self) -> None: ...
+
+
+def serve_until_stopped(server: _Serving) -> int:
+    """Keep ``server`` running until Ctrl-C or until it exits on its own, then stop it (for ``python -m``)."""
+    try:
+        while server.exited() is None:
+            time.sleep(1.0)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    return 0

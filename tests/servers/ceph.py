@@ -37,6 +37,7 @@ from tests.servers._launch import (
     environment_path,
     free_port,
     log_tail,
+    serve_until_stopped,
     start_daemon,
     stop_process,
     wait_until,
@@ -398,14 +399,7 @@ def main(argv: list[str] | None = None) -> int:
         f"conf {server.conf}, logs {server.log_dir}); Ctrl-C stops it",
         flush=True,
     )
-    try:
-        while server.exited() is None:
-            time.sleep(1.0)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.stop()
-    return 0
+    return serve_until_stopped(server)
 
 
 if __name__ == "__main__":

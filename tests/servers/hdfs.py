@@ -23,7 +23,6 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import time
 import urllib.request
 import uuid
 from collections.abc import Iterator, Mapping
@@ -39,6 +38,7 @@ from tests.servers._launch import (
     cannot_run,
     free_port,
     log_tail,
+    serve_until_stopped,
     start_daemon,
     stop_process,
     wait_until,
@@ -440,14 +440,7 @@ def main(argv: list[str] | None = None) -> int:
     exit_on_sigterm()
     server = start_hdfs_server()
     print(f"{server.url} (JMX {server.http_url}/jmx, logs {server.log_dir}); Ctrl-C stops it", flush=True)
-    try:
-        while server.exited() is None:
-            time.sleep(1.0)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.stop()
-    return 0
+    return serve_until_stopped(server)
 
 
 if __name__ == "__main__":
