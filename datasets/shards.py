@@ -139,11 +139,11 @@ class ShardSource:
         return next(_decoded_rows(table.slice(offset - starts[group], 1)))
 
     def _read_group(self, shard: ShardEntry, group: int) -> pa.Table:
+        """Row group ``group`` of ``shard``: from the file on a local store or in the cache (a remote shard is then
+        fetched whole, once, and checked against its sha256), else with one ranged read."""
         path = f"{self._folder}/{shard.path}"
-        if self.store.protocol == "file":
-            return pq.ParquetFile(pa.memory_map(self.store.full_path(path))).read_row_group(
-                group, columns=self._columns
-            )
+        if self.store.protocol == "file" or self.cache is not None:
+            return pq.ParquetFile(self._open(shard)).read_row_group(group, columns=self._columns)
         footer = self._footer(path, shard)
         start, end = _group_range(footer, group)
         sparse = _SparseFile(

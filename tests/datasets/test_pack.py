@@ -164,6 +164,20 @@ def test_the_cache_serves_the_second_epoch_and_refetches_a_damaged_copy(
     assert fresh.misses == 1
 
 
+def test_shuffled_and_sharded_passes_fill_and_use_the_cache(
+    s3_store: Store, make_image_list: MakeImageList, tmp_path: Path
+) -> None:
+    expected, shards = packed(s3_store, make_image_list)
+    cache = ContentCache(tmp_path / "cache")
+    ranks = [reader("d", s3_store, cache=cache, shuffle=True, seed=3, rank=r, world_size=2) for r in (0, 1)]
+    first = [sample for rank in ranks for sample in rank()]
+    assert sorted(first) == sorted(expected) and first != expected
+    assert cache.misses == shards  # each shard fetched whole once, however many row groups were read from it
+    s3_store.remove(catalog.dataset_folder("d") + "/packs", recursive=True)
+    assert sorted(sample for rank in ranks for sample in rank()) == sorted(expected)  # from the cache alone
+    assert cache.misses == shards
+
+
 def test_the_cache_evicts_the_least_recently_used(tmp_path: Path) -> None:
     import hashlib
 
