@@ -7,15 +7,12 @@ import os
 import socket
 from types import ModuleType
 
-from datamount.storage.errors import BackendNotInstalledError, DatamountError
+from datamount.datasets.errors import RayUnreachableError
+from datamount.storage.errors import BackendNotInstalledError
 
 #: Seconds a cluster's address may take to accept a connection before it is reported unreachable.
 PROBE_TIMEOUT = 5.0
 ADDRESS_ENV = "RAY_ADDRESS"
-
-
-class RayUnreachableError(DatamountError, ConnectionError):
-    """No Ray cluster answers at the address given (or none is running where one was looked for)."""
 
 
 def ray_module() -> ModuleType:

@@ -22,6 +22,7 @@ from pathlib import Path
 import requests
 import urllib3
 
+from datamount.datasets.errors import DownloadError, DownloadNotFoundError
 from datamount.datasets.progress import Progress, Silent
 from datamount.storage.errors import DatamountError, IntegrityError
 from datamount.storage.redact import redact_url
@@ -38,14 +39,6 @@ _NETWORK_FAILURES = (
     ConnectionError,
     TimeoutError,
 )
-
-
-class DownloadError(DatamountError, ConnectionError):
-    """A public file could not be downloaded; the message names the URL and the last HTTP status or failure."""
-
-
-class DownloadNotFoundError(DownloadError, FileNotFoundError):
-    """The server answered that the file does not exist (HTTP 404 or 410)."""
 
 
 @dataclass(frozen=True)

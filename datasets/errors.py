@@ -48,3 +48,36 @@ class DatasetNotFoundError(DatamountError, FileNotFoundError):
 
 class ManifestError(DatamountError, ValueError):
     """A manifest cannot be read: damaged, or written by a newer datamount."""
+
+
+class RayUnreachableError(DatamountError, ConnectionError):
+    """No Ray cluster answers at the address given (or none is running where one was looked for)."""
+
+
+class DownloadError(DatamountError, ConnectionError):
+    """A public file could not be downloaded; the message names the URL and the last HTTP status or failure."""
+
+
+class DownloadNotFoundError(DownloadError, FileNotFoundError):
+    """The server answered that the file does not exist (HTTP 404 or 410)."""
+
+
+class SourceFormatError(DatamountError, ValueError):
+    """A source file or folder is not what the public dataset is built from; the message names it and what is
+    wrong."""
+
+
+class SourceNotFoundError(DatamountError, FileNotFoundError):
+    """A ``--from`` path, or a file the dataset needs in it, does not exist."""
+
+
+class InstallConflictError(DatamountError, RuntimeError):
+    """Another process changed a public dataset while it was being installed; running the install again fixes it."""
+
+
+class PublicConfigError(DatamountError, ValueError):
+    """An option of a public-dataset install is wrong (e.g. a mirror that is not an http(s) URL)."""
+
+
+class MissingDependencyError(DatamountError, ImportError):
+    """Building a dataset needs an optional package that is not installed; the message names the extra."""

@@ -18,8 +18,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from datamount.datasets.errors import SourceFormatError
 from datamount.datasets.progress import Progress
-from datamount.datasets.public_spec import PublicDataset, RemoteFile, SourceFormatError, Sources
+from datamount.datasets.public_spec import PublicDataset, RemoteFile, Sources
 from datamount.datasets.public_splits import SplitReader
 from datamount.datasets.public_writer import PublicWriter
 from datamount.storage import Store

@@ -20,11 +20,11 @@ import platformdirs
 
 from datamount.datasets import catalog, imagenet, imdb, mnist, wmt14
 from datamount.datasets.download import RetryPolicy, fetch, md5_file
-from datamount.datasets.errors import DatasetNotFoundError
+from datamount.datasets.errors import DatasetNotFoundError, PublicConfigError, SourceNotFoundError
 from datamount.datasets.manifest import Manifest
 from datamount.datasets.pack import DEFAULT_ROW_GROUP_BYTES, DEFAULT_SHARD_BYTES
 from datamount.datasets.progress import Progress, Silent
-from datamount.datasets.public_spec import PublicConfigError, PublicDataset, RemoteFile, SourceNotFoundError, Sources
+from datamount.datasets.public_spec import PublicDataset, RemoteFile, Sources
 from datamount.datasets.public_splits import split_rows
 from datamount.datasets.public_writer import PublicWriter
 from datamount.storage import IntegrityError, Store, open_store

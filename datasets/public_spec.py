@@ -10,35 +10,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
+from datamount.datasets.errors import (
+    SourceNotFoundError,
+)
 from datamount.datasets.names import PUBLIC_NAMESPACE
 from datamount.datasets.progress import Progress
-from datamount.storage.errors import DatamountError
 
 if TYPE_CHECKING:
     from datamount.datasets.public_writer import PublicWriter
 
 #: The column every public dataset ends with: which split (``train``, ``test``, ``val``...) a row belongs to.
-
-
-class SourceFormatError(DatamountError, ValueError):
-    """A source file or folder is not what the public dataset is built from; the message names it and what is
-    wrong."""
-
-
-class SourceNotFoundError(DatamountError, FileNotFoundError):
-    """A ``--from`` path, or a file the dataset needs in it, does not exist."""
-
-
-class InstallConflictError(DatamountError, RuntimeError):
-    """Another process changed a public dataset while it was being installed; running the install again fixes it."""
-
-
-class PublicConfigError(DatamountError, ValueError):
-    """An option of a public-dataset install is wrong (e.g. a mirror that is not an http(s) URL)."""
-
-
-class MissingDependencyError(DatamountError, ImportError):
-    """Building a dataset needs an optional package that is not installed; the message names the extra."""
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,10 @@ import numpy as np
 import pyarrow as pa
 
 from datamount.datasets import catalog
+from datamount.datasets.errors import InstallConflictError, SourceFormatError
 from datamount.datasets.manifest import FileEntry, Manifest, ShardEntry, now_utc, object_key
 from datamount.datasets.pack import DEFAULT_ROW_GROUP_BYTES, DEFAULT_SHARD_BYTES, ShardWriter, schema_for
-from datamount.datasets.public_spec import InstallConflictError, PublicDataset, SourceFormatError
+from datamount.datasets.public_spec import PublicDataset
 from datamount.storage import Store
 
 #: Where a manifest says which rows and shards each split holds: ``{"train": {"rows": N, "shards": [a, b]}}``.

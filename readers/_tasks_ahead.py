@@ -9,7 +9,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from datamount.readers.master import MasterClient, MasterNotFoundError, MasterUnavailableError
+from datamount.readers.errors import MasterNotFoundError, MasterUnavailableError
+from datamount.readers.master import MasterClient
 from datamount.readers.tasks import Lease, PassFinished, Wait
 
 log = logging.getLogger(__name__)

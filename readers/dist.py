@@ -25,9 +25,9 @@ from datamount.datasets._ray import configured_address
 from datamount.datasets.names import parse_ref
 from datamount.readers._tasks_ahead import Fetched, PassOver, TasksAhead, give_back
 from datamount.readers.dataset import DatasetReader, reader
+from datamount.readers.errors import MasterFinishedError
 from datamount.readers.master import DEFAULT_MASTER_TIMEOUT, DEFAULT_NAMESPACE, MasterClient, connect
 from datamount.storage import Store
-from datamount.storage.errors import DatamountError
 
 log = logging.getLogger(__name__)
 
@@ -40,10 +40,6 @@ DEFAULT_POLL_INTERVAL = 0.5
 READ_OPTIONS = frozenset({"max_requests", "max_bytes", "use_shards", "cache"})
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
-
-
-class MasterFinishedError(DatamountError, RuntimeError):
-    """A pass was asked of a master that has run all its passes."""
 
 
 class DistReader:

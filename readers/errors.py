@@ -32,3 +32,23 @@ class DistributedConfigError(DatamountError, ValueError):
 
 class ReaderStateError(DatamountError, ValueError):
     """A reader state (``state_dict()``) is malformed or does not belong to the reader it is loaded into."""
+
+
+class MasterFinishedError(DatamountError, RuntimeError):
+    """A pass was asked of a master that has run all its passes."""
+
+
+class MasterNotFoundError(DatamountError, LookupError):
+    """No task master of that name runs in the Ray cluster (never started, stopped, or its actor is gone)."""
+
+
+class MasterExistsError(DatamountError, FileExistsError):
+    """A task master of that name already runs in the Ray namespace."""
+
+
+class MasterUnavailableError(DatamountError, ConnectionError):
+    """The task master did not answer in time (its actor keeps failing, or the cluster is unreachable)."""
+
+
+class TaskQueueSnapshotError(DatamountError, ValueError):
+    """A task queue snapshot cannot be read: damaged, or written by a newer datamount."""

@@ -20,7 +20,13 @@ from typing import Any
 from datamount.datasets._ray import configured_address, connect_ray, ray_module
 from datamount.datasets.names import parse_ref, validate_name
 from datamount.readers.dataset import DEFAULT_ROWS_PER_SPAN, DatasetReader
-from datamount.readers.tasks import Answer, Lease, QueueStatus, TaskQueue, TaskQueueSnapshotError
+from datamount.readers.errors import (
+    MasterExistsError,
+    MasterNotFoundError,
+    MasterUnavailableError,
+    TaskQueueSnapshotError,
+)
+from datamount.readers.tasks import Answer, Lease, QueueStatus, TaskQueue
 from datamount.storage import ObjectNotFoundError, Store, open_store
 from datamount.storage.errors import DatamountError
 
@@ -34,18 +40,6 @@ DEFAULT_SNAPSHOT_INTERVAL = 0.5
 DEFAULT_MASTER_TIMEOUT = 60.0
 SNAPSHOT_FOLDER = "masters"
 _NAMESPACE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-
-
-class MasterNotFoundError(DatamountError, LookupError):
-    """No task master of that name runs in the Ray cluster (never started, stopped, or its actor is gone)."""
-
-
-class MasterExistsError(DatamountError, FileExistsError):
-    """A task master of that name already runs in the Ray namespace."""
-
-
-class MasterUnavailableError(DatamountError, ConnectionError):
-    """The task master did not answer in time (its actor keeps failing, or the cluster is unreachable)."""
 
 
 @dataclass(frozen=True)

@@ -32,16 +32,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from datamount.storage.errors import DatamountError
+from datamount.readers.errors import TaskQueueSnapshotError
 
 SNAPSHOT_FORMAT = "datamount.task-queue"
 SNAPSHOT_VERSION = 1
 
 Clock = Callable[[], float]
-
-
-class TaskQueueSnapshotError(DatamountError, ValueError):
-    """A task queue snapshot cannot be read: damaged, or written by a newer datamount."""
 
 
 @dataclass(frozen=True)

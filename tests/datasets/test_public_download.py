@@ -11,7 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from datamount.datasets.download import DownloadError, DownloadNotFoundError, RetryPolicy, fetch, md5_file
+from datamount.datasets.download import RetryPolicy, fetch, md5_file
+from datamount.datasets.errors import DownloadError, DownloadNotFoundError
 from datamount.storage import IntegrityError
 from tests.datasets.http_files import FileServer
 

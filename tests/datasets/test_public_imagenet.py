@@ -12,8 +12,12 @@ from pathlib import Path
 import pytest
 
 from datamount.datasets import catalog, imagenet, public
-from datamount.datasets.errors import DatasetNotFoundError
-from datamount.datasets.public_spec import MissingDependencyError, SourceFormatError, SourceNotFoundError
+from datamount.datasets.errors import (
+    DatasetNotFoundError,
+    MissingDependencyError,
+    SourceFormatError,
+    SourceNotFoundError,
+)
 from datamount.datasets.shards import ShardSource
 from datamount.storage import IntegrityError, Store
 from tests.datasets.public_files import (

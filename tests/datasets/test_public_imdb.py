@@ -14,7 +14,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from datamount.datasets import catalog, imdb, public
-from datamount.datasets.public_spec import SourceFormatError
+from datamount.datasets.errors import SourceFormatError
 from datamount.datasets.shards import ShardSource
 from datamount.storage import Store
 from tests.datasets.public_files import ImdbSource, make_imdb, md5, registered, tar_bytes

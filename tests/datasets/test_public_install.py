@@ -13,18 +13,17 @@ from pathlib import Path
 import pytest
 
 from datamount.datasets import catalog, mnist, public
-from datamount.datasets.download import DownloadError, RetryPolicy
-from datamount.datasets.errors import DatasetNotFoundError
-from datamount.datasets.progress import Progress
-from datamount.datasets.public_spec import (
-    Builder,
+from datamount.datasets.download import RetryPolicy
+from datamount.datasets.errors import (
+    DatasetNotFoundError,
+    DownloadError,
     InstallConflictError,
     PublicConfigError,
-    PublicDataset,
     SourceFormatError,
     SourceNotFoundError,
-    Sources,
 )
+from datamount.datasets.progress import Progress
+from datamount.datasets.public_spec import Builder, PublicDataset, Sources
 from datamount.datasets.public_writer import PublicWriter
 from datamount.storage import IntegrityError, Store, open_store
 from tests.datasets.http_files import FileServer

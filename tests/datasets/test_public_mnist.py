@@ -14,8 +14,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from datamount.datasets import catalog, mnist, public
-from datamount.datasets.errors import DatasetNotFoundError
-from datamount.datasets.public_spec import SourceFormatError
+from datamount.datasets.errors import DatasetNotFoundError, SourceFormatError
 from datamount.datasets.shards import ShardSource
 from datamount.storage import Store, open_store
 from tests.datasets.public_files import MNIST_NAMES, MnistSource, idx_gz, make_mnist, registered, with_checksums_of

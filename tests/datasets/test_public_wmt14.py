@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from datamount.datasets import catalog, public, wmt14
-from datamount.datasets.public_spec import SourceFormatError
+from datamount.datasets.errors import SourceFormatError
 from datamount.datasets.shards import ShardSource
 from datamount.storage import Store
 from tests.datasets.public_files import WmtSource, make_wmt14, md5, registered, tar_bytes

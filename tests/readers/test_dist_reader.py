@@ -24,17 +24,9 @@ from datamount.cli.main import cli
 from datamount.datasets import catalog
 from datamount.datasets.upload import upload
 from datamount.readers.dataset import DatasetReader
-from datamount.readers.dist import DistReader, MasterFinishedError, dist_reader, use_master
-from datamount.readers.master import (
-    MasterClient,
-    MasterExistsError,
-    MasterNotFoundError,
-    MasterUnavailableError,
-    connect,
-    snapshot_path,
-    start_master,
-    stop_master,
-)
+from datamount.readers.dist import DistReader, dist_reader, use_master
+from datamount.readers.errors import MasterExistsError, MasterFinishedError, MasterNotFoundError, MasterUnavailableError
+from datamount.readers.master import MasterClient, connect, snapshot_path, start_master, stop_master
 from datamount.storage import Store
 
 ROWS = 60

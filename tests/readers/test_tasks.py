@@ -9,7 +9,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule
 
-from datamount.readers.tasks import Lease, PassFinished, TaskQueue, TaskQueueSnapshotError, Wait
+from datamount.readers.errors import TaskQueueSnapshotError
+from datamount.readers.tasks import Lease, PassFinished, TaskQueue, Wait
 
 DATASET = "d@1"
 
