@@ -4,6 +4,7 @@ short, an error status, other bytes than the file's, a server that ignores ``Ran
 from __future__ import annotations
 
 import re
+import sys
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -47,12 +48,26 @@ class _State:
         return None
 
 
+class _QuietHTTPServer(ThreadingHTTPServer):
+    """Keeps a request's failure (often a client that hung up mid-answer, which the faults provoke) instead of
+    printing it to ``sys.stderr``, where it would land in the output of the command under test."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.errors: list[BaseException] = []
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        error = sys.exc_info()[1]
+        if error is not None:
+            self.errors.append(error)
+
+
 class FileServer:
     """Files from memory at ``{url}/{path}``, served by a threaded HTTP/1.1 server on 127.0.0.1."""
 
     def __init__(self) -> None:
         self._state = _State()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self._state))
+        self._server = _QuietHTTPServer(("127.0.0.1", 0), _handler_for(self._state))
         self._server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), name="test-file-server")
