@@ -225,11 +225,16 @@ def rm(name: str, yes: bool, store_ref: str | None, options: tuple[str, ...]) ->
         raise DatasetNotFoundError(f"no dataset named {ref.name!r} in {store.url}")
     what = f"version {ref.version} of {ref.name}" if ref.version else f"{ref.name} (versions {found})"
     if not yes:
-        if not sys.stdin.isatty():
-            raise click.UsageError(f"refusing to remove {what} without confirmation; pass --yes")
-        click.confirm(f"remove {what} from {store.url}?", abort=True)
+        confirm_removal(what, store)
     removed = catalog.remove(store, name)
     click.echo(f"removed {ref.name} version(s) {', '.join(str(v) for v in removed)}")
+
+
+def confirm_removal(what: str, store: Store) -> None:
+    """Ask before removing ``what`` from ``store``; with no terminal to ask on, refuse and name ``--yes``."""
+    if not sys.stdin.isatty():
+        raise click.UsageError(f"refusing to remove {what} without confirmation; pass --yes")
+    click.confirm(f"remove {what} from {store.url}?", abort=True)
 
 
 def describe(value: Any) -> str:

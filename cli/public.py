@@ -8,7 +8,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from datamount.cli.datasets import format_size, store_option
+from datamount.cli.datasets import confirm_removal, format_size, store_option
 from datamount.cli.options import backend_options, options_dict
 from datamount.cli.progress import ProgressBar
 from datamount.datasets import catalog
@@ -118,8 +118,6 @@ def remove(name: str, yes: bool, store_ref: str | None, options: tuple[str, ...]
     store = _open(store_ref, options)
     spec = public_datasets.get(name)
     if not yes and catalog.versions(store, spec.dataset_name):
-        if not sys.stdin.isatty():
-            raise click.UsageError(f"refusing to remove {spec.dataset_name} without confirmation; pass --yes")
-        click.confirm(f"remove {spec.dataset_name} from {store.url}?", abort=True)
+        confirm_removal(spec.dataset_name, store)
     removed = public_datasets.remove(name, store=store)
     click.echo(f"removed {spec.dataset_name} version(s) {', '.join(str(v) for v in removed)}")

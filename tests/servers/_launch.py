@@ -8,9 +8,9 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import NoReturn, Protocol
+from typing import NoReturn, Protocol, TypeVar
 
 import pytest
 
@@ -142,6 +142,26 @@ def environment_path() -> str:
     folders = os.environ.get("PATH", "").split(os.pathsep)
     extra = [folder for folder in ("/usr/local/sbin", "/usr/sbin", "/sbin") if folder not in folders]
     return os.pathsep.join([*folders, *extra])
+
+
+class _Stoppable(Protocol):
+    def stop(self) -> None: ...
+
+
+Server = TypeVar("Server", bound=_Stoppable)
+
+
+def session_server(what: str, why_not: Callable[[], str | None], start: Callable[[], Server]) -> Iterator[Server]:
+    """The body of a server's session fixture (``yield from`` it): the server ``start()`` returns, stopped when the
+    session ends; the tests skipped (see :func:`cannot_run`) when ``why_not()`` gives a reason."""
+    reason = why_not()
+    if reason is not None:
+        cannot_run(what, reason)
+    server = start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 class _Serving(Protocol):

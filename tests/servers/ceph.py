@@ -33,11 +33,11 @@ from datamount.storage import Store, open_store
 from tests.servers._launch import (
     ServerStartError,
     can_bind,
-    cannot_run,
     environment_path,
     free_port,
     log_tail,
     serve_until_stopped,
+    session_server,
     start_daemon,
     stop_process,
     wait_until,
@@ -358,12 +358,7 @@ def _warm_up(server: CephServer, deadline: float) -> None:
 def ceph_server() -> Iterator[CephServer]:
     """A one-node Ceph cluster with RGW on loopback for the whole session (skipped, with the reason, where the
     machine cannot run it)."""
-    reason = why_ceph_cannot_run()
-    if reason is not None:
-        cannot_run("Ceph RGW", reason)
-    server = start_ceph_server()
-    yield server
-    server.stop()
+    yield from session_server("Ceph RGW", why_ceph_cannot_run, start_ceph_server)
 
 
 @pytest.fixture

@@ -25,9 +25,9 @@ import pytest
 from datamount.storage import Store, open_store
 from tests.servers._launch import (
     ServerStartError,
-    cannot_run,
     free_port,
     log_tail,
+    session_server,
     start_daemon,
     stop_process,
     wait_until,
@@ -156,12 +156,7 @@ def start_gcs_server(*, timeout: float = START_TIMEOUT) -> GCSServer:
 @pytest.fixture(scope="session")
 def gcs_server() -> Iterator[GCSServer]:
     """fake-gcs-server on loopback for the whole session (skipped, with the reason, where it cannot run)."""
-    reason = why_gcs_cannot_run()
-    if reason is not None:
-        cannot_run("GCS emulator", reason)
-    server = start_gcs_server()
-    yield server
-    server.stop()
+    yield from session_server("GCS emulator", why_gcs_cannot_run, start_gcs_server)
 
 
 @pytest.fixture

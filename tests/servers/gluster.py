@@ -27,10 +27,10 @@ from datamount.storage.mounts import read_mounts
 from tests.servers._launch import (
     ServerStartError,
     can_bind,
-    cannot_run,
     environment_path,
     log_tail,
     port_in_use,
+    session_server,
     start_daemon,
     stop_pid,
     stop_process,
@@ -299,12 +299,7 @@ def start_gluster_server(*, timeout: float = START_TIMEOUT) -> GlusterServer:
 def gluster_server() -> Iterator[GlusterServer]:
     """A private GlusterFS volume mounted through FUSE for the whole session (skipped, with the reason, where the
     machine cannot run it)."""
-    reason = why_gluster_cannot_run()
-    if reason is not None:
-        cannot_run("GlusterFS", reason)
-    server = start_gluster_server()
-    yield server
-    server.stop()
+    yield from session_server("GlusterFS", why_gluster_cannot_run, start_gluster_server)
 
 
 @pytest.fixture

@@ -35,10 +35,10 @@ import pytest
 from datamount.storage import Store, open_store
 from tests.servers._launch import (
     ServerStartError,
-    cannot_run,
     free_port,
     log_tail,
     serve_until_stopped,
+    session_server,
     start_daemon,
     stop_process,
     wait_until,
@@ -406,12 +406,7 @@ def _run_format(java_command: list[str], log: Path, *, cwd: Path) -> None:
 @pytest.fixture(scope="session")
 def hdfs_server() -> Iterator[HDFSServer]:
     """HDFS 2.7.3 on 127.0.0.1 for the whole session (skipped, with the reason, where the machine cannot run it)."""
-    reason = why_hdfs_cannot_run()
-    if reason is not None:
-        cannot_run("HDFS", reason)
-    server = start_hdfs_server()
-    yield server
-    server.stop()
+    yield from session_server("HDFS", why_hdfs_cannot_run, start_hdfs_server)
 
 
 @pytest.fixture
