@@ -28,7 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _harness import BACKENDS, Row, StoreOpener, interleaved_medians, print_rows
 
-from datamount.datasets.catalog import dataset_folder, read_rows
+from datamount.datasets import layout
+from datamount.datasets.rows import read_lines
 from datamount.datasets.upload import upload
 from datamount.readers.dataset import DatasetReader, reader
 
@@ -57,10 +58,10 @@ def make_image_list(folder: Path, count: int, *, seed: int = 0) -> Path:
 def object_paths(samples: DatasetReader) -> tuple[list[str], list[int]]:
     """The full paths on the store's filesystem of the objects ``samples`` reads, in its order, and their sizes."""
     store = samples.store
-    folder = dataset_folder(samples.manifest.name)
+    name = samples.manifest.name
     by_path = {entry.path: entry for entry in samples.manifest.files}
-    entries = [by_path[row[0]] for row in read_rows(store, samples.manifest)]
-    return [store.full_path(f"{folder}/{entry.object_key}") for entry in entries], [e.size for e in entries]
+    entries = [by_path[row[0]] for row in read_lines(store, samples.manifest)]
+    return [store.full_path(layout.object_path(name, entry.sha256)) for entry in entries], [e.size for e in entries]
 
 
 def read_samples(samples: DatasetReader) -> int:

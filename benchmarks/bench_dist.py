@@ -27,13 +27,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _harness import Row, interleaved_medians, median_seconds, print_rows
 
-from datamount.datasets import catalog
+from datamount.datasets import catalog, layout
 from datamount.datasets.pack import pack
 from datamount.datasets.pack_ray import pack_ray
 from datamount.datasets.upload import upload
-from datamount.readers.dist import DistReader
-from datamount.readers.master import start_master, stop_master
-from datamount.readers.tasks import Lease
+from datamount.readers.master import DistReader, Lease, start_master, stop_master
 from datamount.storage import Store, open_store
 
 
@@ -190,8 +188,8 @@ def packing_speedup(store_root: Path, source: Path, label: str, runs: int) -> Ro
     def unpack(how: str) -> None:
         manifest, body = originals[how]
         store = stores[how]
-        store.remove(f"{catalog.dataset_folder('p')}/packs", recursive=True, missing_ok=True)
-        store.write(catalog.manifest_path("p", manifest.version), body)
+        store.remove(f"{layout.dataset_folder('p')}/packs", recursive=True, missing_ok=True)
+        store.write(layout.manifest_path("p", manifest.version), body)
 
     shard = max(1, int(data_mb * 1e6) // 8)  # 8 shards: work for every CPU, and more than one round of tasks
     sizes = {"shard_bytes": shard, "row_group_bytes": min(8 << 20, max(1, shard // 4))}

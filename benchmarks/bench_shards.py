@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _harness import S3_SERVERS, Row, interleaved_medians, print_rows
 
-from datamount.datasets import catalog
+from datamount.datasets import layout
 from datamount.datasets.pack import pack
 from datamount.datasets.upload import upload
 from datamount.readers import DatasetReader, reader
@@ -45,8 +45,7 @@ def make_dataset(folder: Path, count: int, size: int) -> Path:
 def packed_dataset(store: Store, list_file: Path, name: str, shard_bytes: int) -> list[str]:
     upload(list_file, name, store=store)
     manifest = pack(name, store=store, shard_bytes=shard_bytes)
-    folder = catalog.dataset_folder(name)
-    return [f"{folder}/{shard.path}" for shard in manifest.shards]
+    return [layout.shard_path(name, shard) for shard in manifest.shards]
 
 
 def drain(samples: DatasetReader) -> int:

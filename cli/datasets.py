@@ -15,12 +15,13 @@ from rich.table import Table
 
 from datamount.cli.options import backend_options, options_dict
 from datamount.cli.progress import ProgressBar
-from datamount.datasets import catalog
+from datamount.datasets import catalog, layout
 from datamount.datasets.errors import DatasetNotFoundError
 from datamount.datasets.names import parse_ref
 from datamount.datasets.pack import pack as pack_version
 from datamount.datasets.pack_ray import pack_ray
 from datamount.datasets.upload import upload as upload_list
+from datamount.datasets.verify import verify as verify_version
 from datamount.readers.dataset import reader
 from datamount.storage import Store, open_store
 
@@ -162,7 +163,7 @@ def info(name: str, store_ref: str | None, options: tuple[str, ...]) -> None:
     all_versions = catalog.versions(store, manifest.name)
     lines = [
         ("dataset", manifest.ref),
-        ("store", store.url_for(catalog.dataset_folder(manifest.name))),
+        ("store", store.url_for(layout.dataset_folder(manifest.name))),
         ("kind", manifest.kind),
         ("columns", ", ".join(manifest.columns)),
         ("rows", f"{manifest.rows:,}"),
@@ -200,7 +201,7 @@ def verify(name: str, store_ref: str | None, options: tuple[str, ...], quiet: bo
     manifest = catalog.resolve(store, name)
     with ProgressBar(quiet=quiet) as bar:
         bar.start("verify", items=len(manifest.files) + 1, size=manifest.total_bytes)
-        report = catalog.verify(store, manifest, on_checked=lambda size: bar.advance(size=size))
+        report = verify_version(store, manifest, on_checked=lambda size: bar.advance(size=size))
         bar.finish()
     for problem in report.problems:
         click.echo(problem)

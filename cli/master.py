@@ -15,11 +15,11 @@ from datamount.readers.master import (
     DEFAULT_MAX_FAILURES,
     DEFAULT_NAMESPACE,
     MasterInfo,
+    QueueStatus,
     connect,
     start_master,
     stop_master,
 )
-from datamount.readers.tasks import QueueStatus
 from datamount.storage import open_store
 
 address_option = click.option(

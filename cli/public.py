@@ -13,8 +13,8 @@ from datamount.cli.options import backend_options, options_dict
 from datamount.cli.progress import ProgressBar
 from datamount.datasets import catalog
 from datamount.datasets import public as public_datasets
-from datamount.datasets.download import RetryPolicy
-from datamount.datasets.public_spec import PublicDataset
+from datamount.datasets.public.download import RetryPolicy
+from datamount.datasets.public.spec import PublicDataset
 from datamount.storage import Store, open_store
 
 

@@ -11,8 +11,7 @@ from datamount.cli.datasets import describe, parse_size, store_option
 from datamount.cli.options import backend_options, options_dict
 from datamount.cli.progress import ProgressBar
 from datamount.readers.dataset import reader
-from datamount.readers.importing import import_stream
-from datamount.readers.stream import read_from, write_to
+from datamount.readers.stream import import_stream, read_from, write_to
 from datamount.storage import open_store
 
 

@@ -1,36 +1,88 @@
-"""What a dataset is on a store: ``.list`` parsing, manifests, upload and the catalog."""
+"""What a dataset is on a store: ``.list`` files, manifests and versions, upload, packing, reading rows, and the
+public datasets.
 
-from datamount.datasets.catalog import dataset_names, resolve, verify, versions
+The core: :mod:`.names`, :mod:`.listfile` (checking a ``.list``), :mod:`.manifest`, :mod:`.layout` (where each part
+lives in a store), :mod:`.catalog` (committing, finding and removing versions), :mod:`.verify`. Writing versions:
+:mod:`.upload`, :mod:`.pack` (and :mod:`.pack_ray`), :mod:`.importing`, all through :mod:`.shard_writer` for
+shards. Reading them: :mod:`.rows`. The public area: :mod:`.public`.
+"""
+
+from datamount.datasets import catalog, layout, public
+from datamount.datasets.catalog import commit, dataset_names, latest, remove, resolve, versions
 from datamount.datasets.errors import (
     DatasetNotFoundError,
+    DownloadError,
+    DownloadNotFoundError,
+    InstallConflictError,
     InvalidDatasetNameError,
     ListFormatError,
     ListProblem,
     ManifestError,
+    MissingDependencyError,
+    PublicConfigError,
+    RayUnreachableError,
+    SourceFormatError,
+    SourceNotFoundError,
+    StreamFormatError,
 )
-from datamount.datasets.listfile import Kind, ParsedList, parse_list
-from datamount.datasets.manifest import FileEntry, Manifest
+from datamount.datasets.importing import import_batches
+from datamount.datasets.listfile import ParsedList, parse_list
+from datamount.datasets.manifest import FileEntry, Kind, Manifest, ShardEntry
 from datamount.datasets.names import DatasetRef, parse_ref, validate_name
+from datamount.datasets.pack import pack
+from datamount.datasets.pack_ray import pack_ray
+from datamount.datasets.progress import Progress, Silent
+from datamount.datasets.public import imagenet, imdb, mnist, wmt14
+from datamount.datasets.rows import RowSource, open_rows
 from datamount.datasets.upload import UploadResult, upload
+from datamount.datasets.verify import VerifyReport, verify
 
 __all__ = [
     "DatasetNotFoundError",
     "DatasetRef",
+    "DownloadError",
+    "DownloadNotFoundError",
     "FileEntry",
+    "InstallConflictError",
     "InvalidDatasetNameError",
     "Kind",
     "ListFormatError",
     "ListProblem",
     "Manifest",
     "ManifestError",
+    "MissingDependencyError",
     "ParsedList",
+    "Progress",
+    "PublicConfigError",
+    "RayUnreachableError",
+    "RowSource",
+    "ShardEntry",
+    "Silent",
+    "SourceFormatError",
+    "SourceNotFoundError",
+    "StreamFormatError",
     "UploadResult",
+    "VerifyReport",
+    "catalog",
+    "commit",
     "dataset_names",
+    "imagenet",
+    "imdb",
+    "import_batches",
+    "latest",
+    "layout",
+    "mnist",
+    "open_rows",
+    "pack",
+    "pack_ray",
     "parse_list",
     "parse_ref",
+    "public",
+    "remove",
     "resolve",
     "upload",
     "validate_name",
     "verify",
     "versions",
+    "wmt14",
 ]

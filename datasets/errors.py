@@ -50,6 +50,10 @@ class ManifestError(DatamountError, ValueError):
     """A manifest cannot be read: damaged, or written by a newer datamount."""
 
 
+class StreamFormatError(DatamountError, ValueError):
+    """A stream cannot be read (empty, not Arrow, truncated, a newer format) or an entry does not fit its columns."""
+
+
 class RayUnreachableError(DatamountError, ConnectionError):
     """No Ray cluster answers at the address given (or none is running where one was looked for)."""
 

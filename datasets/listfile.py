@@ -10,17 +10,10 @@ from __future__ import annotations
 import os
 import stat
 from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
 
 from datamount.datasets.errors import ListFormatError, ListProblem
-
-
-class Kind(str, Enum):
-    """What a list's rows describe."""
-
-    IMAGE = "image"
-    TEXT = "text"
+from datamount.datasets.manifest import Kind
 
 
 @dataclass(frozen=True)
@@ -82,7 +75,7 @@ def parse_list(path: str | os.PathLike[str], *, kind: Kind | str | None = None, 
     rows, numbers = _read_rows(path)
     problems = _check_widths(rows, numbers)
     root_dir = os.path.abspath(root if root is not None else os.path.dirname(os.path.abspath(path)))
-    chosen = Kind(kind) if kind is not None else _detect_kind(rows, root_dir)
+    chosen = _list_kind(kind) if kind is not None else _detect_kind(rows, root_dir)
     files: dict[str, SourceFile] = {}
     if chosen is Kind.IMAGE:
         if root is not None and not os.path.isdir(root_dir):
@@ -91,6 +84,12 @@ def parse_list(path: str | os.PathLike[str], *, kind: Kind | str | None = None, 
     if problems:
         raise ListFormatError(path, sorted(problems, key=lambda p: p.line))
     return ParsedList(path, chosen, len(rows[0]), rows, numbers, files)
+
+
+def _list_kind(kind: Kind | str) -> Kind:
+    if kind not in (Kind.IMAGE, Kind.TEXT):
+        raise ValueError(f"kind must be 'image' or 'text' (what a .list holds), got {kind!r}")
+    return Kind(kind)
 
 
 def _read_rows(path: str) -> tuple[list[tuple[str, ...]], list[int]]:

@@ -2,34 +2,45 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
+from enum import Enum
 from typing import Any
 
 from datamount.datasets.errors import ManifestError
 
-FORMAT_VERSION = 1
-MANIFEST_NAME = "manifest.json"
-LIST_NAME = "data.list"
+#: Format 2 keeps a version's list and shards under names that do not depend on its number (the number is given by
+#: the commit); format 1 kept them under ``lists/N.list`` and ``packs/N/``, and is still read.
+FORMAT_VERSION = 2
+#: Where a manifest says which rows and shards each split holds: ``{"train": {"rows": N, "shards": [a, b]}}``.
+SPLITS_KEY = "splits"
+
+
+class Kind(str, Enum):
+    """What a version's rows are.
+
+    ``image``: a file's exact bytes, then label strings (from a ``.list`` of ``path<TAB>label`` rows);
+    ``text``: strings only (``source<TAB>target``...); ``table``: any Arrow columns (a stream stored by
+    ``datamount import``), kept only as Parquet shards.
+    """
+
+    IMAGE = "image"
+    TEXT = "text"
+    TABLE = "table"
+
+    def __str__(self) -> str:
+        return self.value
 
 
 @dataclass(frozen=True)
 class FileEntry:
-    """One stored file: its path relative to the list's root, size, sha256 and object key in the dataset folder."""
+    """One stored file: its path relative to the list's root, size, and sha256 (which names its object)."""
 
     path: str
     size: int
     sha256: str
-
-    @property
-    def object_key(self) -> str:
-        return object_key(self.sha256)
-
-
-def object_key(sha256: str) -> str:
-    """Where a file's bytes live in the dataset folder: content-addressed, shared by every version."""
-    return f"objects/{sha256[:2]}/{sha256}"
 
 
 @dataclass(frozen=True)
@@ -44,28 +55,35 @@ class ShardEntry:
     row_groups: list[int]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Manifest:
-    """A committed dataset version.
+    """A dataset version: committed when :attr:`version` is set (see :func:`datamount.datasets.catalog.commit`),
+    a draft before.
 
-    The normalised list (``data.list``) holds one row per sample, TAB-separated; for image datasets its first
-    column is the file's path relative to the original list's root, which :attr:`files` maps to stored objects.
+    Image and text versions have a normalised list (``list_sha256``, ``list_size``): one row per sample,
+    TAB-separated; for image versions its first column is the file's path relative to the original list's root,
+    which :attr:`files` maps to stored objects. Any version may have :attr:`shards` (packed); a ``table`` version
+    has only shards.
     """
 
     name: str
-    version: int
-    kind: str
+    kind: Kind
     columns: list[str]
     rows: int
-    files: list[FileEntry]
-    list_sha256: str
-    list_size: int
-    source: str
-    created: str
-    format_version: int = FORMAT_VERSION
-    datamount_version: str = ""
+    files: list[FileEntry] = field(default_factory=list)
+    list_sha256: str = ""
+    list_size: int = 0
     shards: list[ShardEntry] = field(default_factory=list)
+    source: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    #: Set by the commit: the version number, when it was committed, and by which datamount.
+    version: int = 0
+    created: str = ""
+    datamount_version: str = ""
+    format_version: int = FORMAT_VERSION
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", Kind(self.kind))
 
     @property
     def total_bytes(self) -> int:
@@ -76,8 +94,23 @@ class Manifest:
     def ref(self) -> str:
         return f"{self.name}@{self.version}"
 
+    @property
+    def has_list(self) -> bool:
+        """Whether the version has a normalised list (image and text versions; ``table`` versions do not)."""
+        return bool(self.list_sha256)
+
+    @property
+    def splits(self) -> dict[str, int]:
+        """Rows by split, in the splits' order (none for a version not made of splits)."""
+        return {split: int(info["rows"]) for split, info in self.extra.get(SPLITS_KEY, {}).items()}
+
+    def with_shards(self, shards: list[ShardEntry]) -> Manifest:
+        """This version, packed into ``shards``."""
+        return dataclasses.replace(self, shards=shards)
+
     def to_json(self) -> bytes:
         body = asdict(self)
+        body["kind"] = self.kind.value
         body["files"] = [[f.path, f.size, f.sha256] for f in self.files]
         return (json.dumps(body, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
 

@@ -12,15 +12,9 @@ from typing import Any
 from datamount.datasets import catalog
 from datamount.datasets._ray import connect_ray
 from datamount.datasets.manifest import Manifest, ShardEntry
-from datamount.datasets.pack import (
-    DEFAULT_ROW_GROUP_BYTES,
-    DEFAULT_SHARD_BYTES,
-    PackUnit,
-    commit_pack,
-    plan_pack,
-    write_unit,
-)
+from datamount.datasets.pack import PackUnit, plan_pack, write_unit
 from datamount.datasets.progress import Progress, Silent
+from datamount.datasets.shard_writer import DEFAULT_ROW_GROUP_BYTES, DEFAULT_SHARD_BYTES, check_sizes
 from datamount.storage import Store, open_store
 
 #: Times Ray runs a shard's task again after its worker died (the write is atomic, so a retry is safe).
@@ -42,8 +36,7 @@ def pack_ray(
     runs on this machine or starts a Ray instance of its own for the pack. A process already connected to Ray uses
     that connection. Packing a packed version again is a no-op.
     """
-    if shard_bytes < 1 or row_group_bytes < 1:
-        raise ValueError("shard and row-group sizes must be positive")
+    check_sizes(shard_bytes, row_group_bytes)
     target = open_store(store)
     if target.protocol == "memory":
         raise ValueError(
@@ -62,7 +55,7 @@ def pack_ray(
     finally:
         if connected_here:
             ray.shutdown()
-    return commit_pack(target, manifest, shards)
+    return catalog.replace(target, manifest, manifest.with_shards(shards))
 
 
 def _run(ray: Any, store: Store, manifest: Manifest, units: list[PackUnit], report: Progress) -> list[ShardEntry]:

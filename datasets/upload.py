@@ -7,11 +7,10 @@ import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from importlib.metadata import version as package_version
 
-from datamount.datasets import catalog
-from datamount.datasets.listfile import Kind, ParsedList, parse_list
-from datamount.datasets.manifest import FileEntry, Manifest, now_utc, object_key
+from datamount.datasets import catalog, layout
+from datamount.datasets.listfile import ParsedList, parse_list
+from datamount.datasets.manifest import FileEntry, Kind, Manifest
 from datamount.datasets.names import validate_name
 from datamount.datasets.progress import Progress, Silent
 from datamount.storage import Store, open_store
@@ -73,33 +72,26 @@ def upload(
     list_bytes = _normalised_list(parsed)
     list_sha = hashlib.sha256(list_bytes).hexdigest()
 
-    existing = catalog.versions(target, name)
-    if existing:
-        latest = catalog.read_manifest(target, name, existing[-1])
-        if latest.list_sha256 == list_sha and latest.files == entries:
-            return UploadResult(latest, 0, 0, len(entries), created=False)
+    latest = catalog.latest(target, name)
+    if latest is not None and latest.list_sha256 == list_sha and latest.files == entries:
+        return UploadResult(latest, 0, 0, len(entries), created=False)
 
-    folder = catalog.dataset_folder(name)
-    present = target.list(f"{folder}/objects")
-    missing = list({e.sha256: e for e in entries if present.get(f"{folder}/{e.object_key}") != e.size}.values())
-    sent = _send(target, folder, parsed, missing, report, max_requests)
-
-    version = existing[-1] + 1 if existing else 1
-    target.write(catalog.list_path(name, version), list_bytes)
-    manifest = Manifest(
+    folder = layout.dataset_folder(name)
+    present = target.list(f"{folder}/{layout.OBJECTS}")
+    missing = list({e.sha256: e for e in entries if present.get(layout.object_path(name, e.sha256)) != e.size}.values())
+    sent = _send(target, name, parsed, missing, report, max_requests)
+    target.write(f"{folder}/{layout.list_key(list_sha)}", list_bytes)
+    draft = Manifest(
         name=name,
-        version=version,
-        kind=parsed.kind.value,
+        kind=parsed.kind,
         columns=parsed.columns(),
         rows=len(parsed.rows),
         files=entries,
         list_sha256=list_sha,
         list_size=len(list_bytes),
         source=os.path.basename(os.fspath(list_file)),
-        created=now_utc(),
-        datamount_version=package_version("datamount"),
     )
-    target.write(catalog.manifest_path(name, version), manifest.to_json())
+    manifest = catalog.commit(target, draft)
     return UploadResult(manifest, len(missing), sent, len({e.sha256 for e in entries}) - len(missing), created=True)
 
 
@@ -125,14 +117,14 @@ def _normalised_list(parsed: ParsedList) -> bytes:
 
 def _send(
     store: Store,
-    folder: str,
+    name: str,
     parsed: ParsedList,
     missing: list[FileEntry],
     report: Progress,
     max_requests: int | None,
 ) -> int:
     report.start("upload", items=len(missing), size=sum(e.size for e in missing))
-    pairs = [(parsed.files[e.path].local_path, f"{folder}/{object_key(e.sha256)}") for e in missing]
+    pairs = [(parsed.files[e.path].local_path, layout.object_path(name, e.sha256)) for e in missing]
     unique = [(local, key) for key, local in {key: local for local, key in pairs}.items()]  # same bytes: once
     sent = store.put_many(unique, max_requests=max_requests, on_done=lambda _, size: report.advance(size=size))
     report.finish()

@@ -14,7 +14,6 @@ from datamount.readers.decorators import (
     shuffle,
     xmap_readers,
 )
-from datamount.readers.dist import dist_reader
 from datamount.readers.errors import (
     ComposeNotAligned,
     DistributedConfigError,
@@ -23,6 +22,7 @@ from datamount.readers.errors import (
     SharedMemoryError,
     WorkerDiedError,
 )
+from datamount.readers.master import dist_reader
 
 __all__ = [
     "ComposeNotAligned",

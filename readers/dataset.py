@@ -3,27 +3,21 @@
 from __future__ import annotations
 
 import hashlib
-import itertools
 import numbers
-import os
 import threading
 import uuid
-from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from datamount.datasets import catalog
 from datamount.datasets.manifest import Manifest
-from datamount.datasets.public_splits import split_manifest
-from datamount.datasets.shards import ShardSource
+from datamount.datasets.rows import DEFAULT_ROWS_PER_SPAN, RowSource, open_rows
 from datamount.readers._processes import close_iterator
 from datamount.readers.sharding import (
     DEFAULT_REMAINDER,
     DistributedConfigError,
     EpochOrder,
-    Piece,
     ReaderState,
     ReaderStateError,
     check_remainder,
@@ -34,15 +28,11 @@ from datamount.readers.sharding import (
     worker_runs,
 )
 from datamount.storage import Store, open_store
-from datamount.storage.cache import CACHE_DIR_ENV, ContentCache
+from datamount.storage.cache import ContentCache
+from datamount.storage.store import DEFAULT_MAX_BYTES_IN_FLIGHT
 
-DEFAULT_MAX_BYTES_IN_FLIGHT = 256 << 20
-#: Rows in one unit of work of an unpacked version (packed versions use their row groups).
-DEFAULT_ROWS_PER_SPAN = 1024
-#: Row groups read ahead of a sharded or shuffled pass over a packed version: on local disk enough to decode one
-#: while another becomes Python objects; on remote stores enough to hide each ranged GET's latency.
-PIECES_AHEAD_LOCAL = 2
-PIECES_AHEAD_REMOTE = 8
+#: The layout of a packed version's row source (its spans are row groups).
+PACKED_LAYOUT = "row-groups"
 #: What must be the same in a saved state and the reader that loads it, and how to say so when it is not.
 _STATE_FIT = {
     "fingerprint": "the dataset's content differs from the one the state was saved from",
@@ -65,10 +55,12 @@ class _PassProgress:
 
 
 class DatasetReader:
-    """A reader creator over one dataset version: each call returns a fresh iterator over one pass.
+    """A reader creator over the rows of one dataset version: each call returns a fresh iterator over one pass.
 
-    The version is fixed when the reader is made (``name`` means the latest committed one at that moment), so a
-    new upload never changes what a running job reads. Picklable: worker processes can take it.
+    It reads through a :class:`~datamount.datasets.rows.RowSource` (made by :func:`reader`), whose version was fixed
+    when it was opened (``name`` means the latest committed one at that moment), so a new upload never changes what
+    a running job reads; the reader itself decides only which rows each pass reads, and in what order. Picklable:
+    worker processes can take it.
 
     In a distributed job each call reads this rank's share of the epoch, and in a worker process (a copy in
     :func:`~datamount.readers.multiprocess_reader`, a PyTorch DataLoader worker) that worker's part of it; see
@@ -78,65 +70,51 @@ class DatasetReader:
 
     def __init__(
         self,
-        name: str,
-        store: Store | str | None = None,
+        source: RowSource,
         *,
-        max_requests: int | None = None,
-        max_bytes: int = DEFAULT_MAX_BYTES_IN_FLIGHT,
-        use_shards: bool = True,
-        cache: ContentCache | str | bool | None = None,
         rank: int | None = None,
         world_size: int | None = None,
         shuffle: bool = False,
         seed: int = 0,
         remainder: str = DEFAULT_REMAINDER,
-        rows_per_span: int = DEFAULT_ROWS_PER_SPAN,
         worker_chunk: int = 1,
-        split: str | None = None,
     ) -> None:
-        self.rank, self.world_size = resolve_rank(rank, world_size)
-        if not isinstance(shuffle, bool):
-            raise DistributedConfigError(f"shuffle must be True or False, got {shuffle!r}")
-        self.shuffle = shuffle
-        self.seed = _whole(seed, "seed", minimum=None)
-        self.remainder = check_remainder(remainder)
-        self.rows_per_span = _whole(rows_per_span, "rows_per_span", minimum=1)
-        self.worker_chunk = _whole(worker_chunk, "worker_chunk", minimum=1)
-        self.store = open_store(store)
-        self.manifest: Manifest = catalog.resolve(self.store, name)
-        self.split = split or ""
-        if split is not None:
-            self.manifest = split_manifest(self.manifest, split)
-        self.max_requests = max_requests
-        self.max_bytes = max_bytes
-        self.shards = (
-            ShardSource(self.store, self.manifest, cache=_cache(cache)) if use_shards and self.manifest.shards else None
-        )
-        if self.shards is None and not self.manifest.list_sha256:
-            raise ValueError(f"{self.manifest.ref} is stored only as Parquet shards; read it with use_shards=True")
-        self._rows = catalog.read_rows(self.store, self.manifest) if self.shards is None else []
-        image_objects = self.shards is None and self.manifest.kind == "image"
-        self._located = catalog.object_locations(self.manifest, self._rows) if image_objects else []
+        order = _order_options(rank, world_size, shuffle, seed, remainder, worker_chunk)
+        self.source = source
+        self.rank, self.world_size = order["rank"], order["world_size"]
+        self.shuffle = order["shuffle"]
+        self.seed = order["seed"]
+        self.remainder = order["remainder"]
+        self.worker_chunk = order["worker_chunk"]
         self.epoch = 0
         self._resume: tuple[int, int] | None = None  # (epoch, position) the pass of that epoch starts at
         self._pass: _PassProgress | None = None
         self._worker: tuple[int, int] | None = None  # set in a multiprocess_reader worker that shares this reader
         self._worker_token = uuid.uuid4().hex  # kept by copies, so that workers can tell it is the same reader
-        self._span_list: list[range] | None = None
         self._lock = threading.Lock()
 
+    @property
+    def manifest(self) -> Manifest:
+        """The version read (narrowed to the split, when the reader reads one)."""
+        return self.source.manifest
+
+    @property
+    def store(self) -> Store:
+        return self.source.store
+
+    @property
+    def split(self) -> str:
+        return self.source.split
+
     def __len__(self) -> int:
-        return self.manifest.rows
+        return len(self.source)
 
     def __repr__(self) -> str:
-        packed = ", packed" if self.shards is not None else ""
+        packed = ", packed" if self.source.layout == PACKED_LAYOUT else ""
         packed += f", split {self.split!r}" if self.split else ""
         sharded = f", rank {self.rank} of {self.world_size}" if self.world_size > 1 else ""
         shuffled = f", shuffle seed {self.seed}" if self.shuffle else ""
-        return (
-            f"DatasetReader({self.manifest.ref!r}, {self.store.url!r}, rows={self.manifest.rows}"
-            f"{packed}{sharded}{shuffled})"
-        )
+        return f"DatasetReader({self.manifest.ref!r}, {self.store.url!r}, rows={len(self)}{packed}{sharded}{shuffled})"
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -155,7 +133,7 @@ class DatasetReader:
             progress = self._begin_pass()
         worker, workers = self._worker_slot()
         if not self.shuffle and self.world_size == 1 and workers == 1 and progress.start == 0:
-            samples = self._whole_pass()
+            samples = self.source.rows(0, len(self.source))
         else:
             samples = self._share_pass(progress, worker, workers)
         return _counted(samples, progress)
@@ -201,61 +179,16 @@ class DatasetReader:
         """Read only part ``index`` of ``count`` of each share (set by ``multiprocess_reader`` in its workers)."""
         self._worker = check_worker(index, count)
 
-    def _whole_pass(self) -> Iterator[tuple[Any, ...]]:
-        if self.shards is not None:
-            return self.shards.samples()
-        if self.manifest.kind == "image":
-            return self._image_samples()
-        return iter(self._rows)
-
     def _share_pass(self, progress: _PassProgress, worker: int, workers: int) -> Iterator[tuple[Any, ...]]:
-        order = EpochOrder(self.spans(self.rows_per_span), shuffle=self.shuffle, seed=self.seed, epoch=progress.epoch)
-        low, high = share_bounds(self.manifest.rows, self.rank, self.world_size, self.remainder)
+        order = EpochOrder(self.source.spans(), shuffle=self.shuffle, seed=self.seed, epoch=progress.epoch)
+        low, high = share_bounds(len(self), self.rank, self.world_size, self.remainder)
         runs = worker_runs(progress.start, high - low, worker, workers, self.worker_chunk)
-        pieces = order.pieces((low + first, low + stop) for first, stop in runs)
-        if self.shards is not None:
-            return self._packed_pieces(self.shards, pieces)
-        rows = (row for piece in pieces for row in piece.rows)
-        if self.manifest.kind == "image":
-            return self._image_rows(rows)
-        return (self._rows[row] for row in rows)
-
-    @staticmethod
-    def _packed_pieces(shards: ShardSource, pieces: Iterator[Piece]) -> Iterator[tuple[Any, ...]]:
-        """The rows of each piece, the next pieces' row groups read and decoded in threads while this one is
-        yielded (Arrow decodes one without the GIL while another becomes Python objects)."""
-        ahead = PIECES_AHEAD_LOCAL if shards.store.protocol == "file" else PIECES_AHEAD_REMOTE
-        with ThreadPoolExecutor(max_workers=ahead, thread_name_prefix="datamount-span") as readers:
-            upcoming: deque[Future[list[tuple[Any, ...]]]] = deque()
-            try:
-                for piece in itertools.islice(pieces, ahead):
-                    upcoming.append(readers.submit(_piece_rows, shards, piece))
-                while upcoming:
-                    current = upcoming.popleft().result()
-                    following = next(pieces, None)
-                    if following is not None:
-                        upcoming.append(readers.submit(_piece_rows, shards, following))
-                    yield from current
-            finally:
-                for future in upcoming:
-                    future.cancel()
-
-    def _image_rows(self, rows: Iterable[int]) -> Iterator[tuple[Any, ...]]:
-        """Image rows ``rows`` in that order, their objects read with many requests in flight."""
-        for_paths, for_sizes, for_labels = itertools.tee(rows, 3)
-        blobs = self.store.read_many(
-            (self._located[row][0] for row in for_paths),
-            sizes=(self._located[row][1] for row in for_sizes),
-            max_requests=self.max_requests,
-            max_bytes=self.max_bytes,
-        )
-        for row, data in zip(for_labels, blobs, strict=True):
-            yield (data, *self._rows[row][1:])
+        return self.source.pieces(order.pieces((low + first, low + stop) for first, stop in runs))
 
     @property
     def share_size(self) -> int:
         """Samples in this rank's share of each epoch (all of this process's workers together)."""
-        low, high = share_bounds(self.manifest.rows, self.rank, self.world_size, self.remainder)
+        low, high = share_bounds(len(self), self.rank, self.world_size, self.remainder)
         return high - low
 
     # ---------------------------------------------------------------------------------------------------- state
@@ -298,8 +231,8 @@ class DatasetReader:
             dataset=self.manifest.ref,
             split=self.split,
             fingerprint=_fingerprint(self.manifest),
-            rows=self.manifest.rows,
-            layout="row-groups" if self.shards is not None else f"lines:{self.rows_per_span}",
+            rows=len(self),
+            layout=self.source.layout,
             shuffle=self.shuffle,
             seed=self.seed,
             remainder=self.remainder,
@@ -356,12 +289,12 @@ class DatasetReader:
         layout: dict[str, Any] = {"shuffle": saved.shuffle, "seed": saved.seed, "remainder": saved.remainder}
         if saved.split:
             layout["split"] = saved.split
-        if saved.layout == "row-groups":
+        if saved.layout == PACKED_LAYOUT:
             layout["use_shards"] = True
         else:
             layout["use_shards"] = False
             layout["rows_per_span"] = int(saved.layout.partition(":")[2] or DEFAULT_ROWS_PER_SPAN)
-        samples = cls(saved.dataset, store, **{**layout, **options})
+        samples = reader(saved.dataset, store, **{**layout, **options})
         samples.load_state_dict(state)
         return samples
 
@@ -369,59 +302,16 @@ class DatasetReader:
 
     def __getitem__(self, index: int) -> tuple[Any, ...]:
         """Row ``index`` (for samplers): from packed shards, only the row group that holds it is read."""
-        if index < 0:
-            index += self.manifest.rows
-        if self.shards is not None:
-            return self.shards.row(index)
-        if not 0 <= index < len(self._rows):
-            raise IndexError(f"row {index} is out of range: {self.manifest.ref} has {self.manifest.rows} rows")
-        row = self._rows[index]
-        if self.manifest.kind != "image":
-            return row
-        return (self.store.read(self._located[index][0]), *row[1:])
+        return self.source.row(index + len(self) if index < 0 else index)
 
-    def spans(self, rows_per_span: int = DEFAULT_ROWS_PER_SPAN) -> list[range]:
+    def spans(self) -> list[range]:
         """The version cut into consecutive row ranges: the row groups of a packed version (each read with one
-        request), else ranges of ``rows_per_span`` list lines. Distributed readers hand these out as units of work."""
-        if self.shards is not None:
-            if self._span_list is None:
-                self._span_list = self.shards.row_groups()
-            return self._span_list
-        if rows_per_span < 1:
-            raise ValueError(f"rows_per_span must be at least 1, not {rows_per_span}")
-        total = self.manifest.rows
-        return [range(start, min(start + rows_per_span, total)) for start in range(0, total, rows_per_span)]
+        request), else runs of ``rows_per_span`` list lines. Distributed readers hand these out as units of work."""
+        return self.source.spans()
 
     def rows(self, start: int, stop: int) -> Iterator[tuple[Any, ...]]:
         """Rows ``start`` to ``stop - 1`` of the version, in order, as :meth:`__call__` yields them."""
-        start = max(start, 0)
-        stop = max(min(stop, self.manifest.rows), start)  # an empty range, never a slice from the end
-        if self.shards is not None:
-            return self.shards.rows(start, stop)
-        if self.manifest.kind == "image":
-            return self._image_samples(start, stop)
-        return iter(self._rows[start:stop])
-
-    def _image_samples(self, start: int = 0, stop: int | None = None) -> Iterator[tuple[Any, ...]]:
-        located = self._located[start:stop]
-        blobs = self.store.read_many(
-            (path for path, _ in located),
-            sizes=(size for _, size in located),
-            max_requests=self.max_requests,
-            max_bytes=self.max_bytes,
-        )
-        for row, data in zip(self._rows[start:stop], blobs, strict=True):
-            yield (data, *row[1:])
-
-
-def _piece_rows(shards: ShardSource, piece: Piece) -> list[tuple[Any, ...]]:
-    """A piece's rows in its order, from the one row group that holds them (decoding only the stretch they span)."""
-    rows = piece.rows
-    if isinstance(rows, range):
-        return list(shards.rows(rows.start, rows.stop))
-    low = min(rows)
-    decoded = list(shards.rows(low, max(rows) + 1))
-    return [decoded[row - low] for row in rows]
+        return self.source.rows(start, stop)
 
 
 def _counted(samples: Iterator[tuple[Any, ...]], progress: _PassProgress) -> Iterator[tuple[Any, ...]]:
@@ -442,26 +332,46 @@ def _whole(value: object, name: str, *, minimum: int | None) -> int:
     return int(value)
 
 
+def _order_options(
+    rank: int | None, world_size: int | None, shuffle: bool, seed: int, remainder: str, worker_chunk: int
+) -> dict[str, Any]:
+    """The options that decide which rows each pass reads, checked."""
+    checked_rank, checked_world_size = resolve_rank(rank, world_size)
+    if not isinstance(shuffle, bool):
+        raise DistributedConfigError(f"shuffle must be True or False, got {shuffle!r}")
+    return {
+        "rank": checked_rank,
+        "world_size": checked_world_size,
+        "shuffle": shuffle,
+        "seed": _whole(seed, "seed", minimum=None),
+        "remainder": check_remainder(remainder),
+        "worker_chunk": _whole(worker_chunk, "worker_chunk", minimum=1),
+    }
+
+
 def _fingerprint(manifest: Manifest) -> str:
     """The version's content in 16 hex digits: its list's sha256, or its shards' for a version stored only packed."""
     source = manifest.list_sha256 or "\n".join(shard.sha256 for shard in manifest.shards)
     return hashlib.sha256(source.encode()).hexdigest()[:16]
 
 
-def _cache(option: ContentCache | str | bool | None) -> ContentCache | None:
-    """The shard cache a reader uses: given, at a path, the default one (``True``), or from the environment."""
-    if isinstance(option, ContentCache):
-        return option
-    if option is True:
-        return ContentCache()
-    if isinstance(option, str):
-        return ContentCache(option)
-    if option is None and os.environ.get(CACHE_DIR_ENV):
-        return ContentCache()
-    return None
-
-
-def reader(name: str, store: Store | str | None = None, **options: Any) -> DatasetReader:
+def reader(
+    name: str,
+    store: Store | str | None = None,
+    *,
+    split: str | None = None,
+    use_shards: bool = True,
+    cache: ContentCache | str | bool | None = None,
+    max_requests: int | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES_IN_FLIGHT,
+    rows_per_span: int = DEFAULT_ROWS_PER_SPAN,
+    rank: int | None = None,
+    world_size: int | None = None,
+    shuffle: bool = False,
+    seed: int = 0,
+    remainder: str = DEFAULT_REMAINDER,
+    worker_chunk: int = 1,
+) -> DatasetReader:
     """A Paddle-style reader creator over dataset ``name`` (``name@N`` for a given version).
 
     Image datasets yield ``(raw_bytes, label, ...)``: the uploaded file's exact bytes, never decoded; text datasets
@@ -479,12 +389,17 @@ def reader(name: str, store: Store | str | None = None, **options: Any) -> Datas
         ``name`` (the latest version when the reader is made) or ``name@N``.
     store
         A :class:`~datamount.storage.Store`, a URL, a path or a profile name; the default store if None.
-    max_requests, max_bytes
-        Reads in flight at most, and bytes in flight at most (unpacked image datasets).
+    split
+        Only this split's rows, for datasets made of splits (the public datasets: ``reader("mnist",
+        split="test")``); without it, every split, one after the other.
     use_shards
         Read a packed version from its Parquet shards (True) or from its objects and list.
     cache
         Keep remote shards in a local cache: True (the default cache), a folder, a ``ContentCache``.
+    max_requests, max_bytes
+        Reads in flight at most, and bytes in flight at most (unpacked image datasets).
+    rows_per_span
+        Rows of each span of an unpacked version (a packed version's spans are its row groups).
     rank, world_size
         This process's rank and the number of ranks. Both or neither; with neither, torchrun's ``RANK`` and
         ``WORLD_SIZE``, else PaddlePaddle's ``PADDLE_TRAINER_ID`` and ``PADDLE_TRAINERS_NUM``, else rank 0 of 1.
@@ -498,11 +413,6 @@ def reader(name: str, store: Store | str | None = None, **options: Any) -> Datas
         When the rows do not divide by the world size: ``"pad"`` (default) repeats a few rows so that every rank
         reads as many samples; ``"drop"`` leaves the last rows of the epoch out; ``"uneven"`` reads every row
         once, some ranks one sample more.
-    rows_per_span
-        Rows of each span of an unpacked version (a packed version's spans are its row groups).
-    split
-        Only this split's rows, for datasets made of splits (the public datasets: ``reader("mnist",
-        split="test")``); without it, every split, one after the other.
     worker_chunk
         Samples a worker process takes at a time from the rank's share, in turn with the other workers. Set it to
         the ``batch_size`` of a PyTorch DataLoader with workers, which then yields the share in its order.
@@ -511,5 +421,19 @@ def reader(name: str, store: Store | str | None = None, **options: Any) -> Datas
     ------
     DistributedConfigError
         A rank, world size or option that is missing, malformed or inconsistent.
+    DatasetNotFoundError
+        No dataset (or version, or split) of that name in the store.
     """
-    return DatasetReader(name, store, **options)
+    order = _order_options(rank, world_size, shuffle, seed, remainder, worker_chunk)
+    opened = open_store(store)
+    source = open_rows(
+        opened,
+        catalog.resolve(opened, name),
+        split=split,
+        use_shards=use_shards,
+        cache=cache,
+        max_requests=max_requests,
+        max_bytes=max_bytes,
+        rows_per_span=_whole(rows_per_span, "rows_per_span", minimum=1),
+    )
+    return DatasetReader(source, **order)

@@ -2,7 +2,23 @@
 
 from __future__ import annotations
 
+from datamount.datasets.errors import StreamFormatError
 from datamount.storage.errors import DatamountError
+
+__all__ = [
+    "ComposeNotAligned",
+    "DistributedConfigError",
+    "MasterExistsError",
+    "MasterFinishedError",
+    "MasterNotFoundError",
+    "MasterUnavailableError",
+    "NotPicklableError",
+    "ReaderStateError",
+    "SharedMemoryError",
+    "StreamFormatError",
+    "TaskQueueSnapshotError",
+    "WorkerDiedError",
+]
 
 
 class ComposeNotAligned(DatamountError, ValueError):
@@ -19,10 +35,6 @@ class NotPicklableError(DatamountError, TypeError):
 
 class SharedMemoryError(DatamountError, OSError):
     """Shared memory is too small or unavailable for the requested prefetch."""
-
-
-class StreamFormatError(DatamountError, ValueError):
-    """A stream cannot be read (empty, not Arrow, truncated, a newer format) or an entry does not fit its columns."""
 
 
 class DistributedConfigError(DatamountError, ValueError):

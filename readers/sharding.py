@@ -22,6 +22,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from datamount.datasets.rows import Piece
 from datamount.readers.errors import DistributedConfigError, ReaderStateError
 
 #: How a remainder of ``rows % world_size`` is handled; see :func:`share_bounds`.
@@ -154,14 +155,6 @@ def worker_runs(start: int, stop: int, worker: int, workers: int, chunk: int) ->
 
 
 # -------------------------------------------------------------------------------------------- the epoch's order
-
-
-@dataclass(frozen=True)
-class Piece:
-    """Rows to read from one span, in the order they are yielded (absolute row numbers of the version)."""
-
-    span: range
-    rows: Sequence[int]
 
 
 class EpochOrder:

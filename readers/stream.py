@@ -24,16 +24,14 @@ from typing import IO, Any, Union
 
 import pyarrow as pa
 
-from datamount.datasets.arrow_values import column_decoder
-from datamount.readers._stream_codec import (
-    FORMAT_KEY,
-    FORMAT_MAJOR,
-    FORMAT_VERSION,
-    ColumnEncoder,
-    entry_size,
-    infer_encoder,
-)
-from datamount.readers.errors import StreamFormatError
+from datamount.datasets.arrow_codec import ColumnEncoder, column_decoder, entry_size, infer_encoder
+from datamount.datasets.errors import StreamFormatError
+from datamount.datasets.importing import import_batches
+from datamount.datasets.manifest import Manifest
+from datamount.datasets.names import validate_name
+from datamount.datasets.progress import Progress
+from datamount.datasets.shard_writer import DEFAULT_ROW_GROUP_BYTES, DEFAULT_SHARD_BYTES, INDEX_COLUMN
+from datamount.storage import Store
 
 __all__ = [
     "DEFAULT_MAX_BATCH_BYTES",
@@ -42,6 +40,7 @@ __all__ = [
     "StreamReader",
     "StreamReaderCreator",
     "StreamWriter",
+    "import_stream",
     "read_from",
     "stream_reader",
     "write_to",
@@ -50,6 +49,11 @@ __all__ = [
 #: A stream's source or target: a path, ``"-"`` (stdin or stdout), ``"/dev/stdin"``, ``"/dev/stdout"``, or a binary
 #: file object.
 StreamTarget = Union[str, "os.PathLike[str]", IO[bytes]]
+
+#: Schema metadata naming the stream format and its version; readers accept any minor version of their major one.
+FORMAT_KEY = b"datamount.stream"
+FORMAT_VERSION = "1.0"
+FORMAT_MAJOR = 1
 
 DEFAULT_MAX_BATCH_ENTRIES = 1024
 DEFAULT_MAX_BATCH_BYTES = 1 << 20
@@ -620,3 +624,39 @@ class StreamReaderCreator:
         self.passes += 1
         with read_from(self.source, writable=self.writable) as stream:
             yield from stream.rows()
+
+
+# ------------------------------------------------------------------------------------------------ importing
+
+
+def import_stream(
+    source: StreamTarget,
+    name: str,
+    *,
+    store: Store | str | None = None,
+    shard_bytes: int = DEFAULT_SHARD_BYTES,
+    row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES,
+    progress: Progress | None = None,
+) -> Manifest:
+    """Store the stream read from ``source`` as a new version of dataset ``name``; return its manifest.
+
+    The rows are written straight into Parquet shards with the stream's columns and types (numpy arrays stay tensors)
+    plus ``index`` (:func:`datamount.datasets.importing.import_batches`). The version exists only once the whole
+    stream has been read and ended properly: a stream that is cut short, corrupt or not finished by its writer raises
+    :class:`StreamFormatError` and commits nothing.
+    """
+    validate_name(name)
+    with read_from(source) as stream:
+        if INDEX_COLUMN in stream.columns:
+            raise StreamFormatError(f"{stream.source}: a column named 'index' is reserved for the row number")
+        named = stream.source if stream.source in ("<stdin>", "-") else os.path.basename(stream.source)
+        return import_batches(
+            stream.record_batches(),
+            stream.schema,
+            name,
+            store=store,
+            source=named,
+            shard_bytes=shard_bytes,
+            row_group_bytes=row_group_bytes,
+            progress=progress,
+        )

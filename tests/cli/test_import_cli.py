@@ -11,12 +11,11 @@ import numpy as np
 import pytest
 
 from conftest import MakeImageList
-from datamount.datasets import catalog
+from datamount.datasets import verify
 from datamount.datasets.upload import upload
 from datamount.readers import reader
 from datamount.readers.errors import StreamFormatError
-from datamount.readers.importing import import_stream
-from datamount.readers.stream import write_to
+from datamount.readers.stream import import_stream, write_to
 from datamount.storage import open_store
 
 DATAMOUNT = [sys.executable, "-m", "datamount.cli.main"]
@@ -65,7 +64,7 @@ def test_tensors_keep_dtype_and_shape_and_rows_are_addressable(tmp_path: Path) -
         assert got[0].dtype == np.int16 and got[0].shape == (3, 4)
         assert np.array_equal(got[0], grid) and got[1] == name
     assert np.array_equal(samples[33][0], rows[33][0])
-    assert catalog.verify(open_store(tmp_path), manifest).ok
+    assert verify(open_store(tmp_path), manifest).ok
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,7 @@ from typing import Literal
 import numpy as np
 
 from datamount.datasets import public
-from datamount.datasets.public_spec import PublicDataset
+from datamount.datasets.public.spec import PublicDataset
 from tests.datasets.http_files import FileServer
 
 #: A valid 2x2 baseline JPEG; each generated image is this with a comment segment (COM) of random bytes after the

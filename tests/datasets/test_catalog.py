@@ -9,9 +9,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conftest import MakeImageList
-from datamount.datasets import catalog
+from datamount.datasets import catalog, layout, verify
 from datamount.datasets.errors import DatasetNotFoundError, InvalidDatasetNameError, ManifestError
-from datamount.datasets.manifest import Manifest
+from datamount.datasets.manifest import FORMAT_VERSION, Manifest
 from datamount.datasets.names import DatasetRef, parse_ref, validate_name
 from datamount.datasets.upload import upload
 from datamount.storage import Store
@@ -19,12 +19,12 @@ from datamount.storage import Store
 
 def test_verify_reports_every_missing_and_corrupt_object(store: Store, make_image_list: MakeImageList) -> None:
     manifest = upload(make_image_list(6), "d", store=store).manifest
-    folder = catalog.dataset_folder("d")
+    folder = layout.dataset_folder("d")
     first, second, third = manifest.files[:3]
-    store.remove(f"{folder}/{first.object_key}")
-    store.write(f"{folder}/{second.object_key}", b"\xff\xd8\xff" + b"x" * (second.size - 3))  # same size
-    store.write(f"{folder}/{third.object_key}", b"short")
-    report = catalog.verify(store, manifest)
+    store.remove(f"{folder}/{layout.object_key(first.sha256)}")
+    store.write(f"{folder}/{layout.object_key(second.sha256)}", b"\xff\xd8\xff" + b"x" * (second.size - 3))  # same size
+    store.write(f"{folder}/{layout.object_key(third.sha256)}", b"short")
+    report = verify(store, manifest)
     assert report.checked == 7 and not report.ok
     assert len(report.problems) == 3
     joined = "\n".join(report.problems)
@@ -53,8 +53,8 @@ def test_removing_one_version_keeps_the_objects_others_use(local_store: Store, m
     v2 = upload(list_file, "d", store=local_store).manifest
     assert catalog.remove(local_store, "d@1") == [1]
     assert catalog.versions(local_store, "d") == [2]
-    assert catalog.verify(local_store, v2).ok
-    gone = {e.object_key for e in v1.files} - {e.object_key for e in v2.files}
+    assert verify(local_store, v2).ok
+    gone = {layout.object_key(e.sha256) for e in v1.files} - {layout.object_key(e.sha256) for e in v2.files}
     assert len(gone) == 1
     assert not local_store.exists(f"datasets/d/{gone.pop()}")
     assert catalog.remove(local_store, "d") == [2]
@@ -70,7 +70,7 @@ def test_a_damaged_manifest_is_named(local_store: Store, text_list: Path) -> Non
 
 def test_a_manifest_from_a_newer_datamount_asks_for_an_upgrade(local_store: Store, text_list: Path) -> None:
     manifest = upload(text_list, "d", store=local_store).manifest
-    newer = manifest.to_json().replace(b'"format_version":1', b'"format_version":99')
+    newer = manifest.to_json().replace(b'"format_version":%d' % FORMAT_VERSION, b'"format_version":99')
     local_store.write("datasets/d/versions/1.json", newer)
     with pytest.raises(ManifestError, match="newer datamount"):
         catalog.resolve(local_store, "d")
@@ -105,7 +105,7 @@ def test_references() -> None:
 @given(st.text(max_size=40))
 def test_a_valid_name_never_leaves_its_area(text: str) -> None:
     try:
-        folder = catalog.dataset_folder(text)
+        folder = layout.dataset_folder(text)
     except InvalidDatasetNameError:
         return
     assert folder.startswith(("datasets/", "public/"))

@@ -14,8 +14,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from conftest import MakeImageList
-from datamount.datasets import catalog
+from datamount.datasets import catalog, layout, verify
 from datamount.datasets.pack import pack
+from datamount.datasets.rows import ShardRows
 from datamount.datasets.upload import upload
 from datamount.readers import reader
 from datamount.storage import IntegrityError, Store
@@ -35,7 +36,7 @@ def test_packed_reads_yield_the_same_tuples_in_the_same_order(store: Store, make
     expected, shards = packed(store, make_image_list)
     assert shards > 1
     samples = reader("d", store)
-    assert samples.shards is not None
+    assert isinstance(samples.source, ShardRows)
     assert list(samples()) == expected
     assert list(reader("d", store, use_shards=False)()) == expected
 
@@ -61,8 +62,8 @@ def test_spans_cover_the_version_once_and_read_as_a_pass_does(
     store: Store, make_image_list: MakeImageList, packed_form: bool
 ) -> None:
     expected, _ = packed(store, make_image_list)
-    samples = reader("d", store, use_shards=packed_form)
-    spans = samples.spans(rows_per_span=7)
+    samples = reader("d", store, use_shards=packed_form, rows_per_span=7)
+    spans = samples.spans()
     assert [row for span in spans for row in range(span.start, span.stop)] == list(range(60))
     if packed_form:
         manifest = catalog.resolve(store, "d")
@@ -140,7 +141,7 @@ def test_a_damaged_remote_shard_is_named(s3_store: Store, make_image_list: MakeI
     s3_store.write(path, bytes(data))
     with pytest.raises(IntegrityError, match=shard.path.replace(".", r"\.")):
         list(reader("d", s3_store)())
-    report = catalog.verify(s3_store, catalog.resolve(s3_store, "d"))
+    report = verify(s3_store, catalog.resolve(s3_store, "d"))
     assert [p for p in report.problems if "wrong content" in p] == [
         f"wrong content: shard {shard.path} ({s3_store.url_for(path)}) does not match its sha256"
     ]
@@ -173,7 +174,7 @@ def test_shuffled_and_sharded_passes_fill_and_use_the_cache(
     first = [sample for rank in ranks for sample in rank()]
     assert sorted(first) == sorted(expected) and first != expected
     assert cache.misses == shards  # each shard fetched whole once, however many row groups were read from it
-    s3_store.remove(catalog.dataset_folder("d") + "/packs", recursive=True)
+    s3_store.remove(layout.dataset_folder("d") + "/packs", recursive=True)
     assert sorted(sample for rank in ranks for sample in rank()) == sorted(expected)  # from the cache alone
     assert cache.misses == shards
 

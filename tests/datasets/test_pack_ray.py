@@ -10,10 +10,11 @@ from click.testing import CliRunner
 
 from conftest import MakeImageList
 from datamount.cli.main import cli
-from datamount.datasets import catalog
+from datamount.datasets import catalog, layout
 from datamount.datasets.manifest import Manifest
 from datamount.datasets.pack import pack
 from datamount.datasets.pack_ray import pack_ray
+from datamount.datasets.rows import object_locations, read_lines
 from datamount.datasets.upload import upload
 from datamount.readers import reader
 from datamount.storage import ObjectNotFoundError, Store, open_store
@@ -22,7 +23,7 @@ SMALL = {"shard_bytes": 20_000, "row_group_bytes": 5_000}
 
 
 def shard_bytes(store: Store, manifest: Manifest) -> list[bytes]:
-    return [store.read(f"{catalog.dataset_folder(manifest.name)}/{shard.path}") for shard in manifest.shards]
+    return [store.read(layout.shard_path(manifest.name, shard)) for shard in manifest.shards]
 
 
 def without_time(manifest: Manifest) -> Manifest:
@@ -74,7 +75,7 @@ def test_a_failing_shard_task_raises_its_error_and_commits_nothing(
 ) -> None:
     upload(make_image_list(30, size=1000), "d", store=local_store)
     manifest = catalog.resolve(local_store, "d")
-    [(missing, _)] = catalog.object_locations(manifest, catalog.read_rows(local_store, manifest))[17:18]
+    [(missing, _)] = object_locations(manifest, read_lines(local_store, manifest))[17:18]
     local_store.remove(missing)
     with pytest.raises(ObjectNotFoundError, match=missing.rsplit("/", 1)[-1]):
         pack_ray("d", store=local_store, **SMALL)

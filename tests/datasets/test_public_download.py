@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from datamount.datasets.download import RetryPolicy, fetch, md5_file
 from datamount.datasets.errors import DownloadError, DownloadNotFoundError
+from datamount.datasets.public.download import RetryPolicy, fetch, md5_file
 from datamount.storage import IntegrityError
 from tests.datasets.http_files import FileServer
 

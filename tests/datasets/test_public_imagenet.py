@@ -18,7 +18,7 @@ from datamount.datasets.errors import (
     SourceFormatError,
     SourceNotFoundError,
 )
-from datamount.datasets.shards import ShardSource
+from datamount.datasets.rows import ShardRows
 from datamount.storage import IntegrityError, Store
 from tests.datasets.public_files import (
     ImagenetSource,
@@ -63,7 +63,7 @@ def test_archives_with_the_devkit(archives: ImagenetSource, local_store: Store) 
     result = public.install("imagenet", store=local_store, source=archives.folder, row_group_bytes=1000)
     assert result.splits == {"train": 12, "val": 9}
     manifest = catalog.resolve(local_store, "imagenet")
-    rows = list(ShardSource(local_store, manifest).samples())
+    rows = list(ShardRows(local_store, manifest).rows(0, manifest.rows))
     expected = [(data, wnid) for wnid, _, data in archives.train]
     expected += [(data, wnid) for _, wnid, data in archives.val]
     assert rows == expected

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from datamount.datasets import catalog, imdb, public
 from datamount.datasets.errors import SourceFormatError
-from datamount.datasets.shards import ShardSource
+from datamount.datasets.rows import ShardRows
 from datamount.storage import Store
 from tests.datasets.public_files import ImdbSource, make_imdb, md5, registered, tar_bytes
 
@@ -104,7 +104,7 @@ def test_the_stored_rows_are_the_reviews_as_written(installed: Store, source: Im
         for label in ("pos", "neg")
         for text in source.reviews[(split, label)]
     ]
-    assert list(ShardSource(installed, manifest).samples()) == expected
+    assert list(ShardRows(installed, manifest).rows(0, manifest.rows)) == expected
     assert [entry.path for entry in manifest.files] == [imdb.FREQUENCIES_FILE]
 
 

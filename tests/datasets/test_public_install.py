@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from datamount.datasets import catalog, mnist, public
-from datamount.datasets.download import RetryPolicy
+from datamount.datasets import catalog, mnist, public, verify
 from datamount.datasets.errors import (
     DatasetNotFoundError,
     DownloadError,
@@ -23,8 +22,9 @@ from datamount.datasets.errors import (
     SourceNotFoundError,
 )
 from datamount.datasets.progress import Progress
-from datamount.datasets.public_spec import Builder, PublicDataset, Sources
-from datamount.datasets.public_writer import PublicWriter
+from datamount.datasets.public.download import RetryPolicy
+from datamount.datasets.public.spec import Builder, PublicDataset, Sources
+from datamount.datasets.public.writer import PublicWriter
 from datamount.storage import IntegrityError, Store, open_store
 from tests.datasets.http_files import FileServer
 from tests.datasets.public_files import (
@@ -77,7 +77,7 @@ def test_install_from_a_mirror_on_every_store_then_again_is_a_no_op(
 
     samples = list(mnist.test(store=store)())
     assert len(samples) == 40 and samples[3][1] == int(mnist_source.labels["test"][3])
-    assert catalog.verify(store, result.manifest).ok
+    assert verify(store, result.manifest).ok
 
 
 def test_downloads_are_cached_for_the_next_store(tmp_path: Path, server: FileServer, mnist_source: MnistSource) -> None:
@@ -231,14 +231,14 @@ def test_when_two_installs_race_the_first_to_commit_wins(local_store: Store, tmp
     assert not result.created  # the nested install committed first; this one kept it
     assert catalog.versions(local_store, "public/tiny") == [1]
     shards = sorted(f"public/tiny/{shard.path}" for shard in result.manifest.shards)
-    assert sorted(local_store.list("public/tiny/packs/1")) == shards
+    assert sorted(local_store.list("public/tiny/packs")) == shards
 
 
 KILLED_INSTALL = textwrap.dedent(
     """
     import sys, time
     from datamount.datasets import public
-    from datamount.datasets.public_spec import PublicDataset
+    from datamount.datasets.public.spec import PublicDataset
 
     def build(sources, writer, progress):
         writer.start_split("train")
@@ -269,7 +269,7 @@ def test_a_killed_install_leaves_nothing_visible_and_the_next_one_completes(tmp_
         process.kill()
         process.wait(timeout=30)
     store = open_store(store_dir)
-    assert len(store.list("public/tiny/packs/1")) > 1  # shards were written, and no manifest
+    assert len(store.list("public/tiny/packs")) > 1  # shards were written, and no manifest
     assert catalog.dataset_names(store) == []
     with pytest.raises(DatasetNotFoundError):
         catalog.resolve(store, "tiny")
@@ -277,7 +277,7 @@ def test_a_killed_install_leaves_nothing_visible_and_the_next_one_completes(tmp_
     with registered(small_spec(_rows)):
         manifest = public.install("tiny", store=store, source=tmp_path, shard_bytes=1, row_group_bytes=100).manifest
     assert manifest.version == 1 and manifest.rows == 50
-    assert sorted(store.list("public/tiny/packs/1")) == [f"public/tiny/{shard.path}" for shard in manifest.shards]
+    assert sorted(store.list("public/tiny/packs")) == [f"public/tiny/{shard.path}" for shard in manifest.shards]
 
 
 def test_status_and_remove(local_store: Store, mnist_source: MnistSource) -> None:

@@ -15,7 +15,7 @@ from hypothesis.extra import numpy as hnp
 
 from datamount.datasets import catalog, mnist, public
 from datamount.datasets.errors import DatasetNotFoundError, SourceFormatError
-from datamount.datasets.shards import ShardSource
+from datamount.datasets.rows import ShardRows
 from datamount.storage import Store, open_store
 from tests.datasets.public_files import MNIST_NAMES, MnistSource, idx_gz, make_mnist, registered, with_checksums_of
 
@@ -83,7 +83,7 @@ def test_stopping_early_is_fine(installed: Store) -> None:
 def test_the_stored_rows_are_the_raw_pixels_with_labels_and_splits(installed: Store, source: MnistSource) -> None:
     manifest = catalog.resolve(installed, "mnist")
     assert manifest.name == "public/mnist" and manifest.kind == "image" and len(manifest.shards) >= 2
-    rows = list(ShardSource(installed, manifest).samples())
+    rows = list(ShardRows(installed, manifest).rows(0, manifest.rows))
     expected = [
         (images.tobytes(), str(label))
         for split in ("train", "test")

@@ -10,7 +10,7 @@ import pytest
 
 from datamount.datasets import catalog, public, wmt14
 from datamount.datasets.errors import SourceFormatError
-from datamount.datasets.shards import ShardSource
+from datamount.datasets.rows import ShardRows
 from datamount.storage import Store
 from tests.datasets.public_files import WmtSource, make_wmt14, md5, registered, tar_bytes
 
@@ -74,7 +74,7 @@ def test_the_stored_rows_are_the_well_formed_pairs(installed: Store, source: Wmt
         for line in source.lines[split]
         if len(line.split("\t")) == 2
     ]
-    assert list(ShardSource(installed, manifest).samples()) == expected
+    assert list(ShardRows(installed, manifest).rows(0, manifest.rows)) == expected
     assert sorted(entry.path for entry in manifest.files) == ["src.dict", "trg.dict"]
 
 

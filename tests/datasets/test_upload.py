@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import MakeImageList
-from datamount.datasets import catalog
+from datamount.datasets import catalog, verify
 from datamount.datasets.errors import DatasetNotFoundError, InvalidDatasetNameError, ListFormatError
 from datamount.datasets.upload import upload
 from datamount.readers.dataset import reader
@@ -31,7 +31,7 @@ def test_image_round_trip_on_every_backend(store: Store, make_image_list: MakeIm
     result = upload(list_file, "cats", store=store)
     assert result.created and result.sent_files == 30 and result.manifest.rows == 30
     assert list(reader("cats", store)()) == image_rows(list_file)
-    assert catalog.verify(store, result.manifest).ok
+    assert verify(store, result.manifest).ok
 
 
 def test_text_round_trip_on_every_backend(store: Store, text_list: Path) -> None:

@@ -22,11 +22,20 @@ from click.testing import CliRunner
 from conftest import MakeImageList
 from datamount.cli.main import cli
 from datamount.datasets import catalog
+from datamount.datasets.rows import object_locations, read_lines
 from datamount.datasets.upload import upload
-from datamount.readers.dataset import DatasetReader
-from datamount.readers.dist import DistReader, dist_reader, use_master
+from datamount.readers.dataset import reader
 from datamount.readers.errors import MasterExistsError, MasterFinishedError, MasterNotFoundError, MasterUnavailableError
-from datamount.readers.master import MasterClient, connect, snapshot_path, start_master, stop_master
+from datamount.readers.master import (
+    DistReader,
+    MasterClient,
+    connect,
+    dist_reader,
+    snapshot_path,
+    start_master,
+    stop_master,
+    use_master,
+)
 from datamount.storage import Store
 
 ROWS = 60
@@ -35,7 +44,7 @@ TRAINER = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from datamount.readers.dist import dist_reader
+    from datamount.readers.master import dist_reader
 
     address, store, namespace, name, delay, go = sys.argv[1:7]
     samples = dist_reader("lines", store, address=address, namespace=namespace, trainer=name)
@@ -212,9 +221,9 @@ def test_a_task_that_always_fails_ends_failed_without_stalling_the_pass(
     local_store: Store, make_image_list: MakeImageList, namespace: str
 ) -> None:
     upload(make_image_list(12), "pictures", store=local_store)
-    expected = list(DatasetReader("pictures", local_store)())
+    expected = list(reader("pictures", local_store)())
     manifest = catalog.resolve(local_store, "pictures")
-    [broken] = catalog.object_locations(manifest, catalog.read_rows(local_store, manifest))[5:6]
+    [broken] = object_locations(manifest, read_lines(local_store, manifest))[5:6]
     local_store.remove(broken[0])
     master = start_master("pictures", local_store, namespace=namespace, rows_per_task=4, passes=1, max_failures=1)
     read = list(dist_reader("pictures", local_store, namespace=namespace)())
@@ -311,7 +320,7 @@ def test_the_environment_chooses_between_master_and_local_reading(monkeypatch: p
 
 
 def test_without_a_cluster_dist_reader_is_the_local_reader(local_store: Store, lines: list[tuple[str, str]]) -> None:
-    script = "import sys; from datamount.readers.dist import dist_reader\n"
+    script = "import sys; from datamount.readers.master import dist_reader\n"
     script += "r = dist_reader('lines', sys.argv[1]); print(type(r).__name__, sum(1 for _ in r()))"
     environment = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "DATAMOUNT_LOCAL")}
     done = subprocess.run(

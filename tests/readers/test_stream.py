@@ -520,7 +520,7 @@ def test_a_producer_dying_midway_is_an_error_for_the_consumer() -> None:
         [sys.executable, "-c", dies, "5000"], [sys.executable, "-c", CONSUMER]
     )
     assert (status, consumer_status) == (3, 1)
-    assert "datamount.readers.errors.StreamFormatError: stdin: the stream" in consumer_err
+    assert "datamount.datasets.errors.StreamFormatError: stdin: the stream" in consumer_err
 
 
 # ------------------------------------------------------------------------------------------------ Node.js

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule
 
 from datamount.readers.errors import TaskQueueSnapshotError
-from datamount.readers.tasks import Lease, PassFinished, TaskQueue, Wait
+from datamount.readers.master import Lease, PassFinished, TaskQueue, Wait
 
 DATASET = "d@1"
 

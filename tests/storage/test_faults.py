@@ -21,8 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import S3_TEST_KEY, S3_TEST_SECRET, MakeImageList, S3Server
-from datamount.datasets import catalog
-from datamount.datasets.manifest import object_key
+from datamount.datasets import catalog, layout, verify
 from datamount.datasets.pack import pack
 from datamount.datasets.upload import upload
 from datamount.readers.dataset import reader
@@ -264,7 +263,7 @@ def test_shard_reads_under_a_persistent_fault_fail_clearly(
     backend.proxy.inject(fault, methods={"GET"}, containing="shard-")
     with pytest.raises(EXPECTED_ERROR[fault.action]) as caught:
         list(dataset())
-    shard = f"{catalog.dataset_folder(name)}/{dataset.manifest.shards[0].path}"
+    shard = layout.shard_path(name, dataset.manifest.shards[0])
     assert_names(caught.value, store, shard, backend)
     with pytest.raises(EXPECTED_ERROR[fault.action]):
         dataset[3]
@@ -282,14 +281,14 @@ def test_an_upload_survives_faults(backend: ProxiedBackend, make_image_list: Mak
     assert backend.proxy.count(fault.action) == 2
     direct = backend.open_direct()
     assert list(reader("cats", direct)()) == image_rows(list_file)
-    assert catalog.verify(direct, result.manifest).ok
+    assert verify(direct, result.manifest).ok
 
 
 def test_verify_rehashes_through_an_answer_cut_short(backend: ProxiedBackend, make_image_list: MakeImageList) -> None:
     list_file = make_image_list(8, size=20_000)
     manifest = upload(list_file, "cats", store=backend.open_direct()).manifest
     backend.proxy.inject(Fault.cut(1000), times=2, methods={"GET"}, containing="/objects/")
-    report = catalog.verify(backend.open(), manifest)
+    report = verify(backend.open(), manifest)
     assert report.ok and report.checked == 9
     assert backend.proxy.count(Action.CUT) == 2
 
@@ -313,17 +312,17 @@ def test_an_upload_under_a_persistent_fault_commits_nothing_then_resumes(
 
     direct = backend.open_direct()
     assert catalog.versions(direct, "cats") == []
-    assert not direct.exists(catalog.list_path("cats", 1))
-    stored = direct.list(f"{catalog.dataset_folder('cats')}/objects")
+    assert direct.list(f"{layout.dataset_folder('cats')}/lists") == {}
+    stored = direct.list(f"{layout.dataset_folder('cats')}/objects")
     # Only a reset after the server answered leaves the object stored (the client never heard it was).
-    assert (f"{catalog.dataset_folder('cats')}/{object_key(broken)}" in stored) is (fault.action is Action.RESET_AFTER)
+    assert (layout.object_path("cats", broken) in stored) is (fault.action is Action.RESET_AFTER)
 
     backend.proxy.clear()
     result = upload(list_file, "cats", store=store)
     assert result.created and result.manifest.version == 1
     assert result.sent_files == 10 - len(stored)
     assert list(reader("cats", direct)()) == image_rows(list_file)
-    assert catalog.verify(direct, result.manifest).ok
+    assert verify(direct, result.manifest).ok
 
 
 @pytest.mark.s3

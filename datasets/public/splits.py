@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import hashlib
 from collections.abc import Iterator
 from typing import Any
 
-from datamount.datasets import catalog
+from datamount.datasets import catalog, layout
 from datamount.datasets.errors import DatasetNotFoundError
 from datamount.datasets.manifest import Manifest
 from datamount.datasets.names import PUBLIC_NAMESPACE
-from datamount.datasets.public_writer import SPLITS_KEY
-from datamount.datasets.shards import ShardSource
+from datamount.datasets.rows import RowSource, closing, open_rows
 from datamount.storage import IntegrityError, Store, open_store
 
 
@@ -29,31 +27,12 @@ def installed(store: Store, name: str) -> Manifest:
         ) from None
 
 
-def split_rows(manifest: Manifest) -> dict[str, int]:
-    """Rows by split, in the splits' order."""
-    return {split: int(info["rows"]) for split, info in manifest.extra.get(SPLITS_KEY, {}).items()}
-
-
-def split_manifest(manifest: Manifest, split: str) -> Manifest:
-    """``manifest`` narrowed to one split: its shards and rows."""
-    splits = manifest.extra.get(SPLITS_KEY, {})
-    if split not in splits:
-        held = ", ".join(splits) or "none"
-        raise DatasetNotFoundError(f"{manifest.ref} has no {split!r} split (it holds: {held})")
-    first, stop = splits[split]["shards"]
-    return dataclasses.replace(
-        manifest,
-        shards=manifest.shards[first:stop],
-        rows=int(splits[split]["rows"]),
-    )
-
-
 def attached_file(store: Store, manifest: Manifest, name: str) -> bytes:
     """A small file kept with the dataset (a dictionary, a class table), checked against its sha256."""
     entry = next((entry for entry in manifest.files if entry.path == name), None)
     if entry is None:
         raise DatasetNotFoundError(f"{manifest.ref} has no file {name!r}; reinstall it ('datamount public rm' first)")
-    path = f"{catalog.dataset_folder(manifest.name)}/{entry.object_key}"
+    path = layout.object_path(manifest.name, entry.sha256)
     data = store.read(path)
     if hashlib.sha256(data).hexdigest() != entry.sha256:
         raise IntegrityError(f"{store.url_for(path)} ({name} of {manifest.ref}) does not match its sha256")
@@ -71,10 +50,10 @@ class SplitReader:
         self.dataset = dataset
         self.split = split
         self.manifest = installed(self.store, dataset)
-        self.split_manifest = split_manifest(self.manifest, split)
+        self.source: RowSource = open_rows(self.store, self.manifest, split=split)
 
     def __len__(self) -> int:
-        return self.split_manifest.rows
+        return len(self.source)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.manifest.ref!r}, split={self.split!r}, rows={len(self)})"
@@ -82,7 +61,7 @@ class SplitReader:
     @contextlib.contextmanager
     def rows(self) -> Iterator[Iterator[tuple[Any, ...]]]:
         """The split's rows as stored, closed when the block ends."""
-        with contextlib.closing(ShardSource(self.store, self.split_manifest).samples()) as rows:
+        with closing(self.source.rows(0, len(self.source))) as rows:
             yield rows
 
     def attached(self, name: str) -> bytes:

@@ -1,4 +1,4 @@
-"""The task master on Ray: a named, detached actor holding a :class:`~datamount.readers.tasks.TaskQueue`.
+"""The task master on Ray: a named, detached actor holding a :class:`~datamount.readers.master.tasks.TaskQueue`.
 
 Ray restarts the actor when its process dies (``max_restarts=-1``); its state is snapshotted to the dataset's store
 (``masters/NAMESPACE/NAME.json``, written atomically) at most ``snapshot_interval`` seconds after each change, and
@@ -17,16 +17,17 @@ import uuid
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from datamount.datasets import catalog
 from datamount.datasets._ray import configured_address, connect_ray, ray_module
 from datamount.datasets.names import parse_ref, validate_name
-from datamount.readers.dataset import DEFAULT_ROWS_PER_SPAN, DatasetReader
+from datamount.datasets.rows import DEFAULT_ROWS_PER_SPAN, open_rows
 from datamount.readers.errors import (
     MasterExistsError,
     MasterNotFoundError,
     MasterUnavailableError,
     TaskQueueSnapshotError,
 )
-from datamount.readers.tasks import Answer, Lease, QueueStatus, TaskQueue
+from datamount.readers.master.tasks import Answer, Lease, QueueStatus, TaskQueue
 from datamount.storage import ObjectNotFoundError, Store, open_store
 from datamount.storage.errors import DatamountError
 
@@ -353,11 +354,10 @@ def start_master(
         )
     if snapshot_interval <= 0:
         raise ValueError(f"snapshot_interval must be a positive number of seconds, not {snapshot_interval!r}")
-    # rank 0 of 1: the spans are the whole version's, whatever this process's rank in a static sharding would be.
-    source = DatasetReader(str(ref), opened, rank=0, world_size=1)
+    source = open_rows(opened, catalog.resolve(opened, ref), rows_per_span=rows_per_task)
     queue = TaskQueue(
         source.manifest.ref,
-        source.spans(rows_per_task),
+        source.spans(),
         lease_timeout=lease_timeout,
         max_failures=max_failures,
         passes=passes,

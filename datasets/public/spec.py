@@ -17,7 +17,7 @@ from datamount.datasets.names import PUBLIC_NAMESPACE
 from datamount.datasets.progress import Progress
 
 if TYPE_CHECKING:
-    from datamount.datasets.public_writer import PublicWriter
+    from datamount.datasets.public.writer import PublicWriter
 
 #: The column every public dataset ends with: which split (``train``, ``test``, ``val``...) a row belongs to.
 

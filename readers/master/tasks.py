@@ -1,6 +1,6 @@
 """The task queue of the dynamic task master: one dataset version cut into tasks, handed out on leases, pass after pass.
 
-Plain Python, no Ray: :mod:`datamount.readers.master` keeps one inside a Ray actor, and the tests drive it directly.
+Plain Python, no Ray: :mod:`.actor` keeps one inside a Ray actor, and the tests drive it directly.
 
 Within a pass every task is in exactly one of four states:
 

@@ -21,13 +21,15 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from datamount.datasets import catalog
 from datamount.datasets._ray import configured_address
 from datamount.datasets.names import parse_ref
-from datamount.readers._tasks_ahead import Fetched, PassOver, TasksAhead, give_back
+from datamount.datasets.rows import RowSource, open_rows
 from datamount.readers.dataset import DatasetReader, reader
 from datamount.readers.errors import MasterFinishedError
-from datamount.readers.master import DEFAULT_MASTER_TIMEOUT, DEFAULT_NAMESPACE, MasterClient, connect
-from datamount.storage import Store
+from datamount.readers.master.actor import DEFAULT_MASTER_TIMEOUT, DEFAULT_NAMESPACE, MasterClient, connect
+from datamount.readers.master.ahead import Fetched, PassOver, TasksAhead, give_back
+from datamount.storage import Store, open_store
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +78,7 @@ class DistReader:
         self.poll_interval = poll_interval
         self.read_options = _check_read_options(read_options)
         self._client: MasterClient | None = None
-        self._source: DatasetReader | None = None
+        self._source: RowSource | None = None
 
     def __repr__(self) -> str:
         return f"DistReader({str(self.ref)!r}, namespace={self.namespace!r})"
@@ -96,15 +98,15 @@ class DistReader:
             )
         return self._client
 
-    def _rows_source(self) -> DatasetReader:
+    def _rows_source(self) -> RowSource:
         if self._source is None:
             served = self.client.info().dataset
             if self.ref.version is not None and parse_ref(served).version != self.ref.version:
                 raise ValueError(
                     f"dist_reader asks for {self.ref} but the task master of {self.ref.name} serves {served}"
                 )
-            # rank 0 of 1: a task names its rows itself, whatever this process's rank in a static sharding would be.
-            self._source = DatasetReader(served, self.store, rank=0, world_size=1, **self.read_options)
+            opened = open_store(self.store)
+            self._source = open_rows(opened, catalog.resolve(opened, served), **self.read_options)
         return self._source
 
     def _one_pass(self) -> Iterator[tuple[Any, ...]]:

@@ -27,12 +27,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from datamount.datasets.archives import ARCHIVE_ERRORS, file_size, member_bytes, read_tar
 from datamount.datasets.errors import MissingDependencyError, SourceFormatError, SourceNotFoundError
 from datamount.datasets.progress import Progress
-from datamount.datasets.public_spec import PublicDataset, RemoteFile, Sources
-from datamount.datasets.public_splits import SplitReader, attached_file, installed
-from datamount.datasets.public_writer import PublicWriter
+from datamount.datasets.public.archives import ARCHIVE_ERRORS, file_size, member_bytes, read_tar
+from datamount.datasets.public.spec import PublicDataset, RemoteFile, Sources
+from datamount.datasets.public.splits import SplitReader, attached_file, installed
+from datamount.datasets.public.writer import PublicWriter
 from datamount.storage import Store, open_store
 
 NAME = "imagenet"

@@ -1,4 +1,4 @@
-"""Reading a packed dataset version: its Parquet shards in order, or one row by its index."""
+"""Rows of a packed version, from its Parquet shards: whole shards for passes, row groups for everything else."""
 
 from __future__ import annotations
 
@@ -6,58 +6,129 @@ import bisect
 import hashlib
 import io
 import itertools
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, BinaryIO
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from datamount.datasets import catalog
-from datamount.datasets.arrow_values import column_decoder
+from datamount.datasets import layout
+from datamount.datasets.arrow_codec import column_decoder
 from datamount.datasets.manifest import Manifest, ShardEntry
+from datamount.datasets.rows.source import Piece, Row, clip, out_of_range
 from datamount.storage import IntegrityError, Store
 from datamount.storage.cache import ContentCache
 
 #: Ranged GETs a remote shard is fetched with, and how large each is; a shard of up to two chunks is one GET.
 FETCH_CHUNK = 16 << 20
 FETCH_REQUESTS = 8
+#: Pieces (row groups) read ahead of the one being taken: on local disk enough to decode one while another becomes
+#: Python objects; on remote stores enough to hide each ranged GET's latency.
+PIECES_AHEAD_LOCAL = 2
+PIECES_AHEAD_REMOTE = 8
 
 
-class ShardSource:
-    """The samples of a packed version, shard after shard, the next shard fetched while this one is read.
+class ShardRows:
+    """The rows of a packed version.
 
-    Local stores memory-map their shards. Remote shards are fetched whole with parallel ranged GETs and checked
-    against their sha256, into memory or, with a :class:`ContentCache`, into the local cache (so that the next
-    epoch reads locally). At most two shards are held at once: the one being read and the next.
+    A pass over whole shards (:meth:`rows` of a range that covers them) reads shard after shard, the next one fetched
+    while this one is read: local shards are memory-mapped; remote shards are fetched whole with parallel ranged GETs
+    and checked against their sha256, into memory or, with a :class:`ContentCache`, into the local cache (so that the
+    next epoch reads locally). At most two shards are held at once. Parts of shards (random access, the pieces of a
+    shuffled or sharded pass, the ends of a range) are read row group by row group: from the local or cached file,
+    else each group with one ranged read.
     """
 
     def __init__(self, store: Store, manifest: Manifest, *, cache: ContentCache | None = None) -> None:
         self.store = store
         self.manifest = manifest
+        self.split = ""
+        self.layout = "row-groups"
         self.cache = cache
-        self._folder = catalog.dataset_folder(manifest.name)
         self._columns = list(manifest.columns)
         self._starts = list(itertools.accumulate((s.rows for s in manifest.shards), initial=0))
         self._footers: dict[str, pq.FileMetaData] = {}
+        self._spans: list[range] | None = None
 
-    def samples(self) -> Iterator[tuple[Any, ...]]:
-        """Every row, in order, as a tuple in the list's column order."""
-        shards = self.manifest.shards
-        if not shards:
-            return
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="datamount-shard") as prefetcher:
-            upcoming: Future[pa.NativeFile] = prefetcher.submit(self._open, shards[0])
+    def __len__(self) -> int:
+        return self._starts[-1]
+
+    def spans(self) -> list[range]:
+        """The row range of every row group, in order."""
+        if self._spans is None:
+            self._spans = [
+                range(start, stop)
+                for shard_start, shard in zip(self._starts, self.manifest.shards, strict=False)
+                for start, stop in itertools.pairwise(itertools.accumulate(shard.row_groups, initial=shard_start))
+            ]
+        return self._spans
+
+    def rows(self, start: int, stop: int) -> Iterator[Row]:
+        start, stop = clip(start, stop, len(self))
+        return self._segment_rows(list(self._segments(start, stop)))
+
+    def row(self, index: int) -> Row:
+        """Row ``index``, reading only the footer and the one row group that holds it."""
+        if not 0 <= index < len(self):
+            raise out_of_range(index, self.manifest, len(self))
+        return next(self._group_rows(index, index + 1))
+
+    def pieces(self, pieces: Iterable[Piece]) -> Iterator[Row]:
+        """The rows of each piece, the next pieces' row groups read and decoded in threads while this one is
+        yielded (Arrow decodes one without the GIL while another becomes Python objects)."""
+        pending = iter(pieces)
+        ahead = PIECES_AHEAD_LOCAL if self.store.protocol == "file" else PIECES_AHEAD_REMOTE
+        with ThreadPoolExecutor(max_workers=ahead, thread_name_prefix="datamount-span") as readers:
+            upcoming: deque[Future[list[Row]]] = deque()
             try:
-                for position in range(len(shards)):
-                    current = upcoming.result()
-                    if position + 1 < len(shards):
-                        upcoming = prefetcher.submit(self._open, shards[position + 1])
-                    yield from self._rows_of(current)
+                for piece in itertools.islice(pending, ahead):
+                    upcoming.append(readers.submit(self._piece_rows, piece))
+                while upcoming:
+                    current = upcoming.popleft().result()
+                    following = next(pending, None)
+                    if following is not None:
+                        upcoming.append(readers.submit(self._piece_rows, following))
+                    yield from current
             finally:
-                upcoming.cancel()
+                for future in upcoming:
+                    future.cancel()
 
-    def _rows_of(self, source: pa.NativeFile) -> Iterator[tuple[Any, ...]]:
+    # ---------------------------------------------------------------------------------------------- whole shards
+
+    def _segments(self, start: int, stop: int) -> Iterator[tuple[int, int, int]]:
+        """``(shard number, first row, stop row)`` of each shard's part of ``[start, stop)``, in shard rows."""
+        number = bisect.bisect_right(self._starts, start) - 1
+        while start < stop:
+            shard_start = self._starts[number]
+            end = min(stop, self._starts[number + 1])
+            yield number, start - shard_start, end - shard_start
+            start, number = end, number + 1
+
+    def _segment_rows(self, segments: list[tuple[int, int, int]]) -> Iterator[Row]:
+        """The rows of each segment; whole shards are opened one ahead, in a thread, while the current one is read."""
+        shards = self.manifest.shards
+        whole = [low == 0 and high == shards[number].rows for number, low, high in segments]
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="datamount-shard") as prefetcher:
+            opened: dict[int, Future[pa.NativeFile]] = {}
+            try:
+                for position, (number, low, high) in enumerate(segments):
+                    current = None
+                    if whole[position]:
+                        current = opened.pop(position, None) or prefetcher.submit(self._open, shards[number])
+                    following = next((p for p in range(position + 1, len(segments)) if whole[p]), None)
+                    if following is not None and following not in opened:
+                        opened[following] = prefetcher.submit(self._open, shards[segments[following][0]])
+                    if current is None:
+                        yield from self._group_rows(self._starts[number] + low, self._starts[number] + high)
+                    else:
+                        yield from self._rows_of(current.result())
+            finally:
+                for future in opened.values():
+                    future.cancel()
+
+    def _rows_of(self, source: pa.NativeFile) -> Iterator[Row]:
         parquet = pq.ParquetFile(source)
         groups = parquet.num_row_groups
         if groups == 0:
@@ -70,12 +141,12 @@ class ShardSource:
                     table = upcoming.result()
                     if group + 1 < groups:
                         upcoming = decoder.submit(parquet.read_row_group, group + 1, columns=self._columns)
-                    yield from _decoded_rows(table)
+                    yield from decoded_rows(table)
             finally:
                 upcoming.cancel()
 
     def _open(self, shard: ShardEntry) -> pa.NativeFile:
-        path = f"{self._folder}/{shard.path}"
+        path = layout.shard_path(self.manifest.name, shard)
         if self.store.protocol == "file":
             return pa.memory_map(self.store.full_path(path))
         if self.cache is not None:
@@ -105,17 +176,20 @@ class ShardSource:
             )
         yield from pieces
 
-    def row_groups(self) -> list[range]:
-        """The row range of every row group of the version, in order: the natural units of a sharded read."""
-        ranges = []
-        for shard_start, shard in zip(self._starts, self.manifest.shards, strict=False):
-            for start, stop in itertools.pairwise(itertools.accumulate(shard.row_groups, initial=shard_start)):
-                ranges.append(range(start, stop))
-        return ranges
+    # ------------------------------------------------------------------------------------------------ row groups
 
-    def rows(self, start: int, stop: int) -> Iterator[tuple[Any, ...]]:
+    def _piece_rows(self, piece: Piece) -> list[Row]:
+        """A piece's rows in its order, from the one row group that holds them (decoding only the stretch they
+        span)."""
+        rows = piece.rows
+        if isinstance(rows, range):
+            return list(self._group_rows(rows.start, rows.stop))
+        low = min(rows)
+        decoded = list(self._group_rows(low, max(rows) + 1))
+        return [decoded[row - low] for row in rows]
+
+    def _group_rows(self, start: int, stop: int) -> Iterator[Row]:
         """Rows ``start`` to ``stop - 1`` in order, reading only the row groups that hold them."""
-        start, stop = max(start, 0), min(stop, self.manifest.rows)
         while start < stop:
             number = bisect.bisect_right(self._starts, start) - 1
             shard = self.manifest.shards[number]
@@ -123,25 +197,13 @@ class ShardSource:
             group = bisect.bisect_right(group_starts, start) - 1
             end = min(stop, group_starts[group + 1])
             table = self._read_group(shard, group)
-            yield from _decoded_rows(table.slice(start - group_starts[group], end - start))
+            yield from decoded_rows(table.slice(start - group_starts[group], end - start))
             start = end
-
-    def row(self, index: int) -> tuple[Any, ...]:
-        """Row ``index`` of the version, reading only the footer and the one row group that holds it."""
-        if not 0 <= index < self.manifest.rows:
-            raise IndexError(f"row {index} is out of range: {self.manifest.ref} has {self.manifest.rows} rows")
-        number = bisect.bisect_right(self._starts, index) - 1
-        shard = self.manifest.shards[number]
-        offset = index - self._starts[number]
-        starts = list(itertools.accumulate(shard.row_groups, initial=0))
-        group = bisect.bisect_right(starts, offset) - 1
-        table = self._read_group(shard, group)
-        return next(_decoded_rows(table.slice(offset - starts[group], 1)))
 
     def _read_group(self, shard: ShardEntry, group: int) -> pa.Table:
         """Row group ``group`` of ``shard``: from the file on a local store or in the cache (a remote shard is then
         fetched whole, once, and checked against its sha256), else with one ranged read."""
-        path = f"{self._folder}/{shard.path}"
+        path = layout.shard_path(self.manifest.name, shard)
         if self.store.protocol == "file" or self.cache is not None:
             return pq.ParquetFile(self._open(shard)).read_row_group(group, columns=self._columns)
         footer = self._footer(path, shard)
@@ -163,7 +225,7 @@ class ShardSource:
         return self._footers[path]
 
 
-def _decoded_rows(table: pa.Table) -> Iterator[tuple[Any, ...]]:
+def decoded_rows(table: pa.Table) -> Iterator[Row]:
     """A table's rows as tuples: numpy arrays for tensor columns, Python values for the others."""
     decoders = [column_decoder(field, writable=False) for field in table.schema]
     for batch in table.to_batches():

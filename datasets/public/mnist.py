@@ -20,9 +20,9 @@ import pyarrow as pa
 
 from datamount.datasets.errors import SourceFormatError
 from datamount.datasets.progress import Progress
-from datamount.datasets.public_spec import PublicDataset, RemoteFile, Sources
-from datamount.datasets.public_splits import SplitReader
-from datamount.datasets.public_writer import PublicWriter
+from datamount.datasets.public.spec import PublicDataset, RemoteFile, Sources
+from datamount.datasets.public.splits import SplitReader
+from datamount.datasets.public.writer import PublicWriter
 from datamount.storage import Store
 
 NAME = "mnist"

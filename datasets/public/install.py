@@ -1,7 +1,7 @@
 """Public datasets in a store's ``public/`` area: which exist, installing them (download or ``--from``), removing.
 
 Each public dataset is one ordinary dataset, ``public/NAME``, kept as Parquet shards: ``reader("mnist")`` reads it
-like any upload (its rows end with their ``split``), and ``datamount.datasets.mnist.train()`` reads one split the
+like any upload (its rows end with their ``split``), and ``datamount.datasets.public.mnist.train()`` reads one split the
 way Paddle's module does. Installing downloads the published files into a cache (checked against their md5,
 resumed after a cut, retried with backoff) or takes them from ``--from PATH``, converts them and commits the
 dataset by writing its manifest last: an install that fails or is killed leaves nothing visible, and installing an
@@ -11,22 +11,21 @@ installed dataset does nothing.
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import platformdirs
 
-from datamount.datasets import catalog, imagenet, imdb, mnist, wmt14
-from datamount.datasets.download import RetryPolicy, fetch, md5_file
+from datamount.datasets import catalog, layout
 from datamount.datasets.errors import DatasetNotFoundError, PublicConfigError, SourceNotFoundError
 from datamount.datasets.manifest import Manifest
-from datamount.datasets.pack import DEFAULT_ROW_GROUP_BYTES, DEFAULT_SHARD_BYTES
 from datamount.datasets.progress import Progress, Silent
-from datamount.datasets.public_spec import PublicDataset, RemoteFile, Sources
-from datamount.datasets.public_splits import split_rows
-from datamount.datasets.public_writer import PublicWriter
+from datamount.datasets.public import imagenet, imdb, mnist, wmt14
+from datamount.datasets.public.download import RetryPolicy, fetch, md5_file
+from datamount.datasets.public.spec import PublicDataset, RemoteFile, Sources
+from datamount.datasets.public.writer import PublicWriter
+from datamount.datasets.shard_writer import DEFAULT_ROW_GROUP_BYTES, DEFAULT_SHARD_BYTES
 from datamount.storage import IntegrityError, Store, open_store
 from datamount.storage.redact import redact_url
 
@@ -86,7 +85,7 @@ class InstallResult:
     @property
     def splits(self) -> dict[str, int]:
         """Rows by split."""
-        return split_rows(self.manifest)
+        return self.manifest.splits
 
 
 def install(
@@ -120,9 +119,9 @@ def install(
     """
     spec = get(name)
     target = open_store(store)
-    existing = catalog.versions(target, spec.dataset_name)
-    if existing:
-        return InstallResult(spec, catalog.read_manifest(target, spec.dataset_name, existing[-1]), created=False)
+    existing = catalog.latest(target, spec.dataset_name)
+    if existing is not None:
+        return InstallResult(spec, existing, created=False)
     report = progress or Silent()
     if source is not None:
         sources = _local_sources(spec, Path(source).expanduser())
@@ -137,18 +136,17 @@ def _build(
     spec: PublicDataset, store: Store, sources: Sources, report: Progress, *, shard_bytes: int, row_group_bytes: int
 ) -> InstallResult:
     """Convert the sources into a new version and commit it, unless another install committed one meanwhile."""
-    with tempfile.TemporaryDirectory(prefix="datamount-public-") as scratch:
-        writer = PublicWriter(store, spec, scratch, shard_bytes=shard_bytes, row_group_bytes=row_group_bytes)
-        try:
-            spec.build(sources, writer, report)
-            winner = catalog.versions(store, spec.dataset_name)
-            if winner:  # another install of the same dataset committed while this one ran: keep it
-                writer.abort()
-                return InstallResult(spec, catalog.read_manifest(store, spec.dataset_name, winner[-1]), created=False)
-            manifest = writer.commit()
-        except BaseException:
+    writer = PublicWriter(store, spec, shard_bytes=shard_bytes, row_group_bytes=row_group_bytes)
+    try:
+        spec.build(sources, writer, report)
+        winner = catalog.latest(store, spec.dataset_name)
+        if winner is not None:  # another install of the same dataset committed while this one ran: keep it
             writer.abort()
-            raise
+            return InstallResult(spec, winner, created=False)
+        manifest = writer.commit()
+    except BaseException:
+        writer.abort()
+        raise
     return InstallResult(spec, manifest, created=True)
 
 
@@ -225,7 +223,7 @@ class PublicStatus:
     @property
     def splits(self) -> dict[str, int]:
         """Rows by split (none when not installed)."""
-        return split_rows(self.manifest) if self.manifest is not None else {}
+        return self.manifest.splits if self.manifest is not None else {}
 
 
 def status(store: Store | str | None = None) -> list[PublicStatus]:
@@ -233,9 +231,7 @@ def status(store: Store | str | None = None) -> list[PublicStatus]:
     target = open_store(store)
     found = []
     for spec in public_datasets():
-        versions = catalog.versions(target, spec.dataset_name)
-        manifest = catalog.read_manifest(target, spec.dataset_name, versions[-1]) if versions else None
-        found.append(PublicStatus(spec, manifest))
+        found.append(PublicStatus(spec, catalog.latest(target, spec.dataset_name)))
     return found
 
 
@@ -244,6 +240,6 @@ def remove(name: str, *, store: Store | str | None = None) -> list[int]:
     spec = get(name)
     target = open_store(store)
     if not catalog.versions(target, spec.dataset_name):
-        target.remove(catalog.dataset_folder(spec.dataset_name), recursive=True, missing_ok=True)  # a killed install
+        target.remove(layout.dataset_folder(spec.dataset_name), recursive=True, missing_ok=True)  # a killed install
         raise DatasetNotFoundError(f"the public dataset {name} is not installed in {target.url}")
     return catalog.remove(target, spec.dataset_name)

@@ -17,12 +17,12 @@ import io
 import itertools
 from collections.abc import Iterator
 
-from datamount.datasets.archives import file_size, member_bytes, read_tar
 from datamount.datasets.errors import SourceFormatError
 from datamount.datasets.progress import Progress
-from datamount.datasets.public_spec import PublicDataset, RemoteFile, Sources
-from datamount.datasets.public_splits import SplitReader
-from datamount.datasets.public_writer import PublicWriter
+from datamount.datasets.public.archives import file_size, member_bytes, read_tar
+from datamount.datasets.public.spec import PublicDataset, RemoteFile, Sources
+from datamount.datasets.public.splits import SplitReader
+from datamount.datasets.public.writer import PublicWriter
 from datamount.storage import Store
 
 NAME = "wmt14"

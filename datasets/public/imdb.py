@@ -18,12 +18,12 @@ import string
 from collections import Counter
 from collections.abc import Iterator, Mapping
 
-from datamount.datasets.archives import file_size, member_bytes, read_tar
 from datamount.datasets.errors import SourceFormatError
 from datamount.datasets.progress import Progress
-from datamount.datasets.public_spec import PublicDataset, RemoteFile, Sources
-from datamount.datasets.public_splits import SplitReader, attached_file, installed
-from datamount.datasets.public_writer import PublicWriter
+from datamount.datasets.public.archives import file_size, member_bytes, read_tar
+from datamount.datasets.public.spec import PublicDataset, RemoteFile, Sources
+from datamount.datasets.public.splits import SplitReader, attached_file, installed
+from datamount.datasets.public.writer import PublicWriter
 from datamount.storage import Store, open_store
 
 NAME = "imdb"

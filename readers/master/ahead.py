@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from datamount.readers.errors import MasterNotFoundError, MasterUnavailableError
-from datamount.readers.master import MasterClient
-from datamount.readers.tasks import Lease, PassFinished, Wait
+from datamount.readers.master.actor import MasterClient
+from datamount.readers.master.tasks import Lease, PassFinished, Wait
 
 log = logging.getLogger(__name__)
 

@@ -15,9 +15,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from datamount.datasets.download import CHUNK
 from datamount.datasets.errors import SourceFormatError, SourceNotFoundError
 from datamount.datasets.progress import Progress, Silent
+from datamount.datasets.public.download import CHUNK
 from datamount.storage.errors import IntegrityError
 
 #: What a damaged or foreign archive raises while it is read.

@@ -1,27 +1,28 @@
-"""Column types of the stream format: how entry values become Arrow arrays, and how Arrow arrays come back.
+"""Arrow columns and Python values, both ways: the one codec of tensor and scalar columns.
 
-A column's Arrow type is chosen from the first record batch written and then fixed: numpy arrays become Arrow's
-canonical tensor extension types (``arrow.fixed_shape_tensor`` when every array has one shape, else
-``arrow.variable_shape_tensor``), Python scalars their plain Arrow types. Reading accepts any Arrow stream.
+Encoding (the stream writer): a column's Arrow type is chosen from the first values written and then fixed. numpy
+arrays become Arrow's canonical tensor extension types (``arrow.fixed_shape_tensor`` when every array has one shape,
+else ``arrow.variable_shape_tensor``), Python scalars their plain Arrow types. Decoding (streams and Parquet shards):
+tensor columns become numpy arrays, every other column plain Python values; any Arrow type is accepted.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
 
-from datamount.datasets.arrow_values import EXTENSION_METADATA, EXTENSION_NAME, VARIABLE_SHAPE_TENSOR
-from datamount.readers.errors import StreamFormatError
+from datamount.datasets.errors import StreamFormatError
 
-FORMAT_KEY = b"datamount.stream"
-FORMAT_VERSION = "1.0"
-FORMAT_MAJOR = 1
+EXTENSION_NAME = b"ARROW:extension:name"
+EXTENSION_METADATA = b"ARROW:extension:metadata"
+VARIABLE_SHAPE_TENSOR = "arrow.variable_shape_tensor"
 
+Decoder = Callable[[pa.Array], Sequence[Any]]
 
 _BYTES_TYPES = (bytes, bytearray, memoryview)
 _MAX_LIST_VALUES = 2**31 - 1
@@ -29,6 +30,97 @@ _SIZE_OF_OTHER = 8
 
 #: What pyarrow may raise when a value does not convert to a column's type.
 _CONVERSION_ERRORS = (TypeError, ValueError, OverflowError, pa.ArrowNotImplementedError)
+
+
+# ------------------------------------------------------------------------------------------------ decoders
+
+
+def column_decoder(field: pa.Field, *, writable: bool) -> Decoder:
+    """How the arrays of ``field`` become Python values: numpy arrays for tensors, ``to_pylist`` otherwise."""
+    arrow_type = field.type
+    if isinstance(arrow_type, pa.FixedShapeTensorType):
+        return _FixedShapeDecoder(arrow_type, writable=writable)
+    extension = getattr(arrow_type, "extension_name", None)
+    if extension is None:
+        extension = (field.metadata or {}).get(EXTENSION_NAME, b"").decode("utf-8", "replace")
+    storage = getattr(arrow_type, "storage_type", arrow_type)
+    if extension == VARIABLE_SHAPE_TENSOR and _is_variable_shape_storage(storage):
+        return _VariableShapeDecoder(storage.field("shape").type.list_size, writable=writable)
+    return _to_pylist
+
+
+def _to_pylist(array: pa.Array) -> list[Any]:
+    return array.to_pylist()
+
+
+def _is_variable_shape_storage(storage: pa.DataType) -> bool:
+    return (
+        pa.types.is_struct(storage)
+        and storage.get_field_index("data") >= 0
+        and storage.get_field_index("shape") >= 0
+        and pa.types.is_list(storage.field("data").type)
+        and pa.types.is_fixed_size_list(storage.field("shape").type)
+    )
+
+
+def _numpy_values(values: pa.Array, *, writable: bool) -> np.ndarray:
+    """The elements as numpy, without a copy when Arrow's layout allows (numeric, no nulls)."""
+    block = values.to_numpy(zero_copy_only=False)
+    if writable and not block.flags.writeable:
+        block = block.copy()
+    return block
+
+
+def _rows_of(block: np.ndarray) -> list[np.ndarray]:
+    if block.ndim == 1:  # 0-d entries: index with ``...`` so each stays an array rather than a numpy scalar
+        return [block[index, ...] for index in range(len(block))]
+    return list(block)
+
+
+def _with_nulls(rows: list[Any], array: pa.Array) -> list[Any]:
+    if array.null_count:
+        for index in np.flatnonzero(array.is_null().to_numpy(zero_copy_only=False)):
+            rows[index] = None
+    return rows
+
+
+class _FixedShapeDecoder:
+    def __init__(self, arrow_type: pa.FixedShapeTensorType, *, writable: bool) -> None:
+        self.shape = tuple(arrow_type.shape)
+        self.size = math.prod(self.shape)
+        permutation = arrow_type.permutation
+        self.permuted = permutation is not None and list(permutation) != sorted(permutation)
+        self.writable = writable
+
+    def __call__(self, array: pa.Array) -> list[Any]:
+        if self.permuted:  # written elsewhere with a permuted layout: pyarrow knows how to undo it
+            return _rows_of(array.to_numpy_ndarray())
+        storage = array.storage
+        flat = storage.values.slice(storage.offset * self.size, len(storage) * self.size)
+        block = _numpy_values(flat, writable=self.writable).reshape(len(storage), *self.shape)
+        return _with_nulls(_rows_of(block), storage)
+
+
+class _VariableShapeDecoder:
+    def __init__(self, ndim: int, *, writable: bool) -> None:
+        self.ndim = ndim
+        self.writable = writable
+
+    def __call__(self, array: pa.Array) -> list[Any]:
+        storage = array.storage if isinstance(array, pa.ExtensionArray) else array
+        lists = storage.field("data")  # children come sliced to the struct's offset and length
+        shape_lists = storage.field("shape")
+        offsets = lists.offsets.to_numpy()
+        values = _numpy_values(lists.values, writable=self.writable)
+        shape_values = shape_lists.values.slice(shape_lists.offset * self.ndim, len(shape_lists) * self.ndim)
+        shapes = shape_values.to_numpy(zero_copy_only=False).reshape(len(storage), self.ndim)
+        rows: list[Any] = [
+            values[offsets[index] : offsets[index + 1]].reshape(tuple(shapes[index])) for index in range(len(storage))
+        ]
+        return _with_nulls(rows, storage)
+
+
+# ------------------------------------------------------------------------------------------------ encoders
 
 
 class ColumnEncoder(Protocol):
@@ -68,9 +160,6 @@ def misfit(target: str, name: str, holds: str, index: int, value: Any, hint: str
         f"{target}: column {name!r} holds {holds} (fixed by the stream's first batch); "
         f"entry {index:,} has {describe_value(value)}{hint}"
     )
-
-
-# ------------------------------------------------------------------------------------------------ encoders
 
 
 def infer_encoder(target: str, name: str, values: Sequence[Any], *, variable_shape: bool) -> ColumnEncoder:

@@ -1,0 +1,90 @@
+"""Reading a version's rows whatever its layout: the :class:`RowSource` protocol and one implementation per layout.
+
+=================  =========================================================
+layout             row source
+=================  =========================================================
+packed             :class:`ShardRows` (Parquet shards)
+unpacked image     :class:`ObjectRows` (the list, and one object per file)
+unpacked text      :class:`ListRows` (the list alone)
+a split of any     :class:`SplitRows`
+=================  =========================================================
+
+:func:`open_rows` picks the one a version needs.
+"""
+
+from __future__ import annotations
+
+import os
+
+from datamount.datasets.manifest import Kind, Manifest
+from datamount.datasets.rows.listed import ListRows, ObjectRows, object_locations, parse_lines, read_lines
+from datamount.datasets.rows.shards import ShardRows, decoded_rows
+from datamount.datasets.rows.source import DEFAULT_ROWS_PER_SPAN, Piece, Row, RowSource, closing
+from datamount.datasets.rows.split import SplitRows, split_bounds
+from datamount.storage import Store
+from datamount.storage.cache import CACHE_DIR_ENV, ContentCache
+from datamount.storage.store import DEFAULT_MAX_BYTES_IN_FLIGHT
+
+__all__ = [
+    "DEFAULT_ROWS_PER_SPAN",
+    "ListRows",
+    "ObjectRows",
+    "Piece",
+    "Row",
+    "RowSource",
+    "ShardRows",
+    "SplitRows",
+    "closing",
+    "decoded_rows",
+    "object_locations",
+    "open_rows",
+    "parse_lines",
+    "read_lines",
+    "shard_cache",
+    "split_bounds",
+]
+
+
+def open_rows(
+    store: Store,
+    manifest: Manifest,
+    *,
+    split: str | None = None,
+    use_shards: bool = True,
+    cache: ContentCache | str | bool | None = None,
+    max_requests: int | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES_IN_FLIGHT,
+    rows_per_span: int = DEFAULT_ROWS_PER_SPAN,
+) -> RowSource:
+    """The row source of ``manifest``'s version (of one of its splits, with ``split``).
+
+    A packed version is read from its shards unless ``use_shards`` is False; ``cache`` keeps remote shards in a local
+    cache (:func:`shard_cache`). An unpacked version is read from its list (``rows_per_span`` lines per span) and,
+    for images, its objects (``max_requests`` reads and ``max_bytes`` bytes in flight at most).
+    """
+    source: RowSource
+    if use_shards and manifest.shards:
+        source = ShardRows(store, manifest, cache=shard_cache(cache))
+    elif not manifest.has_list:
+        raise ValueError(f"{manifest.ref} is stored only as Parquet shards; read it with use_shards=True")
+    elif manifest.kind is Kind.IMAGE:
+        source = ObjectRows(
+            store, manifest, rows_per_span=rows_per_span, max_requests=max_requests, max_bytes=max_bytes
+        )
+    else:
+        source = ListRows(store, manifest, rows_per_span=rows_per_span)
+    return source if split is None else SplitRows(source, split)
+
+
+def shard_cache(option: ContentCache | str | os.PathLike[str] | bool | None) -> ContentCache | None:
+    """The shard cache a reader uses: given, at a path, the default one (``True``), or from ``$DATAMOUNT_CACHE_DIR``
+    when not given (``None``)."""
+    if isinstance(option, ContentCache):
+        return option
+    if option is True:
+        return ContentCache()
+    if isinstance(option, (str, os.PathLike)):
+        return ContentCache(option)
+    if option is None and os.environ.get(CACHE_DIR_ENV):
+        return ContentCache()
+    return None

@@ -1,0 +1,135 @@
+"""Rows of an unpacked version, from its normalised list: text rows as they are, image rows with their objects."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Iterator
+
+from datamount.datasets import layout
+from datamount.datasets.errors import DatasetNotFoundError
+from datamount.datasets.manifest import Manifest
+from datamount.datasets.rows.source import DEFAULT_ROWS_PER_SPAN, Piece, Row, clip, line_spans, out_of_range
+from datamount.storage import Store
+from datamount.storage.store import DEFAULT_MAX_BYTES_IN_FLIGHT
+
+Line = tuple[str, ...]
+
+
+def parse_lines(raw: bytes) -> tuple[list[Line], list[int]]:
+    """The rows of (part of) a normalised list, and where each row's line starts in ``raw``."""
+    rows, starts, position = [], [], 0
+    for line in raw.split(b"\n"):
+        if line:
+            rows.append(tuple(line.decode("utf-8").split("\t")))
+            starts.append(position)
+        position += len(line) + 1
+    return rows, starts
+
+
+def read_lines(store: Store, manifest: Manifest) -> list[Line]:
+    """The rows of a version's normalised list."""
+    return parse_lines(store.read(layout.list_path(manifest)))[0]
+
+
+def object_locations(manifest: Manifest, lines: list[Line]) -> list[tuple[str, int]]:
+    """For each row of an image version, the store path and size of the object holding its file."""
+    objects = {entry.path: (layout.object_path(manifest.name, entry.sha256), entry.size) for entry in manifest.files}
+    missing = next((line[0] for line in lines if line[0] not in objects), None)
+    if missing is not None:
+        raise DatasetNotFoundError(f"{manifest.ref}: the manifest has no file for {missing!r}")
+    return [objects[line[0]] for line in lines]
+
+
+class ListRows:
+    """The rows of a text version: its list's lines, held in memory."""
+
+    def __init__(self, store: Store, manifest: Manifest, *, rows_per_span: int = DEFAULT_ROWS_PER_SPAN) -> None:
+        if rows_per_span < 1:
+            raise ValueError(f"rows_per_span must be at least 1, not {rows_per_span}")
+        self.store = store
+        self.manifest = manifest
+        self.split = ""
+        self.layout = f"lines:{rows_per_span}"
+        self.rows_per_span = rows_per_span
+        self._read_lines: list[Line] | None = None
+
+    @property
+    def _lines(self) -> list[Line]:
+        """The list's lines, read on first use (spans and lengths need only the manifest)."""
+        if self._read_lines is None:
+            self._read_lines = read_lines(self.store, self.manifest)
+        return self._read_lines
+
+    def __len__(self) -> int:
+        return self.manifest.rows
+
+    def spans(self) -> list[range]:
+        return line_spans(len(self), self.rows_per_span)
+
+    def rows(self, start: int, stop: int) -> Iterator[Row]:
+        start, stop = clip(start, stop, len(self))
+        return iter(self._lines[start:stop])
+
+    def row(self, index: int) -> Row:
+        if not 0 <= index < len(self):
+            raise out_of_range(index, self.manifest, len(self))
+        return self._lines[index]
+
+    def pieces(self, pieces: Iterable[Piece]) -> Iterator[Row]:
+        return (self._lines[row] for piece in pieces for row in piece.rows)
+
+
+class ObjectRows(ListRows):
+    """The rows of an unpacked image version: each file's bytes, read from its object with many reads in flight
+    (at most ``max_requests`` requests and ``max_bytes`` bytes), then its labels."""
+
+    def __init__(
+        self,
+        store: Store,
+        manifest: Manifest,
+        *,
+        rows_per_span: int = DEFAULT_ROWS_PER_SPAN,
+        max_requests: int | None = None,
+        max_bytes: int = DEFAULT_MAX_BYTES_IN_FLIGHT,
+    ) -> None:
+        super().__init__(store, manifest, rows_per_span=rows_per_span)
+        self.max_requests = max_requests
+        self.max_bytes = max_bytes
+        self._object_locations: list[tuple[str, int]] | None = None
+
+    @property
+    def _located(self) -> list[tuple[str, int]]:
+        """Each row's object path and size, found on first use."""
+        if self._object_locations is None:
+            self._object_locations = object_locations(self.manifest, self._lines)
+        return self._object_locations
+
+    def rows(self, start: int, stop: int) -> Iterator[Row]:
+        start, stop = clip(start, stop, len(self))
+        located = self._located[start:stop]
+        blobs = self.store.read_many(
+            (path for path, _ in located),
+            sizes=(size for _, size in located),
+            max_requests=self.max_requests,
+            max_bytes=self.max_bytes,
+        )
+        return ((data, *line[1:]) for line, data in zip(itertools.islice(self._lines, start, stop), blobs, strict=True))
+
+    def row(self, index: int) -> Row:
+        labels = super().row(index)[1:]
+        return (self.store.read(self._located[index][0]), *labels)
+
+    def pieces(self, pieces: Iterable[Piece]) -> Iterator[Row]:
+        return self._read(row for piece in pieces for row in piece.rows)
+
+    def _read(self, rows: Iterable[int]) -> Iterator[Row]:
+        """Rows ``rows`` in that order, one window of reads in flight across all of them."""
+        for_paths, for_sizes, for_labels = itertools.tee(rows, 3)
+        blobs = self.store.read_many(
+            (self._located[row][0] for row in for_paths),
+            sizes=(self._located[row][1] for row in for_sizes),
+            max_requests=self.max_requests,
+            max_bytes=self.max_bytes,
+        )
+        for row, data in zip(for_labels, blobs, strict=True):
+            yield (data, *self._lines[row][1:])

@@ -1,0 +1,232 @@
+"""Writing Parquet shards: the one shard writer of ``pack``, ``import`` and public installs.
+
+Rows go into row groups of about ``row_group_bytes`` of sample data, row groups into shards that close once they
+hold ``shard_bytes``. Each shard is written to a local file, hashed, and sent to the store into the writer's own pack
+folder (:func:`datamount.datasets.layout.new_pack_folder`); the writer returns the shards' manifest entries, and the
+caller commits them. Shards are plain Parquet, with every row's number in the version in an ``index`` column.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from datamount.datasets import layout
+from datamount.datasets.manifest import Kind, ShardEntry
+from datamount.datasets.progress import Progress, Silent
+from datamount.storage import Store
+from datamount.storage.checksums import sha256_file
+
+DEFAULT_SHARD_BYTES = 256 << 20
+DEFAULT_ROW_GROUP_BYTES = 8 << 20
+#: Schema metadata that marks a datamount shard, and the version of its layout.
+FORMAT_KEY = b"datamount.shard"
+FORMAT_VALUE = b"1"
+#: The columns a shard adds to a version's own: each row's number, and (image versions) its file's list path.
+INDEX_COLUMN = "index"
+PATH_COLUMN = "path"
+
+
+def check_sizes(shard_bytes: int, row_group_bytes: int) -> None:
+    """Refuse shard and row-group sizes that are not positive."""
+    if shard_bytes < 1 or row_group_bytes < 1:
+        raise ValueError("shard and row-group sizes must be positive")
+
+
+def list_schema(name: str, kind: Kind, columns: Sequence[str]) -> pa.Schema:
+    """The shards' schema of an image or text version: its columns (an image's bytes ``binary``, the rest
+    ``string``), then ``index`` and, for images, ``path``."""
+    fields = [
+        pa.field(column, pa.binary() if kind is Kind.IMAGE and position == 0 else pa.string())
+        for position, column in enumerate(columns)
+    ]
+    fields.append(pa.field(INDEX_COLUMN, pa.int64()))
+    if kind is Kind.IMAGE:
+        fields.append(pa.field(PATH_COLUMN, pa.string()))
+    return pa.schema(fields, metadata={FORMAT_KEY: FORMAT_VALUE, b"datamount.dataset": name.encode()})
+
+
+def table_schema(columns: pa.Schema) -> pa.Schema:
+    """The shards' schema of a ``table`` version: its own columns and their metadata, then ``index``."""
+    schema = columns.append(pa.field(INDEX_COLUMN, pa.int64()))
+    return schema.with_metadata({**(schema.metadata or {}), FORMAT_KEY: FORMAT_VALUE})
+
+
+class ShardFile:
+    """One shard being written to a local file, one row group per batch, then hashed and sent by :meth:`commit`."""
+
+    def __init__(self, path: str, schema: pa.Schema) -> None:
+        self.path = path
+        text_columns = [f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
+        binary_columns = {f.name for f in schema if pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type)}
+        self._writer = pq.ParquetWriter(
+            path,
+            schema,
+            # Image bytes are already compressed (JPEG, PNG): compressing them again costs time for nothing.
+            compression={f.name: "NONE" if f.name in binary_columns else "SNAPPY" for f in schema},
+            use_dictionary=text_columns,
+            # Min/max statistics of a binary column would copy whole images into the footer.
+            write_statistics=[f.name for f in schema if f.name not in binary_columns],
+        )
+        self.rows = 0
+        self.row_groups: list[int] = []
+
+    @property
+    def size(self) -> int:
+        return os.path.getsize(self.path)
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        self._writer.write_batch(batch, row_group_size=batch.num_rows)
+        self.rows += batch.num_rows
+        self.row_groups.append(batch.num_rows)
+
+    def commit(self, store: Store, dataset: str, key: str) -> ShardEntry:
+        """Close the file, send it to ``key`` in ``dataset``'s folder, remove it; return its manifest entry."""
+        self._writer.close()
+        digest, size = sha256_file(self.path), self.size
+        store.put_file(self.path, f"{layout.dataset_folder(dataset)}/{key}")
+        os.remove(self.path)
+        return ShardEntry(key, self.rows, size, digest, self.row_groups)
+
+
+class ShardWriter:
+    """Rows of one version into Parquet shards in a pack folder of its own.
+
+    Rows come one at a time (:meth:`add_row`), as Arrow columns (:meth:`add_batch`), or as whole row groups
+    (:meth:`add_group`); every value but ``index``, which is numbered here from ``first_index``. :meth:`end_shard`
+    closes the current shard (a split starts a shard of its own), :meth:`close` returns every shard's entry, and
+    :meth:`abort` removes what was sent. Shards are numbered from ``first_shard`` (a pack writes each planned shard
+    with a writer of its own, in any process).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        dataset: str,
+        schema: pa.Schema,
+        *,
+        shard_bytes: int = DEFAULT_SHARD_BYTES,
+        row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES,
+        pack_folder: str | None = None,
+        first_shard: int = 0,
+        first_index: int = 0,
+        progress: Progress | None = None,
+    ) -> None:
+        check_sizes(shard_bytes, row_group_bytes)
+        self.store = store
+        self.dataset = dataset
+        self.schema = schema
+        self.pack_folder = pack_folder or layout.new_pack_folder()
+        self.shards: list[ShardEntry] = []
+        self._shard_bytes = shard_bytes
+        self._row_group_bytes = row_group_bytes
+        self._next_shard = first_shard
+        self._next_index = first_index
+        self._progress = progress or Silent()
+        self._index_position = schema.get_field_index(INDEX_COLUMN)
+        self._scratch = tempfile.TemporaryDirectory(prefix="datamount-shards-")
+        self._file: ShardFile | None = None
+        self._rows: list[list[Any]] = [[] for _ in schema]
+        self._row_bytes = 0
+        self._batches: list[pa.RecordBatch] = []
+        self._batch_bytes = 0
+
+    @property
+    def rows(self) -> int:
+        """Rows added so far."""
+        return self._next_index
+
+    def add_row(self, values: Sequence[Any]) -> None:
+        """One row: a value for every column of the schema but ``index``, in schema order."""
+        row = list(values)
+        row.insert(self._index_position, self._next_index)
+        if len(row) != len(self._rows):
+            raise ValueError(f"a row of {self.dataset} has {len(self._rows) - 1} values, got {len(values)}")
+        for column, value in zip(self._rows, row, strict=True):
+            column.append(value)
+        self._next_index += 1
+        self._row_bytes += sum(len(value) for value in values if isinstance(value, (bytes, str)))
+        if self._row_bytes >= self._row_group_bytes:
+            self._flush_rows()
+
+    def add_batch(self, columns: Sequence[pa.Array | Sequence[Any]]) -> None:
+        """Many rows: an array for every column but ``index``; regrouped into row groups of about the set size."""
+        self._flush_rows()
+        batch = self._numbered(columns)
+        per_row = max(1, batch.nbytes // max(batch.num_rows, 1))
+        step = max(1, self._row_group_bytes // per_row)
+        for start in range(0, batch.num_rows, step):
+            piece = batch.slice(start, step)
+            self._batches.append(piece)
+            self._batch_bytes += piece.nbytes
+            if self._batch_bytes >= self._row_group_bytes:
+                self._flush_batches()
+
+    def add_group(self, columns: Sequence[pa.Array | Sequence[Any]]) -> None:
+        """Exactly one row group: an array (or a list of values) for every column but ``index``."""
+        self._flush_rows()
+        self._flush_batches()
+        self._write(self._numbered(columns))
+
+    def end_shard(self) -> None:
+        """Write what is pending and close the current shard: the next rows start a new one."""
+        self._flush_rows()
+        self._flush_batches()
+        if self._file is not None:
+            key = layout.shard_key(self.pack_folder, self._next_shard)
+            self.shards.append(self._file.commit(self.store, self.dataset, key))
+            self._file = None
+            self._next_shard += 1
+
+    def close(self) -> list[ShardEntry]:
+        """Write the last shard; return the entries of every shard written, in order."""
+        self.end_shard()
+        self._scratch.cleanup()
+        return self.shards
+
+    def abort(self) -> None:
+        """Remove every shard this writer sent (it was never committed) and its local files."""
+        self._file = None
+        self._scratch.cleanup()
+        folder = f"{layout.dataset_folder(self.dataset)}/{self.pack_folder}"
+        self.store.remove(folder, recursive=True, missing_ok=True)
+
+    def _numbered(self, columns: Sequence[pa.Array | Sequence[Any]]) -> pa.RecordBatch:
+        count = len(columns[0]) if columns else 0
+        fields = [field for field in self.schema if field.name != INDEX_COLUMN]
+        if len(columns) != len(fields):
+            raise ValueError(f"a batch of {self.dataset} has {len(fields)} columns, got {len(columns)}")
+        arrays = [
+            c if isinstance(c, pa.Array) else pa.array(c, type=f.type) for c, f in zip(columns, fields, strict=True)
+        ]
+        arrays.insert(self._index_position, pa.array(range(self._next_index, self._next_index + count), pa.int64()))
+        self._next_index += count
+        return pa.record_batch(arrays, schema=self.schema)
+
+    def _flush_rows(self) -> None:
+        if self._rows[0]:
+            batch = pa.record_batch(self._rows, schema=self.schema)
+            self._rows = [[] for _ in self.schema]
+            self._row_bytes = 0
+            self._write(batch)
+
+    def _flush_batches(self) -> None:
+        if self._batches:
+            table = pa.Table.from_batches(self._batches).combine_chunks()
+            self._batches, self._batch_bytes = [], 0
+            for batch in table.to_batches():
+                self._write(batch)
+
+    def _write(self, batch: pa.RecordBatch) -> None:
+        if self._file is None:
+            local = os.path.join(self._scratch.name, f"shard-{self._next_shard:05d}.parquet")
+            self._file = ShardFile(local, self.schema)
+        self._file.write(batch)
+        self._progress.advance(items=batch.num_rows, size=batch.nbytes)
+        if self._file.size >= self._shard_bytes:
+            self.end_shard()
