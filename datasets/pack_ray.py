@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from datamount.datasets import catalog
-from datamount.datasets._ray import connect_ray
+from datamount.datasets.ray_cluster import connect_ray
 from datamount.datasets.manifest import Manifest, ShardEntry
 from datamount.datasets.pack import PackUnit, plan_pack, write_unit
 from datamount.datasets.progress import Progress, Silent

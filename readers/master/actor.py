@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from datamount.datasets import catalog
-from datamount.datasets._ray import configured_address, connect_ray, ray_module
+from datamount.datasets.ray_cluster import configured_address, connect_ray, ray_module
 from datamount.datasets.names import parse_ref, validate_name
 from datamount.datasets.rows import DEFAULT_ROWS_PER_SPAN, open_rows
 from datamount.readers.errors import (

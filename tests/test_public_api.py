@@ -1,0 +1,119 @@
+"""The public API is what the docs show: every import the README and ``docs/`` write works and names public API, and
+no module reaches into another package's private modules."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+#: Folders of the installed packages, by package name.
+PACKAGES = {"storage": "datamount.storage", "datasets": "datamount.datasets", "readers": "datamount.readers"}
+PACKAGES["cli"] = "datamount.cli"
+#: Source folders whose imports are checked: the product, its tests and its benchmarks.
+SOURCE_FOLDERS = [*PACKAGES, "tests", "benchmarks"]
+
+DOCUMENTED_IMPORT = re.compile(r"^\s*from (datamount(?:\.\w+)+) import ([^#\n]+)", re.MULTILINE)
+
+
+def documented_imports() -> list[tuple[str, str, str]]:
+    """``(document, module, name)`` for each name a ``from datamount... import ...`` line of the docs imports."""
+    found = []
+    for document in DOCUMENTS:
+        text = document.read_text(encoding="utf-8")
+        for module, names in DOCUMENTED_IMPORT.findall(text):
+            for name in names.replace("(", "").replace(")", "").split(","):
+                name = name.strip().split(" as ")[0].strip()
+                if name:
+                    found.append((document.name, module, name))
+    return found
+
+
+def test_the_docs_import_something() -> None:
+    assert len({module for _, module, _ in documented_imports()}) >= 5
+
+
+@pytest.mark.parametrize(
+    ("document", "module", "name"), documented_imports(), ids=lambda value: str(value).replace(".", "_")
+)
+def test_every_documented_import_is_public_api(document: str, module: str, name: str) -> None:
+    imported = importlib.import_module(module)
+    assert hasattr(imported, name), f"{document}: {module} has no {name}"
+    public = getattr(imported, "__all__", None)
+    assert public is not None, f"{document}: {module} has no __all__"
+    assert name in public, f"{document}: {name} is imported from {module} but not listed in its __all__"
+
+
+@pytest.mark.parametrize("package", sorted(PACKAGES.values()))
+def test_every_package_lists_only_names_it_has(package: str) -> None:
+    imported = importlib.import_module(package)
+    missing = [name for name in getattr(imported, "__all__", []) if not hasattr(imported, name)]
+    assert missing == []
+
+
+def module_name(path: Path) -> str:
+    """The dotted name a source file is imported as (``storage/store.py`` -> ``datamount.storage.store``)."""
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    if parts[0] in PACKAGES:
+        return ".".join([*PACKAGES[parts[0]].split("."), *parts[1:]])
+    return ".".join(parts)
+
+
+def imported_modules(path: Path) -> list[str]:
+    """Every ``datamount...`` module ``path`` imports (``from a.b import c`` counts ``a.b`` and ``a.b.c``)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.extend(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.append(node.module)
+            names.extend(f"{node.module}.{alias.name}" for alias in node.names)
+    return [name for name in names if name.startswith("datamount.")]
+
+
+def is_package(module: str) -> bool:
+    parts = module.split(".")[1:]
+    return len(parts) >= 1 and (ROOT / Path(*parts) / "__init__.py").is_file()
+
+
+def private_owner(module: str) -> str | None:
+    """The package a private module (or a module's private name) belongs to: ``datamount.readers._x`` and
+    ``datamount.readers.stream._y`` -> ``datamount.readers``; None when every part is public."""
+    parts = module.split(".")
+    for index, part in enumerate(parts):
+        if part.startswith("_") and not part.startswith("__"):
+            container = ".".join(parts[:index])
+            return container if is_package(container) else container.rpartition(".")[0]
+    return None
+
+
+def source_files() -> list[Path]:
+    return sorted(path for folder in SOURCE_FOLDERS for path in (ROOT / folder).rglob("*.py"))
+
+
+def test_no_module_imports_a_private_module_of_another_package() -> None:
+    crossings = []
+    for path in source_files():
+        importer = module_name(path)
+        importer_package = importer if path.name == "__init__.py" else importer.rpartition(".")[0]
+        for module in imported_modules(path):
+            owner = private_owner(module)
+            if owner is not None and not (importer_package + ".").startswith(owner + "."):
+                crossings.append(f"{path.relative_to(ROOT)} imports {module}")
+    assert crossings == []
+
+
+def test_the_import_walker_sees_a_crossing() -> None:
+    assert private_owner("datamount.readers._processes") == "datamount.readers"
+    assert private_owner("datamount.storage.backends._limits") == "datamount.storage.backends"
+    assert private_owner("datamount.storage.store") is None
+    assert private_owner("datamount.storage.store._grouped") == "datamount.storage"
+    assert module_name(ROOT / "readers" / "master" / "dist.py") == "datamount.readers.master.dist"
