@@ -101,17 +101,19 @@ def replace(store: Store, current: Manifest, updated: Manifest) -> Manifest:
 
 
 def dataset_names(store: Store) -> list[str]:
-    """Every dataset with at least one folder in the store: user datasets, namespaced ones, then public ones."""
+    """Every dataset with at least one folder in the store: user datasets and namespaced ones (``team`` and
+    ``team/x`` both, when both exist), then public ones."""
     names = []
     for area in (layout.USER_AREA, PUBLIC_NAMESPACE):
         for folder in store.list_folders(area):
             children = store.list_folders(folder)
             if f"{folder}/{layout.VERSIONS}" in children:
                 names.append(layout.dataset_name(folder))
-            else:  # a namespace: its children are datasets
-                names.extend(
-                    layout.dataset_name(child) for child in children if store.exists(f"{child}/{layout.VERSIONS}")
-                )
+            names.extend(
+                layout.dataset_name(child)
+                for child in children
+                if not layout.is_own_folder(child) and store.exists(f"{child}/{layout.VERSIONS}")
+            )
     return names
 
 
@@ -152,15 +154,23 @@ def remove(store: Store, ref: str) -> list[int]:
     doomed = found if parsed.version is None else [parsed.version]
     if parsed.version is not None and parsed.version not in found:
         raise DatasetNotFoundError(f"dataset {parsed.name} has no version {parsed.version}")
-    folder = layout.dataset_folder(parsed.name)
     keep = [read_manifest(store, parsed.name, v) for v in found if v not in doomed]
     for version in doomed:
         store.remove(layout.manifest_path(parsed.name, version), missing_ok=True)
-    if not keep:
-        store.remove(folder, recursive=True, missing_ok=True)
-        return doomed
-    remove_unused(store, parsed.name, keep)
+    if keep:
+        remove_unused(store, parsed.name, keep)
+    else:
+        remove_folder(store, parsed.name)
     return doomed
+
+
+def remove_folder(store: Store, name: str) -> None:
+    """Remove everything of dataset ``name``, and its folder unless the datasets of its namespace live in it."""
+    folder = layout.dataset_folder(name)
+    for area in layout.OWN_FOLDERS:
+        store.remove(f"{folder}/{area}", recursive=True, missing_ok=True)
+    if not store.list_folders(folder) and not store.list(folder, recursive=False):
+        store.remove(folder, recursive=True, missing_ok=True)
 
 
 def remove_unused(store: Store, name: str, kept: list[Manifest]) -> None:

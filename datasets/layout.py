@@ -25,6 +25,8 @@ VERSIONS = "versions"
 OBJECTS = "objects"
 LISTS = "lists"
 PACKS = "packs"
+#: The folders of a dataset's own; anything else in its folder belongs to the datasets of its namespace.
+OWN_FOLDERS = (VERSIONS, OBJECTS, LISTS, PACKS)
 
 
 def dataset_folder(name: str) -> str:
@@ -36,6 +38,11 @@ def dataset_folder(name: str) -> str:
 def dataset_name(folder: str) -> str:
     """The dataset whose folder is ``folder`` (the inverse of :func:`dataset_folder`)."""
     return folder[len(USER_AREA) + 1 :] if folder.startswith(USER_AREA + "/") else folder
+
+
+def is_own_folder(path: str) -> bool:
+    """Whether ``path`` is one of a dataset's own folders (``.../versions`` and the like)."""
+    return posixpath.basename(path) in OWN_FOLDERS
 
 
 def manifest_path(name: str, version: int) -> str:

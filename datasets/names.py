@@ -8,10 +8,11 @@ from dataclasses import dataclass
 from datamount.datasets.errors import InvalidDatasetNameError
 
 _PART = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
-_NAME = re.compile(rf"^{_PART}(/{_PART})?$")
+_NAME = re.compile(rf"{_PART}(/{_PART})?")
 PUBLIC_NAMESPACE = "public"
-#: Names that would collide with the store's own folders or the reference syntax.
-RESERVED = frozenset({"public", "datasets", "latest", "objects", "tmp"})
+#: Words a name may not end in: the store's areas, the folders of a dataset's own layout (so that no dataset's folder
+#: is ever inside another's: ``team/x`` lives beside ``team``'s ``versions``, never in it), and ``latest``.
+RESERVED = frozenset({"public", "datasets", "latest", "tmp", "objects", "versions", "lists", "packs"})
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,7 @@ class DatasetRef:
 
 def validate_name(name: str) -> str:
     """Return ``name`` if it is a valid dataset name; raise :class:`InvalidDatasetNameError` naming the rule."""
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise InvalidDatasetNameError(
             f"invalid dataset name {name!r}: use letters, digits, '.', '_' and '-' (starting with a letter or "
             "digit, at most 128), with at most one '/' after a namespace, e.g. 'cifar-10' or 'team/cifar-10'"
@@ -40,7 +41,9 @@ def validate_name(name: str) -> str:
     if any(".." in part for part in parts):
         raise InvalidDatasetNameError(f"invalid dataset name {name!r}: '..' is not allowed")
     if name in RESERVED or parts[-1] in RESERVED:
-        raise InvalidDatasetNameError(f"dataset name {name!r} is reserved; choose another")
+        raise InvalidDatasetNameError(
+            f"dataset name {name!r} is reserved (a name may not end in {', '.join(sorted(RESERVED))}); choose another"
+        )
     return name
 
 

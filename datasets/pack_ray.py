@@ -10,10 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 from datamount.datasets import catalog
-from datamount.datasets.ray_cluster import connect_ray
 from datamount.datasets.manifest import Manifest, ShardEntry
 from datamount.datasets.pack import PackUnit, plan_pack, write_unit
 from datamount.datasets.progress import Progress, Silent
+from datamount.datasets.ray_cluster import connect_ray
 from datamount.datasets.shard_writer import DEFAULT_ROW_GROUP_BYTES, DEFAULT_SHARD_BYTES, check_sizes
 from datamount.storage import Store, open_store
 
