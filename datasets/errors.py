@@ -24,18 +24,20 @@ class ListProblem:
 class ListFormatError(DatamountError, ValueError):
     """A ``.list`` file is wrong; :attr:`problems` holds every problem found, each with its line number."""
 
-    def __init__(self, path: str, problems: list[ListProblem]) -> None:
+    def __init__(self, path: str, problems: list[ListProblem], *, hint: str = "") -> None:
         self.path = path
         self.problems = problems
+        ending = f"\n{hint}" if hint else ""
         if len(problems) == 1:
             only = problems[0]
-            super().__init__(f"{path}:{only.line}: {only.message}" if only.line else f"{path}: {only.message}")
+            where = f"{path}:{only.line}" if only.line else path
+            super().__init__(f"{where}: {only.message}{ending}")
             return
         shown = [f"  {problem}" for problem in problems[:SHOWN_PROBLEMS]]
         more = len(problems) - SHOWN_PROBLEMS
         if more > 0:
             shown.append(f"  ... and {more} more")
-        super().__init__(f"{path}: {len(problems)} problems:\n" + "\n".join(shown))
+        super().__init__(f"{path}: {len(problems)} problems:\n" + "\n".join(shown) + ending)
 
 
 class InvalidDatasetNameError(DatamountError, ValueError):

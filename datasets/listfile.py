@@ -61,8 +61,9 @@ def parse_list(path: str | os.PathLike[str], *, kind: Kind | str | None = None, 
     path
         The list file.
     kind
-        ``"image"`` or ``"text"``; detected when not given (image when most rows' first column names an existing
-        file under the root).
+        ``"image"`` or ``"text"``; detected when not given: image as soon as one row's first column names an
+        existing file under the root or looks like a file's path (a name with an image, audio, array or binary
+        file's suffix), text otherwise.
     root
         The folder that image paths are relative to (default: the list file's folder).
 
@@ -75,14 +76,21 @@ def parse_list(path: str | os.PathLike[str], *, kind: Kind | str | None = None, 
     rows, numbers = _read_rows(path)
     problems = _check_widths(rows, numbers)
     root_dir = os.path.abspath(root if root is not None else os.path.dirname(os.path.abspath(path)))
-    chosen = _list_kind(kind) if kind is not None else _detect_kind(rows, root_dir)
+    evidence = None if kind is not None else _file_evidence(rows, numbers, root_dir)
+    chosen = _list_kind(kind) if kind is not None else Kind.IMAGE if evidence else Kind.TEXT
     files: dict[str, SourceFile] = {}
     if chosen is Kind.IMAGE:
         if root is not None and not os.path.isdir(root_dir):
             raise ListFormatError(path, [ListProblem(0, f"the root folder {root_dir} does not exist")])
         problems += _resolve_files(rows, numbers, root_dir, files)
     if problems:
-        raise ListFormatError(path, sorted(problems, key=lambda p: p.line))
+        hint = ""
+        if evidence is not None:
+            hint = (
+                f"(taken for an image list because {evidence}; if its first column is text, not file paths, "
+                "say so: --kind text)"
+            )
+        raise ListFormatError(path, sorted(problems, key=lambda p: p.line), hint=hint)
     return ParsedList(path, chosen, len(rows[0]), rows, numbers, files)
 
 
@@ -110,7 +118,7 @@ def _read_rows(path: str) -> tuple[list[tuple[str, ...]], list[int]]:
     numbers: list[int] = []
     for number, line in enumerate(text.split("\n"), start=1):
         line = line.removesuffix("\r")
-        if line.strip():
+        if line.strip(" "):  # a line of spaces is blank; one with a TAB is a row, however empty its fields
             rows.append(tuple(line.split("\t")))
             numbers.append(number)
     if not rows:
@@ -127,13 +135,36 @@ def _check_widths(rows: list[tuple[str, ...]], numbers: list[int]) -> list[ListP
     ]
 
 
-def _detect_kind(rows: list[tuple[str, ...]], root: str) -> Kind:
-    sample = rows[:: max(1, len(rows) // 200)]  # a spread of at most ~200 rows keeps detection fast
-    existing = sum(1 for row in sample if _looks_like_file(row[0], root))
-    return Kind.IMAGE if existing * 2 > len(sample) else Kind.TEXT
+#: Suffixes that make a first-column value a file's path: images, audio, video, arrays and binary blobs.
+FILE_SUFFIXES = frozenset(
+    {
+        *(".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff", ".ppm", ".pgm", ".pbm", ".ico"),
+        *(".heic", ".avif", ".svg", ".wav", ".flac", ".mp3", ".ogg", ".opus", ".m4a", ".mp4", ".avi", ".mkv"),
+        *(".mov", ".webm", ".npy", ".npz", ".bin", ".dat", ".pt", ".pth", ".pkl", ".pickle", ".tfrecord"),
+        *(".arrow", ".parquet", ".h5", ".hdf5"),
+    }
+)
 
 
-def _looks_like_file(value: str, root: str) -> bool:
+def _file_evidence(rows: list[tuple[str, ...]], numbers: list[int], root: str) -> str | None:
+    """Why the list is an image list (the first row whose first column looks like a file's path, then the first
+    that names an existing file), or None: a text list."""
+    for row, number in zip(rows, numbers, strict=True):
+        if _looks_like_path(row[0]):
+            return f"line {number} names a file ({row[0]!r})"
+    for row, number in zip(rows, numbers, strict=True):
+        if _names_a_file(row[0], root):
+            return f"line {number} names an existing file ({row[0]!r})"
+    return None
+
+
+def _looks_like_path(value: str) -> bool:
+    """A file's name with a known suffix, as a path is written (with a ``/``, or without white space)."""
+    stem, suffix = os.path.splitext(value)
+    return bool(stem) and suffix.lower() in FILE_SUFFIXES and ("/" in value or not any(c.isspace() for c in value))
+
+
+def _names_a_file(value: str, root: str) -> bool:
     if not value or "\x00" in value:
         return False
     return os.path.isfile(os.path.join(root, value))

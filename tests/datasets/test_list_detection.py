@@ -1,0 +1,75 @@
+"""No silent guesses about a ``.list``: a list that names files is an image list, and every non-blank line is a row."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from datamount.cli.main import cli
+from datamount.datasets import catalog
+from datamount.datasets.errors import ListFormatError
+from datamount.datasets.listfile import Kind, parse_list
+from datamount.storage import open_store
+
+
+def image_list(folder: Path, rows: int, present: int) -> Path:
+    """A list of ``rows`` JPEG paths of which only the first ``present`` exist."""
+    (folder / "data").mkdir(parents=True, exist_ok=True)
+    for index in range(present):
+        (folder / "data" / f"img{index}.jpg").write_bytes(b"\xff\xd8\xff" + bytes([index % 256]) * 50)
+    path = folder / "train.list"
+    path.write_text("".join(f"data/img{index}.jpg\t{index % 3}\n" for index in range(rows)), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("present", [0, 1, 100], ids=["none-present", "one-present", "a-third-present"])
+def test_a_broken_image_list_never_becomes_a_text_dataset(tmp_path: Path, present: int) -> None:
+    path = image_list(tmp_path, 300, present)
+    with pytest.raises(ListFormatError) as caught:
+        parse_list(path)
+    assert len(caught.value.problems) == 300 - present
+    assert all("does not exist" in problem.message for problem in caught.value.problems)
+    assert caught.value.problems[0].line == present + 1
+
+
+def test_a_broken_image_list_reports_folders_and_escapes_too(tmp_path: Path) -> None:
+    (tmp_path / "data" / "sub").mkdir(parents=True)
+    (tmp_path / "data" / "a.jpg").write_bytes(b"A")
+    path = tmp_path / "x.list"
+    path.write_text("data/a.jpg\t1\ndata/sub\t2\n../outside.jpg\t3\ndata/b.png\t4\n", encoding="utf-8")
+    with pytest.raises(ListFormatError) as caught:
+        parse_list(path)
+    assert [problem.line for problem in caught.value.problems] == [2, 3, 4]
+
+
+def test_a_broken_image_list_is_refused_by_upload_with_its_problems(tmp_path: Path) -> None:
+    path = image_list(tmp_path / "src", 300, 100)
+    store = tmp_path / "store"
+    done = CliRunner().invoke(cli, ["upload", str(path), "oops", "--store", str(store), "-q"])
+    assert done.exit_code == 2, done.output
+    assert "200 problems" in done.output and "--kind text" in done.output
+    assert catalog.dataset_names(open_store(store)) == []
+
+
+def test_a_text_list_whose_words_are_not_paths_stays_text(tmp_path: Path) -> None:
+    path = tmp_path / "mt.list"
+    path.write_text("le chat\tthe cat\nbonjour.\thello.\nmerci\tthanks\n", encoding="utf-8")
+    assert parse_list(path).kind is Kind.TEXT
+
+
+def test_every_non_blank_line_is_a_row_empty_fields_included(tmp_path: Path) -> None:
+    path = tmp_path / "mt.list"
+    path.write_bytes(b"a\tb\n\t\n  \t  \n\n   \nc\td\n")
+    parsed = parse_list(path)
+    assert parsed.rows == [("a", "b"), ("", ""), ("  ", "  "), ("c", "d")]
+    assert parsed.line_numbers == [1, 2, 3, 6]
+
+
+def test_an_image_row_with_an_empty_path_is_reported_not_dropped(tmp_path: Path) -> None:
+    (tmp_path / "a.jpg").write_bytes(b"A")
+    path = tmp_path / "x.list"
+    path.write_text("a.jpg\t1\n\t2\n", encoding="utf-8")
+    with pytest.raises(ListFormatError, match=r"x\.list:2: the file path"):
+        parse_list(path)
