@@ -89,6 +89,9 @@ class Store:
     """
 
     protocol: ClassVar[str] = ""
+    #: Other processes, on this machine and others, that open the store's URL see the same objects (not so for a
+    #: store that lives in one process's memory): the store can be handed to worker processes, Ray tasks and actors.
+    shareable: ClassVar[bool] = True
     #: A single ``pipe_file``/``put_file`` is atomic (object stores): no temporary name is needed.
     atomic_put: ClassVar[bool] = False
     #: Parent folders must exist before a write (file systems, not object stores).
@@ -173,6 +176,14 @@ class Store:
         if not rel:
             return self.root
         return f"{self.root}/{rel}" if self.root != "/" else f"/{rel}"
+
+    def local_path(self, path: str = "") -> str | None:
+        """The path on this machine where the bytes of ``path`` (by default the root folder) can be read or
+        memory-mapped directly, with no request to the store; ``None`` when the store is not a folder on this
+        machine (object stores, HDFS, memory). ``store.local_path() is not None`` thus asks whether reads are
+        local file reads."""
+        clean_relpath(path, allow_root=True)
+        return None
 
     def url_for(self, path: str = "") -> str:
         """The URL of ``path`` in this store, for messages and for tools outside datamount."""

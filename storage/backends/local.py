@@ -71,6 +71,9 @@ class LocalStore(Store):
             self._require_inside(full, path)
         return full
 
+    def local_path(self, path: str = "") -> str:
+        return self.full_path(path, allow_root=True)
+
     def _require_inside(self, full: str, path: str) -> None:
         real = os.path.realpath(full)
         if real != self._real_root and not real.startswith(self._real_root.rstrip("/") + "/"):
