@@ -234,10 +234,14 @@ class Store:
         max_bytes
             Bytes in flight at most, when ``sizes`` are given (one larger object still goes alone).
         """
-        limit = max_requests or self.default_max_requests
         items: Iterable[tuple[str, int]] = (
             zip(paths, sizes, strict=True) if sizes is not None else ((p, 0) for p in paths)
         )
+        yield from self._read_many(items, max_requests, max_bytes)
+
+    def _read_many(self, items: Iterable[tuple[str, int]], max_requests: int | None, max_bytes: int) -> Iterator[bytes]:
+        """The reads of :meth:`read_many`, over ``(path, size)`` pairs (size 0 when unknown)."""
+        limit = max_requests or self.default_max_requests
         if self._is_async:
             with self._submitter(self._read_one, self._aread_one, limit) as submit:
                 window = ordered_window(
