@@ -43,7 +43,8 @@ READ_GROUP_BYTES = 4 << 20
 #: An upload task on the thread pool copies up to this many files.
 PUT_GROUP_ITEMS = 8
 
-_UNREACHABLE_ERRNOS = {
+#: OS error numbers that mean the store did not answer (rather than answered with an error).
+UNREACHABLE_ERRNOS = {
     errno.ECONNREFUSED,
     errno.ECONNRESET,
     errno.EHOSTUNREACH,
@@ -595,7 +596,7 @@ def _classify_builtin(exc: BaseException) -> Failure:
     if isinstance(exc, PermissionError):
         return Failure(StorePermissionError, f"permission denied ({text})")
     if isinstance(exc, (ConnectionError, TimeoutError)) or (
-        isinstance(exc, OSError) and exc.errno in _UNREACHABLE_ERRNOS
+        isinstance(exc, OSError) and exc.errno in UNREACHABLE_ERRNOS
     ):
         return Failure(StoreUnreachableError, f"the store did not answer ({text})")
     if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
