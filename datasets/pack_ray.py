@@ -38,7 +38,7 @@ def pack_ray(
     """
     check_sizes(shard_bytes, row_group_bytes)
     target = open_store(store)
-    if target.protocol == "memory":
+    if not target.shareable:
         raise ValueError(
             f"a Ray pack needs a store every Ray worker can reach; {target.url} lives in this process only"
         )

@@ -79,7 +79,7 @@ class ShardRows:
         """The rows of each piece, the next pieces' row groups read and decoded in threads while this one is
         yielded (Arrow decodes one without the GIL while another becomes Python objects)."""
         pending = iter(pieces)
-        ahead = PIECES_AHEAD_LOCAL if self.store.protocol == "file" else PIECES_AHEAD_REMOTE
+        ahead = PIECES_AHEAD_LOCAL if self.store.local_path() is not None else PIECES_AHEAD_REMOTE
         with ThreadPoolExecutor(max_workers=ahead, thread_name_prefix="datamount-span") as readers:
             upcoming: deque[Future[list[Row]]] = deque()
             try:
@@ -147,8 +147,9 @@ class ShardRows:
 
     def _open(self, shard: ShardEntry) -> pa.NativeFile:
         path = layout.shard_path(self.manifest.name, shard)
-        if self.store.protocol == "file":
-            return pa.memory_map(self.store.full_path(path))
+        local = self.store.local_path(path)
+        if local is not None:
+            return pa.memory_map(local)
         if self.cache is not None:
             local = self.cache.get(shard.sha256, shard.size, lambda out: self._download(path, shard, out), name=path)
             return pa.memory_map(str(local))
@@ -204,7 +205,7 @@ class ShardRows:
         """Row group ``group`` of ``shard``: from the file on a local store or in the cache (a remote shard is then
         fetched whole, once, and checked against its sha256), else with one ranged read."""
         path = layout.shard_path(self.manifest.name, shard)
-        if self.store.protocol == "file" or self.cache is not None:
+        if self.store.local_path(path) is not None or self.cache is not None:
             return pq.ParquetFile(self._open(shard)).read_row_group(group, columns=self._columns)
         footer = self._footer(path, shard)
         start, end = _group_range(footer, group)

@@ -18,8 +18,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from datamount.datasets import catalog
-from datamount.datasets.ray_cluster import configured_address, connect_ray, ray_module
 from datamount.datasets.names import parse_ref, validate_name
+from datamount.datasets.ray_cluster import configured_address, connect_ray, ray_module
 from datamount.datasets.rows import DEFAULT_ROWS_PER_SPAN, open_rows
 from datamount.readers.errors import (
     MasterExistsError,
@@ -348,7 +348,7 @@ def start_master(
     """
     ref = parse_ref(name)
     opened = open_store(store)
-    if opened.protocol == "memory":
+    if not opened.shareable:
         raise ValueError(
             f"the task master needs a store every Ray node can reach; {opened.url} lives in one process's memory"
         )

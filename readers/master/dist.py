@@ -22,8 +22,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from datamount.datasets import catalog
-from datamount.datasets.ray_cluster import configured_address
 from datamount.datasets.names import parse_ref
+from datamount.datasets.ray_cluster import configured_address
 from datamount.datasets.rows import RowSource, open_rows
 from datamount.readers.dataset import DatasetReader, reader
 from datamount.readers.errors import MasterFinishedError

@@ -240,6 +240,7 @@ def test_every_operation_refuses_escaping_paths(store: Store, path: str, tmp_pat
         lambda: store.remove(path, recursive=True),
         lambda: store.sha256(path),
         lambda: store.open(path),
+        lambda: store.local_path(path),
     ]
     for operation in operations:
         with pytest.raises(UnsafePathError):
@@ -271,6 +272,15 @@ def test_open_streams_an_object(store: Store) -> None:
         assert len(stream.read()) == 2997
     with pytest.raises(ValueError, match="binary"):
         store.open("stream", "r")
+
+
+def test_local_path_is_where_the_bytes_are_or_none(store: Store) -> None:
+    store.write("nested/obj", b"bytes on this machine")
+    local = store.local_path("nested/obj")
+    if store.local_path() is None:
+        assert local is None
+    else:
+        assert local is not None and Path(local).read_bytes() == b"bytes on this machine"
 
 
 def test_url_for_names_the_object(store: Store) -> None:
