@@ -52,7 +52,8 @@ def upload(
     if then_pack:
         click.echo(f"{m.ref} is packed in {len(packed.shards)} shard(s)")
     if not result.created:
-        click.echo(f"{m.ref} is up to date: it already holds exactly this list ({m.rows} rows)")
+        repaired = f"; {result.repaired_files} missing file(s) sent again" if result.repaired_files else ""
+        click.echo(f"{m.ref} is up to date: it already holds exactly this list ({m.rows} rows{repaired})")
         return
     click.echo(
         f"uploaded {m.ref}: {m.kind}, {m.rows} rows, {len(m.files)} files "

@@ -1,44 +1,92 @@
 """The versions of datasets in a store: how they are committed, found, described and removed.
 
-Every writer (upload, import, public install) makes a version through :func:`commit`, and ``pack`` changes one
-through :func:`replace`: the manifest is the commit, written last, and these two functions are the only ones that
-write manifests. Where each part of a dataset lives: :mod:`datamount.datasets.layout`.
+A version exists once its manifest does: every writer (upload, import, public install) makes one through
+:func:`commit`, which creates the manifest *exclusively* (of two writers that race for a number, one gets it and the
+other takes the next), after checking that everything it names is stored. A committed manifest is never written
+over: ``pack`` records the shards it adds in a file of their own, created once (:func:`add_shards`). A removal marks
+a version removed before deleting anything, and its number is not given again while the dataset exists. Where each
+part of a dataset lives: :mod:`datamount.datasets.layout`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import hashlib
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib.metadata import version as package_version
 
 from datamount.datasets import layout
-from datamount.datasets.errors import DatasetNotFoundError, ManifestError
-from datamount.datasets.manifest import Manifest, now_utc
+from datamount.datasets.errors import CommitConflictError, DatasetNotFoundError, ManifestError
+from datamount.datasets.manifest import Manifest, ShardEntry, now_utc
 from datamount.datasets.names import PUBLIC_NAMESPACE, DatasetRef, parse_ref
-from datamount.storage import ObjectNotFoundError, Store
+from datamount.storage import ObjectExistsError, ObjectNotFoundError, Store
+
+#: Numbers a commit tries before it gives up: each failed try means another writer committed meanwhile.
+COMMIT_ATTEMPTS = 100
+PACK_RECORD_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class VersionsFolder:
+    """What one listing of a dataset's versions folder shows."""
+
+    manifests: frozenset[int] = frozenset()
+    packed: frozenset[int] = frozenset()
+    removed: frozenset[int] = frozenset()
+
+    @property
+    def committed(self) -> list[int]:
+        """The versions that exist, oldest first."""
+        return sorted(self.manifests - self.removed)
+
+    @property
+    def next_number(self) -> int:
+        """The number a new version takes: above every number given so far."""
+        return max(self.manifests | self.removed | self.packed, default=0) + 1
+
+
+def versions_folder(store: Store, name: str) -> VersionsFolder:
+    found: dict[str, set[int]] = {layout.MANIFEST_SUFFIX: set(), layout.PACK_RECORD_SUFFIX: set()}
+    found[layout.REMOVED_SUFFIX] = set()
+    for path in store.list(f"{layout.dataset_folder(name)}/{layout.VERSIONS}", recursive=False):
+        entry = layout.version_entry(path)
+        if entry is not None:
+            found[entry[1]].add(entry[0])
+    return VersionsFolder(
+        frozenset(found[layout.MANIFEST_SUFFIX]),
+        frozenset(found[layout.PACK_RECORD_SUFFIX]),
+        frozenset(found[layout.REMOVED_SUFFIX]),
+    )
 
 
 def versions(store: Store, name: str) -> list[int]:
     """The committed versions of ``name``, oldest first (``[]`` when there is none)."""
-    folder = f"{layout.dataset_folder(name)}/{layout.VERSIONS}"
-    found = (layout.version_of(path) for path in store.list(folder, recursive=False))
-    return sorted(number for number in found if number is not None)
+    return versions_folder(store, name).committed
 
 
-def read_manifest(store: Store, name: str, version: int) -> Manifest:
+def read_manifest(store: Store, name: str, version: int, *, packed: bool | None = None) -> Manifest:
+    """Version ``version`` of ``name``, with the shards ``pack`` added to it (``packed``: whether the versions folder
+    lists a pack record; looked for when not known)."""
     path = layout.manifest_path(name, version)
     try:
         data = store.read(path)
     except ObjectNotFoundError:
         raise DatasetNotFoundError(f"dataset {name}@{version} does not exist in {store.url}") from None
-    return Manifest.from_json(data, store.url_for(path))
+    manifest = Manifest.from_json(data, store.url_for(path))
+    if packed is False or manifest.shards:
+        return manifest
+    shards = _pack_record(store, manifest, hashlib.sha256(data).hexdigest())
+    return manifest.with_shards(shards) if shards else manifest
 
 
 def latest(store: Store, name: str) -> Manifest | None:
     """The latest committed version of ``name``, or None when it has none."""
-    found = versions(store, name)
-    return read_manifest(store, name, found[-1]) if found else None
+    folder = versions_folder(store, name)
+    committed = folder.committed
+    return read_manifest(store, name, committed[-1], packed=committed[-1] in folder.packed) if committed else None
 
 
 def resolve(store: Store, ref: str | DatasetRef, *, public_fallback: bool = True) -> Manifest:
@@ -48,13 +96,13 @@ def resolve(store: Store, ref: str | DatasetRef, *, public_fallback: bool = True
     if public_fallback and not parsed.is_public and "/" not in parsed.name:
         candidates.append(f"{PUBLIC_NAMESPACE}/{parsed.name}")
     for name in candidates:
-        found = versions(store, name)
+        folder = versions_folder(store, name)
+        found = folder.committed
         if not found:
             continue
-        if parsed.version is None:
-            return read_manifest(store, name, found[-1])
-        if parsed.version in found:
-            return read_manifest(store, name, parsed.version)
+        wanted = found[-1] if parsed.version is None else parsed.version
+        if wanted in found:
+            return read_manifest(store, name, wanted, packed=wanted in folder.packed)
         raise DatasetNotFoundError(
             f"dataset {name} has no version {parsed.version} in {store.url}; versions: "
             + ", ".join(str(v) for v in found)
@@ -69,32 +117,94 @@ def resolve(store: Store, ref: str | DatasetRef, *, public_fallback: bool = True
 def commit(store: Store, draft: Manifest) -> Manifest:
     """Make ``draft`` the next version of its dataset; return the committed manifest.
 
-    The version number, the time and the datamount version are filled in here, and the manifest is written last:
-    everything it names (list, objects, shards) must already be stored. From the moment it is written the version
-    exists for every reader; a version is never written over.
+    Everything the draft names (list, objects, shards) must already be stored: it is checked here, from a listing,
+    right before the manifest is created (:class:`DatasetNotFoundError` names what is missing). The version number,
+    the time and the datamount version are filled in here, and the manifest is created exclusively: when another
+    writer takes the number first, this one takes the next. From the moment the manifest exists the version exists
+    for every reader, and it never changes.
     """
     if draft.version:
         raise ValueError(f"{draft.ref} is already committed")
-    existing = versions(store, draft.name)
-    manifest = dataclasses.replace(
-        draft,
-        version=existing[-1] + 1 if existing else 1,
-        created=now_utc(),
-        datamount_version=package_version("datamount"),
+    gone = missing(store, draft)
+    if gone:
+        raise DatasetNotFoundError(
+            f"cannot commit a new version of {draft.name} in {store.url}: {len(gone)} of the files it names are not "
+            f"stored (removed meanwhile?), e.g. {store.url_for(gone[0])}; run the same command again"
+        )
+    for _ in range(COMMIT_ATTEMPTS):
+        manifest = dataclasses.replace(
+            draft,
+            version=versions_folder(store, draft.name).next_number,
+            created=now_utc(),
+            datamount_version=package_version("datamount"),
+        )
+        try:
+            store.create(layout.manifest_path(manifest.name, manifest.version), manifest.to_json())
+        except ObjectExistsError:
+            continue  # another writer committed this number first: take the next
+        return manifest
+    raise CommitConflictError(
+        f"cannot commit a new version of {draft.name} in {store.url}: other writers took each of "
+        f"{COMMIT_ATTEMPTS} numbers first; try again"
     )
-    store.write(layout.manifest_path(manifest.name, manifest.version), manifest.to_json())
-    return manifest
 
 
-def replace(store: Store, current: Manifest, updated: Manifest) -> Manifest:
-    """Replace committed version ``current`` by ``updated`` (the same version with more stored, e.g. its shards).
+def missing(store: Store, draft: Manifest) -> list[str]:
+    """The store paths of what ``draft`` names that are not stored (or not at the size it says)."""
+    folder = layout.dataset_folder(draft.name)
+    wanted: dict[str, int] = {}
+    if draft.has_list:
+        wanted[layout.list_path(draft)] = draft.list_size
+    wanted.update((layout.object_path(draft.name, entry.sha256), entry.size) for entry in draft.files)
+    wanted.update((layout.shard_path(draft.name, shard), shard.size) for shard in draft.shards)
+    areas = {path[len(folder) + 1 :].split("/")[0] for path in wanted}
+    present: dict[str, int] = {}
+    for area in sorted(areas):
+        present.update(store.list(f"{folder}/{area}"))
+    return [path for path, size in wanted.items() if present.get(path) != size]
 
-    Its samples must not change: a reader that opened the version before keeps reading what it found.
+
+def add_shards(store: Store, manifest: Manifest, shards: list[ShardEntry]) -> Manifest:
+    """Record that committed version ``manifest`` is also stored as ``shards``; return it with them.
+
+    The record is a file of its own, created once and bound to the manifest's bytes; the manifest itself is never
+    written over. When another pack of the version recorded its shards first, those are the version's shards.
     """
-    if (updated.name, updated.version) != (current.name, current.version) or updated.rows != current.rows:
-        raise ValueError(f"{updated.ref} cannot replace {current.ref}: a replacement keeps the version and its rows")
-    store.write(layout.manifest_path(updated.name, updated.version), updated.to_json())
-    return updated
+    manifest_bytes = store.read(layout.manifest_path(manifest.name, manifest.version))
+    record = {
+        "format": PACK_RECORD_FORMAT,
+        "manifest_sha256": hashlib.sha256(manifest_bytes).hexdigest(),
+        "created": now_utc(),
+        "datamount_version": package_version("datamount"),
+        "shards": [dataclasses.asdict(shard) for shard in shards],
+    }
+    body = (json.dumps(record, separators=(",", ":")) + "\n").encode()
+    try:
+        store.create(layout.pack_record_path(manifest.name, manifest.version), body)
+    except ObjectExistsError:
+        return read_manifest(store, manifest.name, manifest.version, packed=True)
+    return manifest.with_shards(shards)
+
+
+def _pack_record(store: Store, manifest: Manifest, manifest_sha256: str) -> list[ShardEntry]:
+    """The shards the pack record of ``manifest``'s version lists; none when there is no record, or one left by
+    a version of that number that was removed."""
+    path = layout.pack_record_path(manifest.name, manifest.version)
+    try:
+        data = store.read(path)
+    except ObjectNotFoundError:
+        return []
+    try:
+        record = json.loads(data)
+        if record.get("format", 0) > PACK_RECORD_FORMAT:
+            raise ManifestError(f"{store.url_for(path)} was written by a newer datamount; upgrade datamount")
+        if record["manifest_sha256"] != manifest_sha256:
+            return []
+        return [ShardEntry(**shard) for shard in record["shards"]]
+    except ManifestError:
+        raise
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ManifestError(f"{store.url_for(path)} is damaged: {exc}") from exc
 
 
 # --------------------------------------------------------------------------------------------------- listing
@@ -128,11 +238,12 @@ class DatasetSummary:
 
 def summaries(store: Store) -> Iterator[DatasetSummary]:
     for name in dataset_names(store):
-        found = versions(store, name)
+        folder = versions_folder(store, name)
+        found = folder.committed
         newest = None
         if found:
             try:
-                newest = read_manifest(store, name, found[-1])
+                newest = read_manifest(store, name, found[-1], packed=found[-1] in folder.packed)
             except ManifestError:
                 newest = None
         yield DatasetSummary(name, found, newest)
@@ -144,8 +255,9 @@ def summaries(store: Store) -> Iterator[DatasetSummary]:
 def remove(store: Store, ref: str) -> list[int]:
     """Remove a version (``name@N``) or every version (``name``); return the versions removed.
 
-    The manifests go first, so a reader never finds a version whose files are gone; then every list, pack folder
-    and object that no remaining version uses.
+    Each version is marked removed first (readers and writers no longer see it, and its number is not given again),
+    then its manifest and pack record go, then every list, pack folder and object that no remaining version uses.
+    Removing every version frees the name: its folder goes, marks included.
     """
     parsed = parse_ref(ref)
     found = versions(store, parsed.name)
@@ -154,11 +266,18 @@ def remove(store: Store, ref: str) -> list[int]:
     doomed = found if parsed.version is None else [parsed.version]
     if parsed.version is not None and parsed.version not in found:
         raise DatasetNotFoundError(f"dataset {parsed.name} has no version {parsed.version}")
-    keep = [read_manifest(store, parsed.name, v) for v in found if v not in doomed]
     for version in doomed:
-        store.remove(layout.manifest_path(parsed.name, version), missing_ok=True)
-    if keep:
-        remove_unused(store, parsed.name, keep)
+        with contextlib.suppress(ObjectExistsError):  # another removal marked it first
+            store.create(layout.removed_path(parsed.name, version), now_utc().encode())
+    store.remove_many(
+        path
+        for version in doomed
+        for path in (layout.manifest_path(parsed.name, version), layout.pack_record_path(parsed.name, version))
+    )
+    folder = versions_folder(store, parsed.name)
+    kept = [read_manifest(store, parsed.name, v, packed=v in folder.packed) for v in folder.committed]
+    if kept:
+        remove_unused(store, parsed.name, kept)
     else:
         remove_folder(store, parsed.name)
     return doomed
@@ -174,7 +293,7 @@ def remove_folder(store: Store, name: str) -> None:
 
 
 def remove_unused(store: Store, name: str, kept: list[Manifest]) -> None:
-    """Remove the lists, pack folders and objects of dataset ``name`` that none of ``kept`` uses."""
+    """Remove the lists, pack folders, objects and pack records of dataset ``name`` that none of ``kept`` uses."""
     folder = layout.dataset_folder(name)
     used_packs = {f"{folder}/{layout.pack_folder_of(shard)}" for m in kept for shard in m.shards}
     for pack in store.list_folders(f"{folder}/{layout.PACKS}"):
@@ -182,7 +301,9 @@ def remove_unused(store: Store, name: str, kept: list[Manifest]) -> None:
             store.remove(pack, recursive=True, missing_ok=True)
     used = {layout.list_path(m) for m in kept if m.has_list}
     used.update(layout.object_path(name, entry.sha256) for m in kept for entry in m.files)
+    used.update(layout.pack_record_path(name, m.version) for m in kept)
     stored = [
         path for area in (layout.LISTS, layout.OBJECTS) for path in store.list(f"{folder}/{area}") if path not in used
     ]
-    store.remove_many(stored)
+    records = {layout.pack_record_path(name, n) for n in versions_folder(store, name).packed}
+    store.remove_many([*stored, *sorted(records - used)])

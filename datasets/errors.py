@@ -48,6 +48,10 @@ class DatasetNotFoundError(DatamountError, FileNotFoundError):
     """No committed dataset (or version) of that name is in the store."""
 
 
+class CommitConflictError(DatamountError, RuntimeError):
+    """A new version could not be committed: other writers kept taking the next number first."""
+
+
 class ManifestError(DatamountError, ValueError):
     """A manifest cannot be read: damaged, or written by a newer datamount."""
 

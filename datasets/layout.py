@@ -5,8 +5,10 @@ A dataset is a folder, ``datasets/NAME`` (``datasets/TEAM/NAME``) for users and 
     objects/ab/abcdef...                file bytes, named by their sha256 and shared by every version
     lists/abcdef....list                a normalised .list, named by its sha256 (format 1: lists/N.list)
     packs/DRAFT/shard-00000.parquet     the shards a writer wrote before its commit, in a folder of its own
-    packs/N/shard-00000.parquet         the shards ``pack`` added to committed version N
-    versions/N.json                     the manifest of version N, written last: the version exists once it is there
+    packs/N-SIZES/shard-00000.parquet   the shards ``pack`` added to committed version N (one folder per shard size)
+    versions/N.json                     the manifest of version N, created last: the version exists once it is there
+    versions/N.pack.json                the shards ``pack`` added to version N, created once
+    versions/N.removed                  version N was removed: the number is not given again
 
 Nothing that is written before a commit depends on the version's number, so that it is the same whatever number
 the commit gives it.
@@ -45,14 +47,32 @@ def is_own_folder(path: str) -> bool:
     return posixpath.basename(path) in OWN_FOLDERS
 
 
+#: What a versions folder holds for version N: its manifest, the record of the shards ``pack`` added to it, and the
+#: mark a removal leaves (so that the number is never given again while the dataset exists).
+MANIFEST_SUFFIX = ".json"
+PACK_RECORD_SUFFIX = ".pack.json"
+REMOVED_SUFFIX = ".removed"
+
+
 def manifest_path(name: str, version: int) -> str:
-    return f"{dataset_folder(name)}/{VERSIONS}/{version}.json"
+    return f"{dataset_folder(name)}/{VERSIONS}/{version}{MANIFEST_SUFFIX}"
 
 
-def version_of(path: str) -> int | None:
-    """The version number a path of the versions folder commits (``versions/3.json`` -> 3), if it is one."""
-    stem, ext = posixpath.splitext(posixpath.basename(path))
-    return int(stem) if ext == ".json" and stem.isdigit() else None
+def pack_record_path(name: str, version: int) -> str:
+    return f"{dataset_folder(name)}/{VERSIONS}/{version}{PACK_RECORD_SUFFIX}"
+
+
+def removed_path(name: str, version: int) -> str:
+    return f"{dataset_folder(name)}/{VERSIONS}/{version}{REMOVED_SUFFIX}"
+
+
+def version_entry(path: str) -> tuple[int, str] | None:
+    """``(N, suffix)`` for a file of the versions folder (``versions/3.pack.json`` -> ``(3, ".pack.json")``)."""
+    number, dot, _ = posixpath.basename(path).partition(".")
+    suffix = posixpath.basename(path)[len(number) :]
+    if not dot or not number.isdigit() or suffix not in (MANIFEST_SUFFIX, PACK_RECORD_SUFFIX, REMOVED_SUFFIX):
+        return None
+    return int(number), suffix
 
 
 def object_key(sha256: str) -> str:
@@ -82,10 +102,11 @@ def new_pack_folder() -> str:
     return f"{PACKS}/{uuid.uuid4().hex[:16]}"
 
 
-def version_pack_folder(version: int) -> str:
-    """The pack folder of the shards ``pack`` adds to committed version ``version`` (relative to the dataset folder):
-    the same for every pack of it, so that packing it twice, or in parallel, writes the same files."""
-    return f"{PACKS}/{version}"
+def version_pack_folder(version: int, shard_bytes: int, row_group_bytes: int) -> str:
+    """The pack folder of the shards ``pack`` adds to committed version ``version`` with these sizes (relative to the
+    dataset folder): packs with the same sizes write the same bytes to the same files, packs with others never
+    touch them."""
+    return f"{PACKS}/{version}-{shard_bytes}-{row_group_bytes}"
 
 
 def shard_key(pack_folder: str, number: int) -> str:

@@ -40,9 +40,10 @@ def pack(
     The version is cut into row groups of at least ``row_group_bytes`` of sample data (file bytes and label
     characters, before compression; the last may hold less) and those into shards of at least ``shard_bytes``.
     Each shard is then written on its own (:func:`plan_pack`, :func:`write_unit`: ``pack_ray`` writes them in
-    parallel, byte for byte the same). Shards are written first, then the version's manifest is replaced by one
-    that lists them (the samples do not change, so readers that opened the version before keep reading its
-    objects). Packing a packed version again is a no-op.
+    parallel, byte for byte the same). Shards are written first, then recorded as the version's
+    (:func:`~datamount.datasets.catalog.add_shards`; the samples do not change, so readers that opened the version
+    before keep reading its objects). Packing a packed version again is a no-op; of two packs that race, the first
+    to record its shards wins and the other returns those.
     """
     check_sizes(shard_bytes, row_group_bytes)
     target = open_store(store)
@@ -54,18 +55,20 @@ def pack(
     report.start("pack", items=manifest.rows, size=sum(f.size for f in manifest.files))
     shards = [write_unit(target, manifest, unit, report) for unit in units]
     report.finish()
-    return catalog.replace(target, manifest, manifest.with_shards(shards))
+    return catalog.add_shards(target, manifest, shards)
 
 
 @dataclass(frozen=True)
 class PackUnit:
     """One shard of a pack, planned before any is written so that each can be written on its own (in any process).
 
-    ``number`` is the shard's number in the pack; ``row_groups`` are ``(start, stop)`` row numbers in the version;
+    ``folder`` is the pack folder and ``number`` the shard's number in it; ``row_groups`` are ``(start, stop)`` row
+    numbers in the version;
     ``list_range`` the bytes of the version's list that hold those rows (a unit reads only its own lines);
     ``objects`` (image datasets) each row's object path and size in the store.
     """
 
+    folder: str
     number: int
     row_groups: tuple[tuple[int, int], ...]
     list_range: tuple[int, int]
@@ -102,8 +105,10 @@ def plan_pack(store: Store, manifest: Manifest, shard_bytes: int, row_group_byte
         plans[-1].append((group_start, index + 1))
         shard_data += group_bytes
         group_start, group_bytes = index + 1, 0
+    folder = layout.version_pack_folder(manifest.version, shard_bytes, row_group_bytes)
     return [
         PackUnit(
+            folder,
             number,
             tuple(groups),
             (starts[groups[0][0]], starts[groups[-1][1]]),
@@ -125,7 +130,7 @@ def write_unit(store: Store, manifest: Manifest, unit: PackUnit, report: Progres
         manifest.name,
         list_schema(manifest.name, manifest.kind, manifest.columns),
         shard_bytes=1 << 62,  # the plan says where the shard ends
-        pack_folder=layout.version_pack_folder(manifest.version),
+        pack_folder=unit.folder,
         first_shard=unit.number,
         first_index=unit.start,
         progress=report,

@@ -55,7 +55,7 @@ def pack_ray(
     finally:
         if connected_here:
             ray.shutdown()
-    return catalog.replace(target, manifest, manifest.with_shards(shards))
+    return catalog.add_shards(target, manifest, shards)
 
 
 def _run(ray: Any, store: Store, manifest: Manifest, units: list[PackUnit], report: Progress) -> list[ShardEntry]:

@@ -17,6 +17,8 @@ from datamount.storage import Store, open_store
 from datamount.storage.checksums import sha256_file
 
 HASH_WORKERS = 4
+#: Temporary files older than this were left by a writer that was killed: the next upload removes them.
+STALE_TEMPORARY_SECONDS = 24 * 3600
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,8 @@ class UploadResult:
     sent_bytes: int
     reused_files: int
     created: bool
+    #: Files the version already needed that were missing from the store (lost, removed) and were sent again.
+    repaired_files: int = 0
 
 
 def upload(
@@ -72,15 +76,9 @@ def upload(
     list_bytes = _normalised_list(parsed)
     list_sha = hashlib.sha256(list_bytes).hexdigest()
 
-    latest = catalog.latest(target, name)
-    if latest is not None and latest.list_sha256 == list_sha and latest.files == entries:
-        return UploadResult(latest, 0, 0, len(entries), created=False)
-
     folder = layout.dataset_folder(name)
-    present = target.list(f"{folder}/{layout.OBJECTS}")
-    missing = list({e.sha256: e for e in entries if present.get(layout.object_path(name, e.sha256)) != e.size}.values())
-    sent = _send(target, name, parsed, missing, report, max_requests)
-    target.write(f"{folder}/{layout.list_key(list_sha)}", list_bytes)
+    if not target.atomic_put:  # temporary files of writers killed long ago
+        target.remove_stale_temporaries(folder, older_than=STALE_TEMPORARY_SECONDS)
     draft = Manifest(
         name=name,
         kind=parsed.kind,
@@ -91,8 +89,40 @@ def upload(
         list_size=len(list_bytes),
         source=os.path.basename(os.fspath(list_file)),
     )
+    latest = catalog.latest(target, name)
+    if latest is not None and latest.list_sha256 == list_sha and latest.files == entries:
+        repaired = _send_missing(target, latest, parsed, list_bytes, report, max_requests)
+        return UploadResult(latest, repaired, 0, len(entries), created=False, repaired_files=repaired)
+
+    present = target.list(f"{folder}/{layout.OBJECTS}")
+    missing = list({e.sha256: e for e in entries if present.get(layout.object_path(name, e.sha256)) != e.size}.values())
+    sent = _send(target, name, parsed, missing, report, max_requests)
+    target.write(f"{folder}/{layout.list_key(list_sha)}", list_bytes)
+    # Right before the commit: whatever a removal racing this upload took away is sent again.
+    again = _send_missing(target, draft, parsed, list_bytes, report, max_requests)
     manifest = catalog.commit(target, draft)
-    return UploadResult(manifest, len(missing), sent, len({e.sha256 for e in entries}) - len(missing), created=True)
+    reused = len({e.sha256 for e in entries}) - len(missing)
+    return UploadResult(manifest, len(missing) + again, sent, reused, created=True)
+
+
+def _send_missing(
+    store: Store,
+    manifest: Manifest,
+    parsed: ParsedList,
+    list_bytes: bytes,
+    report: Progress,
+    max_requests: int | None,
+) -> int:
+    """Send what ``manifest`` names that the store lacks (found from a listing); return how many files that was."""
+    absent = set(catalog.missing(store, manifest))
+    if layout.list_path(manifest) in absent:
+        store.write(layout.list_path(manifest), list_bytes)
+    files = list(
+        {e.sha256: e for e in manifest.files if layout.object_path(manifest.name, e.sha256) in absent}.values()
+    )
+    if files:
+        _send(store, manifest.name, parsed, files, report, max_requests)
+    return len(files)
 
 
 def _hash_files(parsed: ParsedList, report: Progress) -> list[FileEntry]:
@@ -119,13 +149,17 @@ def _send(
     store: Store,
     name: str,
     parsed: ParsedList,
-    missing: list[FileEntry],
+    entries: list[FileEntry],
     report: Progress,
     max_requests: int | None,
 ) -> int:
-    report.start("upload", items=len(missing), size=sum(e.size for e in missing))
-    pairs = [(parsed.files[e.path].local_path, layout.object_path(name, e.sha256)) for e in missing]
-    unique = [(local, key) for key, local in {key: local for local, key in pairs}.items()]  # same bytes: once
-    sent = store.put_many(unique, max_requests=max_requests, on_done=lambda _, size: report.advance(size=size))
+    """Send the files of ``entries`` (each checked against its sha256 as it goes); return the bytes sent."""
+    report.start("upload", items=len(entries), size=sum(e.size for e in entries))
+    triples = {layout.object_path(name, e.sha256): (parsed.files[e.path].local_path, e.sha256) for e in entries}
+    sent = store.put_many(
+        ((local, key, sha256) for key, (local, sha256) in triples.items()),  # same bytes: once
+        max_requests=max_requests,
+        on_done=lambda _, size: report.advance(size=size),
+    )
     report.finish()
     return sent

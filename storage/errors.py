@@ -27,6 +27,10 @@ class ObjectNotFoundError(DatamountError, FileNotFoundError):
     """An object (or the store's bucket or root) does not exist."""
 
 
+class ObjectExistsError(DatamountError, FileExistsError):
+    """An exclusive create found the path taken: another writer created it first."""
+
+
 class StorePermissionError(DatamountError, PermissionError):
     """The store refused the operation: missing or wrong credentials, or no right to the path."""
 

@@ -9,10 +9,13 @@ import errno
 import hashlib
 import os
 import posixpath
+import tempfile
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import datetime
 from typing import IO, Any, ClassVar, TypeVar
 
 import fsspec
@@ -22,6 +25,8 @@ from datamount.storage import redact
 from datamount.storage._window import ordered_window
 from datamount.storage.errors import (
     DatamountError,
+    IntegrityError,
+    ObjectExistsError,
     ObjectNotFoundError,
     StoreIOError,
     StorePermissionError,
@@ -42,6 +47,8 @@ READ_GROUP_ITEMS = 16
 READ_GROUP_BYTES = 4 << 20
 #: An upload task on the thread pool copies up to this many files.
 PUT_GROUP_ITEMS = 8
+#: Files up to this size are read into memory to be checked and sent; larger ones are checked on a local copy.
+CHECKED_IN_MEMORY = 64 << 20
 
 #: OS error numbers that mean the store did not answer (rather than answered with an error).
 UNREACHABLE_ERRNOS = {
@@ -93,6 +100,9 @@ class Store:
     #: Other processes, on this machine and others, that open the store's URL see the same objects (not so for a
     #: store that lives in one process's memory): the store can be handed to worker processes, Ray tasks and actors.
     shareable: ClassVar[bool] = True
+    #: :meth:`create` is exclusive: of several writers creating one path at once, exactly one succeeds. Where it is
+    #: not (a generic fsspec filesystem), :meth:`create` checks and then writes, which two writers can both pass.
+    exclusive_create: ClassVar[bool] = False
     #: A single ``pipe_file``/``put_file`` is atomic (object stores): no temporary name is needed.
     atomic_put: ClassVar[bool] = False
     #: Parent folders must exist before a write (file systems, not object stores).
@@ -338,6 +348,48 @@ class Store:
                     self.fs.pipe_file(tmp, bytes(data))
                     self._replace(tmp, full)
 
+    def create(self, path: str, data: bytes | bytearray | memoryview) -> None:
+        """Write ``data`` to ``path`` only if nothing is there yet, atomically.
+
+        Of several writers creating one path at once, one succeeds and the others get :class:`ObjectExistsError`
+        (exclusively so where :attr:`exclusive_create` is true: ``O_EXCL``-style links on file systems, conditional
+        writes on object stores). Versions of datasets are committed this way.
+        """
+        full = self.full_path(path)
+        with self._errors("create", path):
+            self._before_write(full)
+            self._create(full, bytes(data))
+
+    def _create(self, full: str, data: bytes) -> None:
+        """The best a generic fsspec filesystem offers: look, then write."""
+        if self.fs.exists(full):
+            raise FileExistsError(full)
+        with self._temporary(full) as tmp:
+            self.fs.pipe_file(tmp, data)
+            self._replace(tmp, full)
+
+    def remove_stale_temporaries(self, prefix: str, *, older_than: float) -> int:
+        """Remove the temporary objects under ``prefix`` that writers left more than ``older_than`` seconds ago
+        (killed before they could rename them); return how many. Writers that are still running are left alone."""
+        full = self.full_path(prefix, allow_root=True)
+        with self._errors("list", prefix):
+            try:
+                entries = self.fs.find(full, detail=True, withdirs=False)
+            except FileNotFoundError:
+                return 0
+        infos = entries.values() if isinstance(entries, dict) else entries
+        deadline = time.time() - older_than
+        stale = [
+            info["name"]
+            for info in infos
+            if posixpath.basename(info["name"]).startswith(TEMP_PREFIX) and _modified(info) < deadline
+        ]
+        with self._errors(f"remove {len(stale)} temporary objects from", prefix):
+            for name in stale:
+                with contextlib.suppress(FileNotFoundError):
+                    self.fs.rm_file(name)
+        return len(stale)
+
     def put_file(self, local_path: str | os.PathLike[str], path: str) -> None:
         """Copy the local file ``local_path`` to ``path`` atomically."""
         full = self.full_path(path)
@@ -347,7 +399,7 @@ class Store:
 
     def put_many(
         self,
-        items: Iterable[tuple[str | os.PathLike[str], str]],
+        items: Iterable[tuple[str | os.PathLike[str], str] | tuple[str | os.PathLike[str], str, str]],
         *,
         max_requests: int | None = None,
         on_done: Callable[[str, int], None] | None = None,
@@ -357,7 +409,9 @@ class Store:
         Parameters
         ----------
         items
-            ``(local_path, store_path)`` pairs.
+            ``(local_path, store_path)`` pairs, or ``(local_path, store_path, sha256)`` triples: then the bytes are
+            hashed in the same read that sends them, and a file whose bytes no longer have that sha256 (it changed
+            since it was hashed) is an :class:`IntegrityError` and is not stored.
         max_requests
             Uploads in flight at most (default :attr:`default_max_requests`).
         on_done
@@ -368,10 +422,10 @@ class Store:
         total = 0
         if self._is_async:
             with self._submitter(self._put_one, self._aput_one, limit) as submit:
-                for (_, path, _), size in ordered_window(submit, prepared, max_in_flight=limit):
+                for upload, size in ordered_window(submit, prepared, max_in_flight=limit):
                     total += size
                     if on_done is not None:
-                        on_done(path, size)
+                        on_done(upload.path, size)
             return total
         # Threads: a task copies a group of files, so that the hand-off cost is paid once per group.
         groups = _grouped(((item, 0) for item in prepared), PUT_GROUP_ITEMS, 0)
@@ -386,42 +440,76 @@ class Store:
         return total
 
     def _put_group(
-        self, group: builtins.list[tuple[tuple[str, str, str], int]]
+        self, group: builtins.list[tuple[_Upload, int]]
     ) -> tuple[builtins.list[tuple[str, int]], BaseException | None]:
         """The group's files up to the first failure (as ``(store_path, size)``), and that failure."""
         done = []
         for item, _ in group:
             try:
-                done.append((item[1], self._put_one(item)))
+                done.append((item.path, self._put_one(item)))
             except Exception as exc:
                 return done, exc
         return done, None
 
-    def _prepare_puts(self, items: Iterable[tuple[str | os.PathLike[str], str]]) -> Iterator[tuple[str, str, str]]:
+    def _prepare_puts(
+        self, items: Iterable[tuple[str | os.PathLike[str], str] | tuple[str | os.PathLike[str], str, str]]
+    ) -> Iterator[_Upload]:
         made: set[str] = set()
-        for local, path in items:
+        for item in items:
+            local, path = item[0], item[1]
             full = self.full_path(path)
             parent = posixpath.dirname(full)
             if parent not in made:
                 with self._errors("upload", path):
                     self._before_write(full)
                 made.add(parent)
-            yield os.fspath(local), path, full
+            yield _Upload(os.fspath(local), path, full, item[2] if len(item) > 2 else None)
 
-    def _put_one(self, item: tuple[str, str, str]) -> int:
-        local, path, full = item
-        with self._errors("upload", path):
-            self._put_one_sync(local, full)
-        return os.path.getsize(local)
+    def _put_one(self, item: _Upload) -> int:
+        with self._errors("upload", item.path):
+            if item.sha256 is None:
+                self._put_one_sync(item.local, item.full)
+                return os.path.getsize(item.local)
+            return self._put_checked_sync(item)
 
-    async def _aput_one(self, item: tuple[str, str, str]) -> int:
-        local, path, full = item
+    async def _aput_one(self, item: _Upload) -> int:
         try:
-            size = os.path.getsize(local)
-            await self.fs._put_file(local, full)
+            if item.sha256 is None:
+                size = os.path.getsize(item.local)
+                await self.fs._put_file(item.local, item.full)
+                return size
+            if os.path.getsize(item.local) > CHECKED_IN_MEMORY:
+                return await asyncio.to_thread(self._put_checked_sync, item)
+            data = await asyncio.to_thread(_read_checked, item)
+            await self.fs._pipe_file(item.full, data, **self._checksum_options(item.sha256))
+            return len(data)
         except Exception as exc:
-            raise self._translate(exc, "upload", path) from exc
+            raise self._translate(exc, "upload", item.path) from exc
+
+    def _put_checked_sync(self, item: _Upload) -> int:
+        """Send one file whose bytes must have ``item.sha256``, hashed in the read that sends them; nothing is
+        stored when they do not."""
+        if self.atomic_put and os.path.getsize(item.local) <= CHECKED_IN_MEMORY:
+            data = _read_checked(item)
+            self.fs.pipe_file(item.full, data, **self._checksum_options(item.sha256))
+            return len(data)
+        if self.atomic_put:
+            # An object store sends a checked copy: its bytes cannot change any more while they go.
+            with tempfile.TemporaryDirectory(prefix="datamount-upload-") as scratch:
+                copy = os.path.join(scratch, "checked")
+                with open(copy, "wb") as out:
+                    size = _copy_checked(item, out.write)
+                self.fs.put_file(copy, item.full)
+            return size
+        with self._temporary(item.full) as tmp:
+            with self.fs.open(tmp, "wb") as out:
+                size = _copy_checked(item, out.write)
+            self._replace(tmp, item.full)
         return size
+
+    def _checksum_options(self, sha256: str) -> dict[str, Any]:
+        """Options of ``pipe_file`` that let the server check the bytes it receives (none unless it can)."""
+        return {}
 
     def _put_one_sync(self, local: str, full: str) -> None:
         if self.atomic_put:
@@ -565,6 +653,44 @@ class Store:
         return None
 
 
+@dataclass(frozen=True)
+class _Upload:
+    """A local file to send: where it is, where it goes (store-relative and full), and the sha256 it must have."""
+
+    local: str
+    path: str
+    full: str
+    sha256: str | None
+
+
+def _read_checked(item: _Upload) -> bytes:
+    with open(item.local, "rb", buffering=0) as source:
+        data = source.readall()
+    _require_unchanged(item, hashlib.sha256(data).hexdigest())
+    return data
+
+
+def _copy_checked(item: _Upload, write: Callable[[bytes], object]) -> int:
+    """Copy ``item``'s file through ``write``, hashing it in the same read; return its size."""
+    digest = hashlib.sha256()
+    size = 0
+    with open(item.local, "rb") as source:
+        while chunk := source.read(HASH_CHUNK):
+            digest.update(chunk)
+            write(chunk)
+            size += len(chunk)
+    _require_unchanged(item, digest.hexdigest())
+    return size
+
+
+def _require_unchanged(item: _Upload, found: str) -> None:
+    if found != item.sha256:
+        raise IntegrityError(
+            f"{item.local} changed while it was being uploaded: its sha256 is now {found}, not the {item.sha256} it "
+            "had when it was hashed; nothing was stored for it: upload again"
+        )
+
+
 def _grouped(items: Iterable[tuple[T, int]], max_items: int, max_bytes: int) -> Iterator[list[tuple[T, int]]]:
     """``(item, size)`` pairs in groups of at most ``max_items`` and, when ``max_bytes``, about that many bytes."""
     group: list[tuple[T, int]] = []
@@ -577,6 +703,19 @@ def _grouped(items: Iterable[tuple[T, int]], max_items: int, max_bytes: int) -> 
         group_bytes += item[1]
     if group:
         yield group
+
+
+def _modified(info: Mapping[str, Any]) -> float:
+    """When a listed object was last written, in seconds since the epoch (0 when the backend does not say)."""
+    value = info.get("mtime", info.get("modification_time", info.get("LastModified", info.get("updated", 0))))
+    if hasattr(value, "timestamp"):
+        return float(value.timestamp())
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+        return 0.0
+    number = float(value or 0)
+    return number / 1000 if number > 1e11 else number  # HDFS gives milliseconds
 
 
 def _unwrapped(exc: BaseException) -> BaseException:
@@ -593,6 +732,8 @@ def _classify_builtin(exc: BaseException) -> Failure:
     text = short_reason(exc)
     if isinstance(exc, FileNotFoundError):
         return Failure(ObjectNotFoundError, "not found")
+    if isinstance(exc, FileExistsError):
+        return Failure(ObjectExistsError, "it already exists")
     if isinstance(exc, PermissionError):
         return Failure(StorePermissionError, f"permission denied ({text})")
     if isinstance(exc, (ConnectionError, TimeoutError)) or (

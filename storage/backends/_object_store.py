@@ -41,6 +41,7 @@ class ObjectStore(Store):
     #: The service's name in messages ("S3", "GCS").
     service: ClassVar[str] = ""
     atomic_put = True
+    exclusive_create = True
     needs_dirs = False
     default_max_requests = 32
 
@@ -56,6 +57,10 @@ class ObjectStore(Store):
     ) -> None:
         super().__init__(fs, root, url=url, options=options, name=name)
         self.settings = settings
+
+    def _create(self, full: str, data: bytes) -> None:
+        # A conditional write: S3's "If-None-Match: *", GCS's "ifGenerationMatch=0"; the server refuses the second.
+        self.fs.pipe_file(full, data, mode="create")
 
     @classmethod
     def bucket_root(cls, url: str, *, store: str) -> str:

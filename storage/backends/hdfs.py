@@ -55,6 +55,7 @@ class HDFSStore(Store):
 
     protocol = "hdfs"
     atomic_put = False
+    exclusive_create = True
     needs_dirs = True
     default_max_requests = 8
 
@@ -111,6 +112,16 @@ class HDFSStore(Store):
     def _replace(self, tmp: str, full: str) -> None:
         # HDFS refuses to rename onto an existing file unless asked to; with overwrite it is one atomic rename.
         self.fs.mv(tmp, full, overwrite=True)
+
+    def _create(self, full: str, data: bytes) -> None:
+        # A rename onto an existing file fails on HDFS unless asked to overwrite: the namenode makes it exclusive.
+        with self._temporary(full) as tmp:
+            self.fs.pipe_file(tmp, data)
+            try:
+                self.fs.mv(tmp, full, overwrite=False)
+            except BaseException:
+                self.fs.rm(tmp)
+                raise
 
     def _open_for_hashing(self, full: str) -> IO[bytes]:
         # hdfs-native 0.14 raises NotImplementedError on reads from files opened with a block size.

@@ -28,6 +28,7 @@ class LocalStore(Store):
 
     protocol = "file"
     atomic_put = False
+    exclusive_create = True
     needs_dirs = True
     default_max_requests = 8
 
@@ -141,6 +142,19 @@ class LocalStore(Store):
                     os.fsync(f.fileno())
                 os.replace(tmp, full)
 
+    def _create(self, full: str, data: bytes) -> None:
+        # A fully written, synced file linked into place: link() fails if the name exists, and is atomic.
+        with self._temporary(full) as tmp:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            try:
+                os.link(tmp, full)
+            finally:
+                os.unlink(tmp)
+        _sync_folder(os.path.dirname(full))
+
     def _put_one_sync(self, local: str, full: str) -> None:
         with self._temporary(full) as tmp:
             shutil.copyfile(local, tmp)
@@ -149,3 +163,17 @@ class LocalStore(Store):
     def _before_write(self, full: str) -> None:
         self._check_mount()
         os.makedirs(os.path.dirname(full), exist_ok=True)
+
+
+def _sync_folder(folder: str) -> None:
+    """Make a new name in ``folder`` durable (a commit survives a crash of the machine)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

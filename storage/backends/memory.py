@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import threading
+
 from datamount.storage.store import Store
+
+#: One process's memory filesystem is shared by all its memory stores: one lock makes their creates exclusive.
+_CREATE_LOCK = threading.Lock()
 
 
 class MemoryStore(Store):
@@ -14,8 +19,15 @@ class MemoryStore(Store):
     protocol = "memory"
     shareable = False
     atomic_put = True  # an object is replaced in one assignment
+    exclusive_create = True
     needs_dirs = False
     default_max_requests = 4
 
     def check(self) -> None:
         """Nothing to reach: a memory store is always there."""
+
+    def _create(self, full: str, data: bytes) -> None:
+        with _CREATE_LOCK:
+            if self.fs.exists(full):
+                raise FileExistsError(full)
+            self.fs.pipe_file(full, data)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import os
 from typing import Any
@@ -16,7 +17,7 @@ from datamount.storage.backends._limits import (
     seconds_option,
 )
 from datamount.storage.backends._object_store import EndpointSettings, ObjectStore
-from datamount.storage.errors import ObjectNotFoundError, StoreConfigError, StorePermissionError
+from datamount.storage.errors import ObjectExistsError, ObjectNotFoundError, StoreConfigError, StorePermissionError
 from datamount.storage.store import HASH_CHUNK, Failure
 
 # S3 error codes that mean the credentials, not the path, are wrong.
@@ -78,6 +79,10 @@ class S3Store(ObjectStore):
             digest.update(chunk)
         return digest.hexdigest()
 
+    def _checksum_options(self, sha256: str) -> dict[str, Any]:
+        # AWS S3 refuses a PUT whose body does not have this sha256 (moto and Ceph 16 RGW store it unchecked).
+        return {"ChecksumSHA256": base64.b64encode(bytes.fromhex(sha256)).decode("ascii")}
+
     def _classify(self, exc: BaseException) -> Failure | None:
         import botocore.exceptions as bex
 
@@ -97,6 +102,9 @@ class S3Store(ObjectStore):
                 "or key/secret in the store's profile)",
             )
         code = _error_code(exc)
+        if code in ("PreconditionFailed", "ConditionalRequestConflict"):
+            # A conditional create found the key taken (Ceph RGW words only the code), or being written by another.
+            return Failure(ObjectExistsError, "it already exists")
         if code == "NoSuchBucket":
             bucket = self.root.partition("/")[0]
             return Failure(ObjectNotFoundError, f"bucket {bucket!r} does not exist at {self.endpoint}")
