@@ -1,0 +1,75 @@
+"""What an upload stores is what it hashed, and running it again repairs what the store lost."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import MakeImageList
+from datamount.datasets import catalog, layout, upload, verify
+from datamount.readers import reader
+from datamount.storage import IntegrityError, Store
+
+
+class ChangeAfterHashing:
+    """Progress that rewrites a source file as soon as the hash phase is over, before anything is sent."""
+
+    def __init__(self, victim: Path) -> None:
+        self.victim = victim
+        self.phase = ""
+
+    def start(self, phase: str, *, items: int, size: int) -> None:
+        self.phase = phase
+
+    def advance(self, *, items: int = 1, size: int = 0) -> None:
+        pass
+
+    def finish(self) -> None:
+        if self.phase == "hash":
+            self.victim.write_bytes(b"\xff\xd8\xff" + b"changed after hashing" * 20)
+
+
+def expected_rows(list_file: Path) -> list[tuple[bytes, str]]:
+    rows = []
+    for line in list_file.read_text().splitlines():
+        path, label = line.split("\t")
+        rows.append(((list_file.parent / path).read_bytes(), label))
+    return rows
+
+
+@pytest.mark.parametrize("backend", ["local", "s3"])
+def test_a_file_changed_between_hashing_and_sending_is_never_stored_under_its_old_hash(
+    request: pytest.FixtureRequest, backend: str, make_image_list: MakeImageList
+) -> None:
+    store: Store = request.getfixturevalue(f"{backend}_store")
+    list_file = make_image_list(8)
+    victim = list_file.parent / "data" / "img0003.jpg"
+    original = victim.read_bytes()
+    with pytest.raises(IntegrityError, match=r"img0003\.jpg changed while it was being uploaded"):
+        upload(list_file, "d", store=store, progress=ChangeAfterHashing(victim))
+    assert catalog.versions(store, "d") == []
+    victim.write_bytes(original)
+    result = upload(list_file, "d", store=store)
+    assert result.created
+    assert list(reader("d", store)()) == expected_rows(list_file)
+    assert verify(store, result.manifest).ok
+
+
+@pytest.mark.parametrize("backend", ["local", "s3"])
+def test_the_documented_repair_sends_again_what_the_store_lost(
+    request: pytest.FixtureRequest, backend: str, make_image_list: MakeImageList
+) -> None:
+    store: Store = request.getfixturevalue(f"{backend}_store")
+    list_file = make_image_list(10)
+    manifest = upload(list_file, "d", store=store).manifest
+    lost = manifest.files[2:5]
+    for entry in lost:
+        store.remove(layout.object_path("d", entry.sha256))
+    assert not verify(store, manifest).ok
+    again = upload(list_file, "d", store=store)
+    assert not again.created and again.manifest.version == 1
+    assert again.repaired_files == len(lost)
+    assert verify(store, manifest).ok
+    assert list(reader("d", store)()) == expected_rows(list_file)
+    assert upload(list_file, "d", store=store).repaired_files == 0
