@@ -16,7 +16,7 @@ from datamount.datasets import catalog, layout
 from datamount.datasets.errors import ManifestError
 from datamount.datasets.manifest import Kind, Manifest, ShardEntry
 from datamount.datasets.progress import Progress, Silent
-from datamount.datasets.rows import object_locations, parse_lines
+from datamount.datasets.rows import ObjectLocation, check_object, object_locations, parse_lines
 from datamount.datasets.shard_writer import (
     DEFAULT_ROW_GROUP_BYTES,
     DEFAULT_SHARD_BYTES,
@@ -72,7 +72,7 @@ class PackUnit:
     number: int
     row_groups: tuple[tuple[int, int], ...]
     list_range: tuple[int, int]
-    objects: list[tuple[str, int]] = field(default_factory=list)
+    objects: list[ObjectLocation] = field(default_factory=list)
 
     @property
     def start(self) -> int:
@@ -90,7 +90,7 @@ def plan_pack(store: Store, manifest: Manifest, shard_bytes: int, row_group_byte
     starts.append(len(raw))
     objects = object_locations(manifest, rows) if manifest.kind is Kind.IMAGE else []
     if objects:
-        sizes = [size + sum(len(value) for value in row[1:]) for row, (_, size) in zip(rows, objects, strict=True)]
+        sizes = [o.size + sum(len(value) for value in row[1:]) for row, o in zip(rows, objects, strict=True)]
     else:
         sizes = [sum(len(value) for value in row) for row in rows]
     plans: list[list[tuple[int, int]]] = [[]]
@@ -135,7 +135,7 @@ def write_unit(store: Store, manifest: Manifest, unit: PackUnit, report: Progres
         first_index=unit.start,
         progress=report,
     )
-    with contextlib.closing(_samples(store, unit, rows)) as samples:
+    with contextlib.closing(_samples(store, manifest, unit, rows)) as samples:
         for start, stop in unit.row_groups:
             columns = [list(column) for column in zip(*itertools.islice(samples, stop - start), strict=True)]
             if manifest.kind is Kind.IMAGE:
@@ -145,10 +145,12 @@ def write_unit(store: Store, manifest: Manifest, unit: PackUnit, report: Progres
     return entry
 
 
-def _samples(store: Store, unit: PackUnit, rows: list[tuple[str, ...]]) -> Iterator[tuple[object, ...]]:
+def _samples(
+    store: Store, manifest: Manifest, unit: PackUnit, rows: list[tuple[str, ...]]
+) -> Iterator[tuple[object, ...]]:
     if not unit.objects:
         yield from rows
         return
-    blobs = store.read_many((path for path, _ in unit.objects), sizes=(size for _, size in unit.objects))
-    for row, data in zip(rows, blobs, strict=True):
-        yield (data, *row[1:])
+    blobs = store.read_many((o.path for o in unit.objects), sizes=(o.size for o in unit.objects))
+    for index, (row, location, data) in enumerate(zip(rows, unit.objects, blobs, strict=True), start=unit.start):
+        yield (check_object(store, manifest, index, location, data), *row[1:])

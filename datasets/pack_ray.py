@@ -74,7 +74,7 @@ def _run(ray: Any, store: Store, manifest: Manifest, units: list[PackUnit], repo
             for ref in finished:
                 unit = units[numbers[ref]]
                 entries[numbers[ref]] = ray.get(ref)
-                report.advance(items=unit.stop - unit.start, size=sum(size for _, size in unit.objects))
+                report.advance(items=unit.stop - unit.start, size=sum(o.size for o in unit.objects))
     except RayTaskError as exc:
         for ref in waiting:
             ray.cancel(ref)

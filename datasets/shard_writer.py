@@ -72,6 +72,8 @@ class ShardFile:
             use_dictionary=text_columns,
             # Min/max statistics of a binary column would copy whole images into the footer.
             write_statistics=[f.name for f in schema if f.name not in binary_columns],
+            # A CRC per page: every read of a row group, however it was fetched, is checked.
+            write_page_checksum=True,
         )
         self.rows = 0
         self.row_groups: list[int] = []

@@ -365,6 +365,7 @@ def reader(
     max_requests: int | None = None,
     max_bytes: int = DEFAULT_MAX_BYTES_IN_FLIGHT,
     rows_per_span: int = DEFAULT_ROWS_PER_SPAN,
+    verify: bool = True,
     rank: int | None = None,
     world_size: int | None = None,
     shuffle: bool = False,
@@ -400,6 +401,10 @@ def reader(
         Reads in flight at most, and bytes in flight at most (unpacked image datasets).
     rows_per_span
         Rows of each span of an unpacked version (a packed version's spans are its row groups).
+    verify
+        Check each object of an unpacked image version against its sha256 before its sample is yielded (its size is
+        always checked). Packed versions are always checked, by their Parquet pages' checksums. Turn it off only for
+        a store you trust more than the cost of hashing (see ``docs/datasets.md``).
     rank, world_size
         This process's rank and the number of ranks. Both or neither; with neither, torchrun's ``RANK`` and
         ``WORLD_SIZE``, else PaddlePaddle's ``PADDLE_TRAINER_ID`` and ``PADDLE_TRAINERS_NUM``, else rank 0 of 1.
@@ -435,5 +440,6 @@ def reader(
         max_requests=max_requests,
         max_bytes=max_bytes,
         rows_per_span=_whole(rows_per_span, "rows_per_span", minimum=1),
+        verify=verify,
     )
     return DatasetReader(source, **order)

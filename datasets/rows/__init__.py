@@ -17,7 +17,15 @@ from __future__ import annotations
 import os
 
 from datamount.datasets.manifest import Kind, Manifest
-from datamount.datasets.rows.listed import ListRows, ObjectRows, object_locations, parse_lines, read_lines
+from datamount.datasets.rows.listed import (
+    ListRows,
+    ObjectLocation,
+    ObjectRows,
+    check_object,
+    object_locations,
+    parse_lines,
+    read_lines,
+)
 from datamount.datasets.rows.shards import ShardRows, decoded_rows
 from datamount.datasets.rows.source import DEFAULT_ROWS_PER_SPAN, Piece, Row, RowSource, closing
 from datamount.datasets.rows.split import SplitRows, split_bounds
@@ -28,12 +36,14 @@ from datamount.storage.store import DEFAULT_MAX_BYTES_IN_FLIGHT
 __all__ = [
     "DEFAULT_ROWS_PER_SPAN",
     "ListRows",
+    "ObjectLocation",
     "ObjectRows",
     "Piece",
     "Row",
     "RowSource",
     "ShardRows",
     "SplitRows",
+    "check_object",
     "closing",
     "decoded_rows",
     "object_locations",
@@ -55,12 +65,15 @@ def open_rows(
     max_requests: int | None = None,
     max_bytes: int = DEFAULT_MAX_BYTES_IN_FLIGHT,
     rows_per_span: int = DEFAULT_ROWS_PER_SPAN,
+    verify: bool = True,
 ) -> RowSource:
     """The row source of ``manifest``'s version (of one of its splits, with ``split``).
 
     A packed version is read from its shards unless ``use_shards`` is False; ``cache`` keeps remote shards in a local
     cache (:func:`shard_cache`). An unpacked version is read from its list (``rows_per_span`` lines per span) and,
-    for images, its objects (``max_requests`` reads and ``max_bytes`` bytes in flight at most).
+    for images, its objects (``max_requests`` reads and ``max_bytes`` bytes in flight at most), each checked against
+    its size and, with ``verify`` (the default), its sha256. Packed rows are checked by the Parquet pages' checksums
+    and, when a shard is fetched whole, its sha256.
     """
     source: RowSource
     if use_shards and manifest.shards:
@@ -69,7 +82,12 @@ def open_rows(
         raise ValueError(f"{manifest.ref} is stored only as Parquet shards; read it with use_shards=True")
     elif manifest.kind is Kind.IMAGE:
         source = ObjectRows(
-            store, manifest, rows_per_span=rows_per_span, max_requests=max_requests, max_bytes=max_bytes
+            store,
+            manifest,
+            rows_per_span=rows_per_span,
+            max_requests=max_requests,
+            max_bytes=max_bytes,
+            verify=verify,
         )
     else:
         source = ListRows(store, manifest, rows_per_span=rows_per_span)

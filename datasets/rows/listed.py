@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 from collections.abc import Iterable, Iterator
+from typing import NamedTuple
 
 from datamount.datasets import layout
 from datamount.datasets.errors import DatasetNotFoundError
 from datamount.datasets.manifest import Manifest
 from datamount.datasets.rows.source import DEFAULT_ROWS_PER_SPAN, Piece, Row, clip, line_spans, out_of_range
-from datamount.storage import Store
+from datamount.storage import IntegrityError, Store
 from datamount.storage.store import DEFAULT_MAX_BYTES_IN_FLIGHT
 
 Line = tuple[str, ...]
@@ -31,13 +33,41 @@ def read_lines(store: Store, manifest: Manifest) -> list[Line]:
     return parse_lines(store.read(layout.list_path(manifest)))[0]
 
 
-def object_locations(manifest: Manifest, lines: list[Line]) -> list[tuple[str, int]]:
-    """For each row of an image version, the store path and size of the object holding its file."""
-    objects = {entry.path: (layout.object_path(manifest.name, entry.sha256), entry.size) for entry in manifest.files}
+class ObjectLocation(NamedTuple):
+    """Where a row's file is stored, and what its bytes must be."""
+
+    path: str
+    size: int
+    sha256: str
+
+
+def object_locations(manifest: Manifest, lines: list[Line]) -> list[ObjectLocation]:
+    """For each row of an image version, the object that holds its file."""
+    objects = {
+        entry.path: ObjectLocation(layout.object_path(manifest.name, entry.sha256), entry.size, entry.sha256)
+        for entry in manifest.files
+    }
     missing = next((line[0] for line in lines if line[0] not in objects), None)
     if missing is not None:
         raise DatasetNotFoundError(f"{manifest.ref}: the manifest has no file for {missing!r}")
     return [objects[line[0]] for line in lines]
+
+
+def check_object(
+    store: Store, manifest: Manifest, row: int, location: ObjectLocation, data: bytes, *, hashed: bool = True
+) -> bytes:
+    """``data``, the object of row ``row``, if it has the size (and, ``hashed``, the sha256) the manifest says;
+    else an :class:`IntegrityError` naming the dataset, the row and the object."""
+    if len(data) != location.size:
+        problem = f"has {len(data):,} bytes, not {location.size:,}"
+    elif hashed and hashlib.sha256(data).hexdigest() != location.sha256:
+        problem = "does not match its sha256"
+    else:
+        return data
+    raise IntegrityError(
+        f"{manifest.ref}, row {row}: the object {store.url_for(location.path)} {problem}: the store holds a damaged "
+        f"copy (datamount verify {manifest.ref} --repair --from LIST puts the right one back)"
+    )
 
 
 class ListRows:
@@ -81,7 +111,11 @@ class ListRows:
 
 class ObjectRows(ListRows):
     """The rows of an unpacked image version: each file's bytes, read from its object with many reads in flight
-    (at most ``max_requests`` requests and ``max_bytes`` bytes), then its labels."""
+    (at most ``max_requests`` requests and ``max_bytes`` bytes), then its labels.
+
+    Every object's size is checked before its row is yielded, and (``verify``, the default) its sha256: a damaged
+    object is an :class:`IntegrityError`, never a sample.
+    """
 
     def __init__(
         self,
@@ -91,14 +125,16 @@ class ObjectRows(ListRows):
         rows_per_span: int = DEFAULT_ROWS_PER_SPAN,
         max_requests: int | None = None,
         max_bytes: int = DEFAULT_MAX_BYTES_IN_FLIGHT,
+        verify: bool = True,
     ) -> None:
         super().__init__(store, manifest, rows_per_span=rows_per_span)
         self.max_requests = max_requests
         self.max_bytes = max_bytes
-        self._object_locations: list[tuple[str, int]] | None = None
+        self.verify = verify
+        self._object_locations: list[ObjectLocation] | None = None
 
     @property
-    def _located(self) -> list[tuple[str, int]]:
+    def _located(self) -> list[ObjectLocation]:
         """Each row's object path and size, found on first use."""
         if self._object_locations is None:
             self._object_locations = object_locations(self.manifest, self._lines)
@@ -106,30 +142,38 @@ class ObjectRows(ListRows):
 
     def rows(self, start: int, stop: int) -> Iterator[Row]:
         start, stop = clip(start, stop, len(self))
-        located = self._located[start:stop]
+        located, lines = self._located[start:stop], self._lines
         blobs = self.store.read_many(
-            (path for path, _ in located),
-            sizes=(size for _, size in located),
+            (location.path for location in located),
+            sizes=(location.size for location in located),
             max_requests=self.max_requests,
             max_bytes=self.max_bytes,
         )
-        return ((data, *line[1:]) for line, data in zip(itertools.islice(self._lines, start, stop), blobs, strict=True))
+        return (
+            (self._checked(row, location, data), *lines[row][1:])
+            for row, location, data in zip(range(start, stop), located, blobs, strict=True)
+        )
 
     def row(self, index: int) -> Row:
         labels = super().row(index)[1:]
-        return (self.store.read(self._located[index][0]), *labels)
+        location = self._located[index]
+        return (self._checked(index, location, self.store.read(location.path)), *labels)
 
     def pieces(self, pieces: Iterable[Piece]) -> Iterator[Row]:
         return self._read(row for piece in pieces for row in piece.rows)
 
     def _read(self, rows: Iterable[int]) -> Iterator[Row]:
-        """Rows ``rows`` in that order, one window of reads in flight across all of them."""
-        for_paths, for_sizes, for_labels = itertools.tee(rows, 3)
+        """Rows ``rows`` in that order, one window of reads in flight across all of them, each object checked."""
+        located, lines = self._located, self._lines
+        for_paths, for_sizes, for_rows = itertools.tee(rows, 3)
         blobs = self.store.read_many(
-            (self._located[row][0] for row in for_paths),
-            sizes=(self._located[row][1] for row in for_sizes),
+            (located[row].path for row in for_paths),
+            sizes=(located[row].size for row in for_sizes),
             max_requests=self.max_requests,
             max_bytes=self.max_bytes,
         )
-        for row, data in zip(for_labels, blobs, strict=True):
-            yield (data, *self._lines[row][1:])
+        for row, data in zip(for_rows, blobs, strict=True):
+            yield (self._checked(row, located[row], data), *lines[row][1:])
+
+    def _checked(self, row: int, location: ObjectLocation, data: bytes) -> bytes:
+        return check_object(self.store, self.manifest, row, location, data, hashed=self.verify)

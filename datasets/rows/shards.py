@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import bisect
+import contextlib
 import hashlib
 import io
 import itertools
+import os
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -18,7 +20,7 @@ from datamount.datasets import layout
 from datamount.datasets.arrow_codec import column_decoder
 from datamount.datasets.manifest import Manifest, ShardEntry
 from datamount.datasets.rows.source import Piece, Row, clip, out_of_range
-from datamount.storage import IntegrityError, Store
+from datamount.storage import DatamountError, IntegrityError, Store
 from datamount.storage.cache import ContentCache
 
 #: Ranged GETs a remote shard is fetched with, and how large each is; a shard of up to two chunks is one GET.
@@ -123,32 +125,61 @@ class ShardRows:
                     if current is None:
                         yield from self._group_rows(self._starts[number] + low, self._starts[number] + high)
                     else:
-                        yield from self._rows_of(current.result())
+                        yield from self._rows_of(shards[number], current.result())
             finally:
                 for future in opened.values():
                     future.cancel()
 
-    def _rows_of(self, source: pa.NativeFile) -> Iterator[Row]:
-        parquet = pq.ParquetFile(source)
+    def _rows_of(self, shard: ShardEntry, source: pa.NativeFile) -> Iterator[Row]:
+        parquet = self._parquet(shard, source)
         groups = parquet.num_row_groups
         if groups == 0:
             return
         # Arrow decodes without holding the GIL: decode the next row group while this one becomes Python objects.
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="datamount-decode") as decoder:
-            upcoming = decoder.submit(parquet.read_row_group, 0, columns=self._columns)
+            upcoming = decoder.submit(self._decode, shard, parquet, 0)
             try:
                 for group in range(groups):
                     table = upcoming.result()
                     if group + 1 < groups:
-                        upcoming = decoder.submit(parquet.read_row_group, group + 1, columns=self._columns)
+                        upcoming = decoder.submit(self._decode, shard, parquet, group + 1)
                     yield from decoded_rows(table)
             finally:
                 upcoming.cancel()
+
+    def _parquet(self, shard: ShardEntry, source: Any, metadata: pq.FileMetaData | None = None) -> pq.ParquetFile:
+        """The Parquet reader of one shard: every page it reads is checked against its CRC (shards carry them)."""
+        with self._damage(shard):
+            return pq.ParquetFile(source, metadata=metadata, page_checksum_verification=True)
+
+    def _decode(self, shard: ShardEntry, parquet: pq.ParquetFile, group: int) -> pa.Table:
+        with self._damage(shard, group):
+            return parquet.read_row_group(group, columns=self._columns)
+
+    @contextlib.contextmanager
+    def _damage(self, shard: ShardEntry, group: int | None = None) -> Iterator[None]:
+        """Turn Arrow's failures to read a shard (a page whose CRC is wrong, a footer that does not parse) into an
+        :class:`IntegrityError` naming the shard."""
+        try:
+            yield
+        except (OSError, pa.ArrowException) as exc:
+            if isinstance(exc, DatamountError):
+                raise
+            where = f"row group {group} of " if group is not None else ""
+            url = self.store.url_for(layout.shard_path(self.manifest.name, shard))
+            raise IntegrityError(
+                f"{where}shard {url} of {self.manifest.ref} is damaged: {str(exc).splitlines()[0]}"
+            ) from exc
 
     def _open(self, shard: ShardEntry) -> pa.NativeFile:
         path = layout.shard_path(self.manifest.name, shard)
         local = self.store.local_path(path)
         if local is not None:
+            size = os.path.getsize(local)
+            if size != shard.size:
+                raise IntegrityError(
+                    f"shard {self.store.url_for(path)} of {self.manifest.ref} has {size:,} bytes, not {shard.size:,}"
+                )
             return pa.memory_map(local)
         if self.cache is not None:
             local = self.cache.get(shard.sha256, shard.size, lambda out: self._download(path, shard, out), name=path)
@@ -206,13 +237,13 @@ class ShardRows:
         fetched whole, once, and checked against its sha256), else with one ranged read."""
         path = layout.shard_path(self.manifest.name, shard)
         if self.store.local_path(path) is not None or self.cache is not None:
-            return pq.ParquetFile(self._open(shard)).read_row_group(group, columns=self._columns)
+            return self._decode(shard, self._parquet(shard, self._open(shard)), group)
         footer = self._footer(path, shard)
         start, end = _group_range(footer, group)
         sparse = _SparseFile(
             shard.size, {start: self.store.read_range(path, start, end)}, name=self.store.url_for(path)
         )
-        return pq.ParquetFile(sparse, metadata=footer).read_row_group(group, columns=self._columns)
+        return self._decode(shard, self._parquet(shard, sparse, footer), group)
 
     def _footer(self, path: str, shard: ShardEntry) -> pq.FileMetaData:
         """A shard's Parquet footer: two ranged reads the first time, then kept."""
@@ -222,7 +253,8 @@ class ShardRows:
             if tail[4:] != b"PAR1" or length + 12 > shard.size:
                 raise IntegrityError(f"{self.store.url_for(path)} is not a Parquet file (its last bytes are wrong)")
             raw = self.store.read_range(path, shard.size - 8 - length, shard.size)
-            self._footers[path] = pq.read_metadata(pa.BufferReader(raw))
+            with self._damage(shard):
+                self._footers[path] = pq.read_metadata(pa.BufferReader(raw))
         return self._footers[path]
 
 

@@ -39,7 +39,7 @@ LOCAL_ENV = "DATAMOUNT_LOCAL"
 #: Longest sleep between two asks while every task of the pass is leased to other trainers.
 DEFAULT_POLL_INTERVAL = 0.5
 #: Options of ``reader(name)`` that say how rows are read (the master decides which rows, and in what order).
-READ_OPTIONS = frozenset({"max_requests", "max_bytes", "use_shards", "cache"})
+READ_OPTIONS = frozenset({"max_requests", "max_bytes", "use_shards", "cache", "verify"})
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from datamount.datasets import catalog, layout, pack, upload, verify
-from datamount.datasets.errors import DatasetNotFoundError
+from datamount.datasets.errors import DatasetNotFoundError, StreamFormatError
 from datamount.datasets.upload import UploadResult
 from datamount.readers import reader
 from datamount.readers.stream import import_stream, write_to
@@ -96,11 +96,11 @@ def test_a_failing_import_removes_only_what_it_wrote(local_store: Store, tmp_pat
     with write_to(other) as out:
         out.set_columns("text")
         out.write("kept")
-    with pytest.raises(Exception, match="cut short|truncated|end-of-stream"):
+    with pytest.raises(StreamFormatError):
         import_stream(stream, "shared", store=local_store, shard_bytes=20_000, row_group_bytes=5_000)
     manifest = import_stream(other, "shared", store=local_store)
     assert manifest.version == 1
-    with pytest.raises(Exception, match="cut short|truncated|end-of-stream"):
+    with pytest.raises(StreamFormatError):
         import_stream(stream, "shared", store=local_store, shard_bytes=20_000, row_group_bytes=5_000)
     assert list(reader("shared", local_store)()) == [("kept",)]
     assert verify(local_store, catalog.resolve(local_store, "shared")).ok

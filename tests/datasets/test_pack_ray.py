@@ -75,7 +75,7 @@ def test_a_failing_shard_task_raises_its_error_and_commits_nothing(
 ) -> None:
     upload(make_image_list(30, size=1000), "d", store=local_store)
     manifest = catalog.resolve(local_store, "d")
-    [(missing, _)] = object_locations(manifest, read_lines(local_store, manifest))[17:18]
+    missing = object_locations(manifest, read_lines(local_store, manifest))[17].path
     local_store.remove(missing)
     with pytest.raises(ObjectNotFoundError, match=missing.rsplit("/", 1)[-1]):
         pack_ray("d", store=local_store, **SMALL)

@@ -1,0 +1,138 @@
+"""Every byte read is the byte uploaded: a damaged object or shard is an IntegrityError in every read mode, never a
+sample."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import MakeImageList
+from datamount.datasets import catalog, layout, pack, upload
+from datamount.readers import reader
+from datamount.storage import IntegrityError, Store
+from datamount.storage.cache import ContentCache
+
+ROWS = 40
+
+#: Every way a reader reads rows: a pass, a shuffled pass, one rank's share, random access.
+READ_MODES: dict[str, Callable[..., Any]] = {
+    "pass": lambda name, store, **options: list(reader(name, store, **options)()),
+    "shuffled": lambda name, store, **options: list(reader(name, store, shuffle=True, seed=3, **options)()),
+    "sharded": lambda name, store, **options: list(reader(name, store, rank=0, world_size=2, **options)()),
+    "random-access": lambda name, store, **options: [reader(name, store, **options)[i] for i in range(ROWS)],
+}
+
+
+def damage(store: Store, path: str, how: str, position: int | None = None) -> None:
+    data = bytearray(store.read(path))
+    if how == "flip":
+        at = len(data) // 2 if position is None else position
+        data[at] ^= 0xFF
+        store.write(path, bytes(data))
+    else:
+        store.write(path, bytes(data[:10]))
+
+
+@pytest.mark.parametrize("mode", READ_MODES)
+@pytest.mark.parametrize("how", ["flip", "truncate"])
+@pytest.mark.parametrize("backend", ["local", "s3"])
+def test_reads_of_a_damaged_object_are_checked(
+    request: pytest.FixtureRequest, backend: str, how: str, mode: str, make_image_list: MakeImageList
+) -> None:
+    store: Store = request.getfixturevalue(f"{backend}_store")
+    manifest = upload(make_image_list(ROWS, size=4096), "d", store=store).manifest
+    victim = manifest.files[7]
+    damage(store, layout.object_path("d", victim.sha256), how)
+    expected = "does not match its sha256" if how == "flip" else "has 10 bytes"
+    with pytest.raises(IntegrityError, match=rf"d@1, row \d+: the object .*{victim.sha256}.* {expected}"):
+        READ_MODES[mode]("d", store)
+
+
+def data_page_positions(local_shard: bytes, count: int, seed: int) -> list[int]:
+    """Byte positions inside the pages of the sample columns (``file``, ``label``) of a Parquet shard, at random."""
+    footer = pq.read_metadata(pa.BufferReader(local_shard))
+    chunks = []
+    for group in range(footer.num_row_groups):
+        for column in range(footer.num_columns):
+            chunk = footer.row_group(group).column(column)
+            if chunk.path_in_schema not in ("file", "label"):
+                continue  # the index and path columns are not part of a sample
+            first = chunk.dictionary_page_offset if chunk.has_dictionary_page else chunk.data_page_offset
+            chunks.append((first, first + chunk.total_compressed_size))
+    rng = random.Random(seed)
+    return [rng.randrange(*rng.choice(chunks)) for _ in range(count)]
+
+
+@pytest.mark.parametrize("mode", READ_MODES)
+@pytest.mark.parametrize("cached", [False, True], ids=["no-cache", "cache"])
+@pytest.mark.parametrize("backend", ["local", "s3"])
+def test_reads_of_a_damaged_shard_are_checked(
+    request: pytest.FixtureRequest,
+    backend: str,
+    cached: bool,
+    mode: str,
+    make_image_list: MakeImageList,
+    tmp_path: Path,
+) -> None:
+    if backend == "local" and cached:
+        pytest.skip("a local store reads its shards in place, with no cache")
+    store: Store = request.getfixturevalue(f"{backend}_store")
+    upload(make_image_list(ROWS, size=4096), "d", store=store)
+    manifest = pack("d", store=store, shard_bytes=60_000, row_group_bytes=20_000)
+    expected = READ_MODES[mode]("d", store)
+    shard = layout.shard_path("d", manifest.shards[0])
+    original = store.read(shard)
+    options: dict[str, Any] = {"cache": ContentCache(tmp_path / "cache")} if cached else {}
+    # The image of row 3 is stored as it is (image bytes are not compressed): flip one of its bytes in the shard.
+    image = reader("d", store)[3][0]
+    store.write(shard, original.replace(image, image[:100] + bytes([image[100] ^ 0xFF]) + image[101:]))
+    named = r"shard .*shard-00000\.parquet (of d@1 is damaged|does not match the sha256 in d@1's manifest)"
+    with pytest.raises(IntegrityError, match=named):
+        READ_MODES[mode]("d", store, **options)
+    # Anywhere else in the pages of the sample columns: an IntegrityError, or (the byte was one no sample is made of,
+    # e.g. a page's statistics) the same samples; never a wrong one.
+    caught = 0
+    for position in data_page_positions(original, 6, seed=list(READ_MODES).index(mode)):
+        store.write(shard, original)
+        damage(store, shard, "flip", position)
+        if cached:
+            options["cache"] = ContentCache(tmp_path / f"cache-{position}")
+        try:
+            assert READ_MODES[mode]("d", store, **options) == expected
+        except IntegrityError:
+            caught += 1
+    assert caught >= 3
+
+
+def test_a_damaged_cached_shard_is_caught_after_it_was_cached(
+    s3_store: Store, make_image_list: MakeImageList, tmp_path: Path
+) -> None:
+    upload(make_image_list(ROWS, size=4096), "d", store=s3_store)
+    manifest = pack("d", store=s3_store, shard_bytes=60_000, row_group_bytes=20_000)
+    cache = ContentCache(tmp_path / "cache")
+    expected = list(reader("d", s3_store, cache=cache)())
+    cached = cache.path_for(manifest.shards[0].sha256)
+    data = bytearray(cached.read_bytes())
+    data[data_page_positions(bytes(data), 1, seed=7)[0]] ^= 0xFF
+    cached.write_bytes(bytes(data))
+    with pytest.raises(IntegrityError):
+        list(reader("d", s3_store, cache=cache, shuffle=True)())
+    assert list(reader("d", s3_store, cache=ContentCache(tmp_path / "cache"))()) == expected
+
+
+def test_a_truncated_local_shard_is_caught_before_it_is_mapped(
+    local_store: Store, make_image_list: MakeImageList
+) -> None:
+    upload(make_image_list(ROWS, size=4096), "d", store=local_store)
+    manifest = pack("d", store=local_store, shard_bytes=60_000, row_group_bytes=20_000)
+    shard = layout.shard_path("d", manifest.shards[0])
+    local_store.write(shard, local_store.read(shard)[:-100])
+    with pytest.raises(IntegrityError, match=r"has [\d,]+ bytes, not"):
+        list(reader("d", local_store)())
+    assert catalog.resolve(local_store, "d").shards == manifest.shards
