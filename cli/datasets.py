@@ -16,6 +16,7 @@ from datamount.datasets import DatasetNotFoundError, catalog, layout, pack_ray, 
 from datamount.datasets import pack as pack_version
 from datamount.datasets import upload as upload_list
 from datamount.datasets import verify as verify_version
+from datamount.datasets.verify import repair as repair_version
 from datamount.readers import reader
 from datamount.storage import Store
 
@@ -152,19 +153,48 @@ def head(name: str, count: int, store: Store) -> None:
 @click.command()
 @click.argument("name")
 @store_options
+@click.option("--repair", is_flag=True, help="Put back every missing or damaged part whose right bytes can be found.")
+@click.option(
+    "--from",
+    "source",
+    type=click.Path(dir_okay=False, path_type=str),
+    help="With --repair: the .list the version was uploaded from (its files are checked against the manifest).",
+)
+@click.option("--root", type=click.Path(file_okay=False), help="With --from: folder that image paths are relative to.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
-def verify(name: str, store: Store, quiet: bool) -> None:
-    """Re-hash every object of dataset NAME (or NAME@N) against its manifest; report every problem."""
+def verify(name: str, store: Store, repair: bool, source: str | None, root: str | None, quiet: bool) -> None:
+    """Re-hash every object of dataset NAME (or NAME@N) against its manifest; report every problem.
+
+    With --repair, each missing or damaged file comes back from the source list (--from) when the file there still
+    has the recorded sha256, or from the version's own shards; the list from --from; a shard pack made, by packing
+    again. Exit status 1 while anything stays damaged.
+    """
+    if (source or root) and not repair:
+        raise click.UsageError("--from and --root go with --repair")
     manifest = catalog.resolve(store, name)
     with ProgressBar(quiet=quiet) as bar:
-        bar.start("verify", items=len(manifest.files) + 1, size=manifest.total_bytes)
-        report = verify_version(store, manifest, on_checked=lambda size: bar.advance(size=size))
-        bar.finish()
+        if repair:
+            fixed = repair_version(store, manifest, source=source, root=root, progress=bar)
+            report = fixed.found
+        else:
+            bar.start("verify", items=len(manifest.files) + 1, size=manifest.total_bytes)
+            report = verify_version(store, manifest, on_checked=lambda size: bar.advance(size=size))
+            bar.finish()
     for problem in report.problems:
         click.echo(problem)
     if report.ok:
         click.echo(f"{manifest.ref}: all {report.checked} objects match the manifest")
         return
+    if repair:
+        for damage in fixed.repaired:
+            click.echo(f"repaired: {damage.label}")
+        for damage, why in fixed.unrepaired:
+            click.echo(f"not repaired: {damage.label}: {why}", err=True)
+        if fixed.ok:
+            click.echo(f"{manifest.ref}: repaired {len(fixed.repaired)} of {report.checked} objects; all match now")
+            return
+        click.echo(f"{manifest.ref}: {len(fixed.unrepaired)} of {report.checked} objects are still damaged", err=True)
+        raise click.exceptions.Exit(1)
     click.echo(f"{manifest.ref}: {len(report.problems)} of {report.checked} objects do not match", err=True)
     raise click.exceptions.Exit(1)
 

@@ -72,8 +72,8 @@ def upload(
     report = progress or Silent()
     parsed = parse_list(list_file, kind=kind, root=root)
     target = open_store(store)
-    entries = _hash_files(parsed, report)
-    list_bytes = _normalised_list(parsed)
+    entries = hash_files(parsed, report)
+    list_bytes = normalised_list(parsed)
     list_sha = hashlib.sha256(list_bytes).hexdigest()
 
     folder = layout.dataset_folder(name)
@@ -125,7 +125,8 @@ def _send_missing(
     return len(files)
 
 
-def _hash_files(parsed: ParsedList, report: Progress) -> list[FileEntry]:
+def hash_files(parsed: ParsedList, report: Progress) -> list[FileEntry]:
+    """The manifest entries of a checked list's files, hashed with a few threads (the ``hash`` phase)."""
     files = sorted(parsed.files.values(), key=lambda f: f.relative_path)
     report.start("hash", items=len(files), size=sum(f.size for f in files))
     entries = []
@@ -137,7 +138,8 @@ def _hash_files(parsed: ParsedList, report: Progress) -> list[FileEntry]:
     return entries
 
 
-def _normalised_list(parsed: ParsedList) -> bytes:
+def normalised_list(parsed: ParsedList) -> bytes:
+    """The list as a version stores it: UTF-8, LF, TAB-separated, image paths normalised."""
     if parsed.kind is Kind.IMAGE:
         rows: Iterator[tuple[str, ...]] = ((os.path.normpath(r[0]), *r[1:]) for r in parsed.rows)
     else:

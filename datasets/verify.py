@@ -1,13 +1,39 @@
-"""``verify``: re-hash everything a version stores against its manifest."""
+"""``verify``: re-hash everything a version stores against its manifest; ``repair``: put back what is damaged."""
 
 from __future__ import annotations
 
+import hashlib
+import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from datamount.datasets import layout
-from datamount.datasets.manifest import Manifest
+from datamount.datasets.listfile import parse_list
+from datamount.datasets.manifest import FileEntry, Kind, Manifest, ShardEntry
+from datamount.datasets.pack import plan_pack, write_unit
+from datamount.datasets.progress import Progress, Silent
+from datamount.datasets.rows import ShardRows, read_lines
+from datamount.datasets.upload import hash_files, normalised_list
 from datamount.storage import Store
+from datamount.storage.errors import DatamountError
+
+#: How a pack folder of ``pack`` names the sizes its shards were cut with: their bytes can be made again.
+_PACK_FOLDER = re.compile(r"^packs/(\d+)-(\d+)-(\d+)$")
+
+
+@dataclass(frozen=True)
+class Damage:
+    """One stored part of a version that is missing or does not match the manifest."""
+
+    path: str
+    label: str
+    reason: str
+    #: What is damaged: the list, a file's object, or a shard (with its manifest entry).
+    entry: FileEntry | ShardEntry | None = None
+
+    def __str__(self) -> str:
+        return self.reason
 
 
 @dataclass
@@ -16,34 +42,159 @@ class VerifyReport:
 
     manifest: Manifest
     checked: int = 0
-    problems: list[str] = field(default_factory=list)
+    damaged: list[Damage] = field(default_factory=list)
+
+    @property
+    def problems(self) -> list[str]:
+        return [str(damage) for damage in self.damaged]
 
     @property
     def ok(self) -> bool:
-        return not self.problems
+        return not self.damaged
 
 
 def verify(store: Store, manifest: Manifest, *, on_checked: Callable[[int], None] | None = None) -> VerifyReport:
     """Re-hash the list, every object and every shard of ``manifest``; report every missing one and every mismatch."""
     report = VerifyReport(manifest)
     folder = layout.dataset_folder(manifest.name)
-    targets = []
+    targets: list[tuple[str, int, str, str, FileEntry | ShardEntry | None]] = []
     if manifest.has_list:
-        targets.append((layout.list_path(manifest), manifest.list_size, manifest.list_sha256, "the list"))
-    targets += [(layout.object_path(manifest.name, e.sha256), e.size, e.sha256, e.path) for e in manifest.files]
-    targets += [(layout.shard_path(manifest.name, s), s.size, s.sha256, f"shard {s.path}") for s in manifest.shards]
+        targets.append((layout.list_path(manifest), manifest.list_size, manifest.list_sha256, "the list", None))
+    targets += [(layout.object_path(manifest.name, e.sha256), e.size, e.sha256, e.path, e) for e in manifest.files]
+    targets += [(layout.shard_path(manifest.name, s), s.size, s.sha256, f"shard {s.path}", s) for s in manifest.shards]
     present: dict[str, int] = {}
     packs = {layout.pack_folder_of(shard) for shard in manifest.shards}
     for area in (layout.OBJECTS, layout.LISTS, *sorted(packs)):
         present.update(store.list(f"{folder}/{area}"))
-    for path, size, sha256, label in targets:
+    for path, size, sha256, label, entry in targets:
         report.checked += 1
+        reason = None
         if path not in present:
-            report.problems.append(f"missing: {label} ({store.url_for(path)})")
+            reason = f"missing: {label} ({store.url_for(path)})"
         elif present[path] != size:
-            report.problems.append(f"wrong size: {label}: {present[path]} bytes, manifest says {size}")
+            reason = f"wrong size: {label}: {present[path]} bytes, manifest says {size}"
         elif store.sha256(path) != sha256:
-            report.problems.append(f"wrong content: {label} ({store.url_for(path)}) does not match its sha256")
+            reason = f"wrong content: {label} ({store.url_for(path)}) does not match its sha256"
+        if reason is not None:
+            report.damaged.append(Damage(path, label, reason, entry))
         if on_checked is not None:
             on_checked(size)
     return report
+
+
+@dataclass
+class RepairReport:
+    """What ``repair`` found and did: the damage found first, what was put back, and what could not be."""
+
+    found: VerifyReport
+    repaired: list[Damage] = field(default_factory=list)
+    unrepaired: list[tuple[Damage, str]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.unrepaired
+
+
+def repair(
+    store: Store,
+    manifest: Manifest,
+    *,
+    source: str | os.PathLike[str] | None = None,
+    root: str | None = None,
+    progress: Progress | None = None,
+) -> RepairReport:
+    """Verify ``manifest``'s version, then put back every damaged or missing part whose right bytes can be found.
+
+    A file's object comes back from ``source`` (the ``.list`` it was uploaded from, its paths relative to ``root``
+    or the list's folder) when the file there still has the sha256 the manifest records, else from the version's
+    own shards; the list comes back from ``source``; a shard that ``pack`` made comes back by packing its rows again
+    from the version's objects (the same bytes). Nothing is written that does not match the manifest's sha256.
+    """
+    report = progress or Silent()
+    found = verify(store, manifest)
+    result = RepairReport(found)
+    if found.ok:
+        return result
+    sources = _source_files(manifest, source, root, report) if source is not None else {}
+    for damage in found.damaged:
+        try:
+            why_not = _put_back(store, manifest, damage, sources, source, root)
+        except DatamountError as exc:
+            why_not = str(exc)
+        if why_not is None:
+            result.repaired.append(damage)
+        else:
+            result.unrepaired.append((damage, why_not))
+    return result
+
+
+def _source_files(
+    manifest: Manifest, source: str | os.PathLike[str], root: str | None, report: Progress
+) -> dict[str, str]:
+    """The local file of every sha256 the source list's files have (hashed now)."""
+    parsed = parse_list(source, kind=manifest.kind, root=root)
+    return {entry.sha256: parsed.files[entry.path].local_path for entry in hash_files(parsed, report)}
+
+
+def _put_back(
+    store: Store,
+    manifest: Manifest,
+    damage: Damage,
+    sources: dict[str, str],
+    source: str | os.PathLike[str] | None,
+    root: str | None,
+) -> str | None:
+    """Put ``damage`` back; None when done, else why it could not be."""
+    if isinstance(damage.entry, FileEntry):
+        return _put_back_object(store, manifest, damage.entry, sources)
+    if isinstance(damage.entry, ShardEntry):
+        return _put_back_shard(store, manifest, damage.entry)
+    if source is None:
+        return "the list can come back only from the .list it was uploaded from (--from LIST)"
+    data = normalised_list(parse_list(source, kind=manifest.kind, root=root))
+    if hashlib.sha256(data).hexdigest() != manifest.list_sha256:
+        return f"{os.fspath(source)} is not the list this version was uploaded from (its rows differ)"
+    store.write(damage.path, data)
+    return None
+
+
+def _put_back_object(store: Store, manifest: Manifest, entry: FileEntry, sources: dict[str, str]) -> str | None:
+    path = layout.object_path(manifest.name, entry.sha256)
+    if entry.sha256 in sources:
+        store.put_many([(sources[entry.sha256], path, entry.sha256)])
+        return None
+    data = _from_shards(store, manifest, entry)
+    if data is not None:
+        store.write(path, data)
+        return None
+    where = "no file of the source list has its sha256" if sources else "give the list it was uploaded from (--from)"
+    return f"{entry.path}: {where}" + ("" if manifest.shards else "; the version is not packed, so no shard holds it")
+
+
+def _from_shards(store: Store, manifest: Manifest, entry: FileEntry) -> bytes | None:
+    """The bytes of ``entry``'s file from the version's shards, if a shard holds them intact."""
+    if not manifest.shards or manifest.kind is not Kind.IMAGE:
+        return None
+    if not manifest.has_list or not store.exists(layout.list_path(manifest)):
+        return None
+    rows = ShardRows(store, manifest)
+    for index, line in enumerate(read_lines(store, manifest)):
+        if line[0] == entry.path:
+            data = rows.row(index)[0]
+            return data if hashlib.sha256(data).hexdigest() == entry.sha256 else None
+    return None
+
+
+def _put_back_shard(store: Store, manifest: Manifest, shard: ShardEntry) -> str | None:
+    folder = _PACK_FOLDER.match(layout.pack_folder_of(shard))
+    if folder is None or not manifest.has_list:
+        return f"shard {shard.path} was written by an import or an install, not by pack: nothing can make it again"
+    unbuilt = manifest.with_shards([])
+    units = plan_pack(store, unbuilt, int(folder.group(2)), int(folder.group(3)))
+    unit = next((unit for unit in units if f"{unit.folder}/shard-{unit.number:05d}.parquet" == shard.path), None)
+    if unit is None:
+        return f"shard {shard.path} is not one this version's pack makes"
+    made = write_unit(store, unbuilt, unit)
+    if made.sha256 != shard.sha256:
+        return f"shard {shard.path} made again does not have the sha256 recorded for it"
+    return None

@@ -1,0 +1,77 @@
+"""``datamount verify --repair``: what a store lost or damaged comes back, checked, or is named."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from click.testing import CliRunner, Result
+
+from conftest import MakeImageList
+from datamount.cli.main import cli
+from datamount.datasets import catalog, layout, pack, upload, verify
+from datamount.readers import reader
+from datamount.storage import Store
+
+
+def run(*args: str) -> Result:
+    return CliRunner().invoke(cli, list(args))
+
+
+def rows_of(list_file: Path) -> list[tuple[bytes, str]]:
+    rows = []
+    for line in list_file.read_text().splitlines():
+        path, label = line.split("\t")
+        rows.append(((list_file.parent / path).read_bytes(), label))
+    return rows
+
+
+def test_repair_puts_back_lost_and_damaged_objects_from_the_source_list(
+    local_store: Store, make_image_list: MakeImageList
+) -> None:
+    list_file = make_image_list(10)
+    manifest = upload(list_file, "d", store=local_store).manifest
+    lost, damaged = manifest.files[1], manifest.files[6]
+    local_store.remove(layout.object_path("d", lost.sha256))
+    local_store.write(layout.object_path("d", damaged.sha256), b"\xff\xd8\xff" + b"x" * (damaged.size - 3))
+    local_store.remove(layout.list_path(manifest))
+    assert run("verify", "d", "--store", local_store.url, "-q").exit_code == 1
+    done = run("verify", "d", "--repair", "--from", str(list_file), "--store", local_store.url, "-q")
+    assert done.exit_code == 0, done.output
+    assert f"repaired: {lost.path}" in done.output and f"repaired: {damaged.path}" in done.output
+    assert "repaired: the list" in done.output and "all match now" in done.output
+    assert verify(local_store, manifest).ok
+    assert list(reader("d", local_store)()) == rows_of(list_file)
+
+
+def test_repair_names_what_it_cannot_put_back_and_writes_nothing_wrong(
+    local_store: Store, make_image_list: MakeImageList
+) -> None:
+    list_file = make_image_list(6)
+    manifest = upload(list_file, "d", store=local_store).manifest
+    lost = manifest.files[2]
+    local_store.remove(layout.object_path("d", lost.sha256))
+    (list_file.parent / lost.path).write_bytes(b"\xff\xd8\xff edited since")
+    done = run("verify", "d", "--repair", "--from", str(list_file), "--store", local_store.url, "-q")
+    assert done.exit_code == 1
+    assert f"not repaired: {lost.path}: {lost.path}: no file of the source list has its sha256" in done.output
+    assert not local_store.exists(layout.object_path("d", lost.sha256))
+    assert run("verify", "d", "--repair", "--store", local_store.url, "-q").exit_code == 1
+
+
+def test_repair_of_a_packed_version_needs_no_source(s3_store: Store, make_image_list: MakeImageList) -> None:
+    list_file = make_image_list(30, size=2000)
+    upload(list_file, "d", store=s3_store)
+    manifest = pack("d", store=s3_store, shard_bytes=20_000, row_group_bytes=5_000)
+    assert len(manifest.shards) > 2
+    lost = manifest.files[4]
+    s3_store.remove(layout.object_path("d", lost.sha256))
+    shard = layout.shard_path("d", manifest.shards[1])
+    s3_store.write(shard, s3_store.read(shard)[:-7])
+    done = run(
+        "verify", "d", "--repair", "--store", s3_store.url, "-o", f"endpoint_url={s3_store.settings.address}", "-q"
+    )
+    assert done.exit_code == 0, done.output
+    assert f"repaired: {lost.path}" in done.output and f"repaired: shard {manifest.shards[1].path}" in done.output
+    assert verify(s3_store, catalog.resolve(s3_store, "d")).ok
+    assert list(reader("d", s3_store)()) == rows_of(list_file)
+    assert list(reader("d", s3_store, use_shards=False)()) == rows_of(list_file)
