@@ -17,6 +17,7 @@ from datamount.storage.errors import (
     BackendNotInstalledError,
     DatamountError,
     MountError,
+    ObjectExistsError,
     ObjectNotFoundError,
     StoreConfigError,
     StorePermissionError,
@@ -97,6 +98,7 @@ def _run_checks(report: Report, store: Store, probe: str, small_count: int, smal
         ("list", lambda: f"{len(store.list('', recursive=False))} object(s) at the root"),
         ("write", lambda: _write(store, f"{probe}/probe", payload)),
         ("read back", lambda: _read_back(store, f"{probe}/probe", payload)),
+        ("exclusive create", lambda: _exclusive_create(report, store, f"{probe}/created")),
         ("small objects", lambda: _measure_small(report, store, probe, small_count, small_size)),
         ("large object", lambda: _measure_large(report, store, probe, large_size)),
     ]
@@ -127,6 +129,29 @@ def _read_back(store: Store, path: str, payload: bytes) -> str:
     if data != payload:
         raise StoreConfigError(f"read back {len(data)} bytes that differ from the {len(payload)} written")
     return "same bytes as written"
+
+
+def _exclusive_create(report: Report, store: Store, path: str) -> str:
+    """Versions are committed with an exclusive create: check that the second of two creates is refused."""
+    store.create(path, b"first")
+    try:
+        store.create(path, b"second")
+    except ObjectExistsError:
+        refused = True
+    else:
+        refused = False
+    if refused and store.exclusive_create:
+        return "a second create of one path was refused: racing writers never commit one version twice"
+    if refused:
+        report.advice.append(
+            "this backend cannot make a create exclusive (it looks, then writes): two writers committing to one "
+            "dataset at the same moment could take the same version number; let one writer at a time commit"
+        )
+        return "refused here, but not guaranteed under a race by this backend"
+    raise StoreConfigError(
+        f"a second create of {store.url_for(path)} was accepted: the server ignores conditional writes "
+        "(If-None-Match / generation match), so two writers could both commit one version; upgrade it"
+    )
 
 
 def _measure_small(report: Report, store: Store, probe: str, count: int, size: int) -> str:

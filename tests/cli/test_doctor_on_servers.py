@@ -11,7 +11,7 @@ import pytest
 from datamount.storage import Store
 from tests.servers.ceph import CephServer
 
-CHECKS = ("open", "list", "write", "read back", "small objects", "large object", "delete")
+CHECKS = ("open", "list", "write", "read back", "exclusive create", "small objects", "large object", "delete")
 
 
 def run_doctor(url: str, *options: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -48,7 +48,7 @@ def test_stores_lists_profiles_without_secrets(tmp_path: Path, monkeypatch: pyte
 def test_doctor_on_the_default_store_passes() -> None:
     code, output = run("doctor", "--quick")
     assert code == 0, output
-    for check in ("open", "list", "write", "read back", "small objects", "large object", "delete"):
+    for check in ("open", "list", "write", "read back", "exclusive create", "small objects", "large object", "delete"):
         assert check in output
     assert "objects/s" in output and "MB/s" in output
     assert "the store is usable" in output
