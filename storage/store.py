@@ -131,6 +131,30 @@ class Store:
 
     # -- construction ------------------------------------------------------------------------------------------
 
+    @property
+    def fs(self) -> fsspec.AbstractFileSystem:
+        """The filesystem; in a process forked from the one that made it, a new one made the same way (a client's
+        connections and event loop do not survive fork), so that a store works in forked workers as it does here."""
+        if self._fs_pid != os.getpid():
+            self._fs = self._filesystem_after_fork(self._fs)
+            self._fs_pid = os.getpid()
+        return self._fs
+
+    @fs.setter
+    def fs(self, filesystem: fsspec.AbstractFileSystem) -> None:
+        self._fs = filesystem
+        self._fs_pid = os.getpid()
+
+    def _filesystem_after_fork(self, inherited: fsspec.AbstractFileSystem) -> fsspec.AbstractFileSystem:
+        """A new filesystem like ``inherited``, for a forked child: fsspec's own recipe (as for pickling), the same
+        class with the same arguments, never the cached instance."""
+        return type(inherited)(*inherited.storage_args, **{**inherited.storage_options, "skip_instance_cache": True})
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # Unpickled in a spawned process: the filesystem was made there, by the unpickling.
+        self.__dict__.update(state)
+        self._fs_pid = os.getpid()
+
     @classmethod
     def from_url(cls, url: str, *, name: str | None = None, **options: Any) -> Store:
         """Open the store rooted at ``url``; ``options`` go to the fsspec filesystem."""

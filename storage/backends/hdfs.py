@@ -69,27 +69,21 @@ class HDFSStore(Store):
             # Without hdfs-native, fsspec tries pyarrow's libhdfs binding, which fails with an OSError here.
             raise BackendNotInstalledError(f"cannot open {redact_url(url)}: {exc}; {INSTALL_HINT}") from exc
 
-    @property  # type: ignore[override]
-    def fs(self) -> Any:
-        """The hdfs-native client; in a process forked from the one that opened the store, a clear error."""
-        if self._pid != os.getpid():
-            raise StoreIOError(
-                f"cannot use {self.url} in a process forked from the one that opened it: the hdfs-native client "
-                "does not survive fork(); start worker processes with the 'spawn' method (e.g. "
-                "DataLoader(..., mp_context='spawn'), multiprocess_reader(..., start_method='spawn'))"
-            )
-        return self._fs
-
-    @fs.setter
-    def fs(self, client: Any) -> None:
-        self._fs = client
-        self._pid = os.getpid()
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         _OPEN_STORES.add(self)
 
+    def _filesystem_after_fork(self, inherited: Any) -> Any:
+        """hdfs-native's runtime does not survive fork(): no client works in a forked child, and dropping the
+        inherited one hangs it. The child keeps it (see ``_keep_inherited_clients``) and is told to use spawn."""
+        raise StoreIOError(
+            f"cannot use {self.url} in a process forked from the one that opened it: the hdfs-native client "
+            "does not survive fork(); start worker processes with the 'spawn' method (e.g. "
+            "DataLoader(..., mp_context='spawn'), multiprocess_reader(..., start_method='spawn'))"
+        )
+
     def __setstate__(self, state: dict[str, Any]) -> None:
-        # Unpickled in a spawned process: its client was made there, by the unpickling.
-        self.__dict__.update(state)
-        self._pid = os.getpid()
+        super().__setstate__(state)
         _OPEN_STORES.add(self)
 
     def _classify(self, exc: BaseException) -> Failure | None:

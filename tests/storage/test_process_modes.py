@@ -1,0 +1,42 @@
+"""Stores survive fork and spawn: a store opened (and used) in this process works in its worker processes."""
+
+from __future__ import annotations
+
+import multiprocessing
+from typing import Any
+
+import pytest
+
+from datamount.storage import Store, StoreIOError
+
+
+def read_in_child(store: Store, path: str, answers: Any) -> None:
+    try:
+        answers.put(("read", store.read(path), sorted(store.list("shared"))))
+    except Exception as exc:
+        answers.put(("raised", type(exc).__name__, str(exc)))
+
+
+def in_a_worker(store: Store, method: str, path: str) -> tuple[Any, ...]:
+    context = multiprocessing.get_context(method)
+    answers = context.Queue()
+    worker = context.Process(target=read_in_child, args=(store, path, answers))
+    worker.start()
+    try:
+        return answers.get(timeout=120)
+    finally:
+        worker.join(timeout=30)
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_a_store_used_here_works_in_forked_and_spawned_workers(store: Store, method: str) -> None:
+    if not store.shareable and method == "spawn":
+        pytest.skip(f"{store.url} lives in this process's memory: a spawned process has its own")
+    store.write("shared/a.bin", b"payload")
+    assert store.read("shared/a.bin") == b"payload"  # the parent's client is in use before the worker starts
+    answer = in_a_worker(store, method, "shared/a.bin")
+    if store.protocol == "hdfs" and method == "fork":
+        assert answer[0] == "raised" and answer[1] == StoreIOError.__name__ and "'spawn'" in answer[2]
+        return
+    assert answer == ("read", b"payload", ["shared/a.bin"])
+    assert store.read("shared/a.bin") == b"payload"  # and the parent's client still works
