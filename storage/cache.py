@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,6 +20,8 @@ from datamount.storage.errors import IntegrityError
 CACHE_DIR_ENV = "DATAMOUNT_CACHE_DIR"
 CACHE_SIZE_ENV = "DATAMOUNT_CACHE_SIZE"
 DEFAULT_MAX_BYTES = 20 << 30
+#: What a cache key must be: a sha256 digest as lowercase hex, so that it can name nothing but a file of the cache.
+DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
 def default_cache_dir() -> Path:
@@ -50,12 +53,18 @@ class ContentCache:
     def __reduce__(self) -> tuple[type[ContentCache], tuple[Path, int]]:
         return (ContentCache, (self.directory, self.max_bytes))
 
-    def path_for(self, sha256: str) -> Path:
+    def path_for(self, sha256: str, *, name: str = "") -> Path:
+        """Where the content ``sha256`` is kept; a key that is not a digest is an :class:`IntegrityError`."""
+        if not isinstance(sha256, str) or not DIGEST.fullmatch(sha256):
+            raise IntegrityError(
+                f"{name or 'a cached file'}: the sha256 recorded for it, {sha256!r}, is not a sha256 digest "
+                "(64 lowercase hex characters); the manifest that names it is damaged or was edited by hand"
+            )
         return self.directory / sha256[:2] / sha256
 
     def get(self, sha256: str, size: int, fill: Callable[[BinaryIO], None], *, name: str = "") -> Path:
         """The local path of the content ``sha256`` (``size`` bytes), fetched with ``fill`` when not here."""
-        final = self.path_for(sha256)
+        final = self.path_for(sha256, name=name)
         with self._locked(f"locks/{sha256}.lock"):
             if final.exists() and final.stat().st_size == size and self._intact(final, sha256):
                 os.utime(final)
