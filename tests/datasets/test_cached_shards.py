@@ -1,7 +1,8 @@
-"""Packed shards read through the local cache: what a manifest may name there."""
+"""Packed shards read through the local cache: what a manifest may name there, and that every shard is let go."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -48,3 +49,24 @@ def test_a_caching_reader_refuses_a_hand_edited_shard_sha256(
         list(reader("d", s3_store, cache=cache)())
     assert precious.read_bytes() == b"p" * manifest.shards[0].size
     assert cache.misses == 0
+
+
+def test_a_cached_reader_lets_every_shard_go(s3_store: Store, make_image_list: MakeImageList, tmp_path: Path) -> None:
+    expected = packed(s3_store, make_image_list)
+    cache = ContentCache(tmp_path / "cache")
+    samples = reader("d", s3_store, cache=cache)
+    for _ in range(3):
+        assert list(samples()) == expected
+    shuffled = reader("d", s3_store, cache=cache, shuffle=True, seed=1)
+    assert sorted(shuffled()) == sorted(expected)
+    assert [samples[i] for i in (0, 31, 59)] == [expected[i] for i in (0, 31, 59)]
+    abandoned = samples()
+    assert next(abandoned) == expected[0]
+    assert opened_under(cache.directory) != []  # the shard being read is held (its lock) and mapped
+    abandoned.close()
+    assert opened_under(cache.directory) == []
+    # No shard is still held: a new file in a cache capped below it evicts every one of them.
+    data = b"new"
+    small = ContentCache(cache.directory, max_bytes=1)
+    small.get(hashlib.sha256(data).hexdigest(), len(data), lambda out: out.write(data))
+    assert small.usage() == len(data)
