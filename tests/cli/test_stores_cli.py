@@ -99,3 +99,20 @@ def test_a_broken_config_is_one_line_and_exit_status_2(tmp_path: Path, monkeypat
     assert len(result.output.strip().splitlines()) == 1
     debug = CliRunner().invoke(cli, ["--debug", "stores"])
     assert debug.exception is not None and "not valid TOML" in str(debug.exception)
+
+
+def test_a_store_that_is_no_profile_exits_2_and_names_the_closest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    config = tmp_path / "c.toml"
+    config.write_text('[stores.team]\nurl = "memory://team"\n', encoding="utf-8")
+    monkeypatch.setenv("DATAMOUNT_CONFIG", str(config))
+    code, output = run("ls", "--store", "teem")
+    assert code == 2, output
+    assert output.startswith("datamount: error: ") and "did you mean 'team'?" in output
+    monkeypatch.setenv("DATAMOUNT_STORE", "teem")
+    code, output = run("ls")
+    assert code == 2, output
+    assert "$DATAMOUNT_STORE" in output and "did you mean 'team'?" in output
+    assert not (tmp_path / "teem").exists()

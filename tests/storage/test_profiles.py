@@ -137,3 +137,42 @@ def test_the_install_exposes_only_the_datamount_namespace(tmp_path: Path) -> Non
     project_root = str(Path(__file__).resolve().parents[2])
     for name, origin in json.loads(result.stdout).items():
         assert origin is None or not origin.startswith(project_root), f"top-level {name!r} comes from {origin}"
+
+
+TWO_PROFILES = '[stores.team]\nurl = "memory://team"\n[stores.scratch]\nurl = "memory://scratch"\n'
+
+
+@pytest.mark.parametrize("source", ["argument", "environment", "default"])
+def test_a_misspelt_profile_is_an_error_that_names_the_closest_profile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    write_config(tmp_path, monkeypatch, ('default = "teem"\n' if source == "default" else "") + TWO_PROFILES)
+    if source == "environment":
+        monkeypatch.setenv("DATAMOUNT_STORE", "teem")
+    with pytest.raises(StoreConfigError, match="'teem'") as caught:
+        open_store("teem" if source == "argument" else None)
+    message = str(caught.value)
+    assert "did you mean 'team'?" in message
+    assert "scratch" in message and "./teem" in message
+    assert not (tmp_path / "teem").exists()
+
+
+def test_a_bare_word_with_no_profiles_says_none_are_configured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(StoreConfigError, match="no profiles are configured") as caught:
+        open_store("teem")
+    assert "did you mean" not in str(caught.value)
+    assert not (tmp_path / "teem").exists()
+
+
+@pytest.mark.parametrize("spelling", ["./teem", "{tmp}/teem", "file://{tmp}/teem", "existing"])
+def test_explicit_paths_and_existing_folders_stay_local_stores(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spelling: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    write_config(tmp_path, monkeypatch, TWO_PROFILES)
+    (tmp_path / "existing").mkdir()
+    store = open_store(spelling.format(tmp=tmp_path))
+    assert isinstance(store, LocalStore)
+    assert Path(store.root).is_dir()
