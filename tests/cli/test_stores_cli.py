@@ -116,3 +116,28 @@ def test_a_store_that_is_no_profile_exits_2_and_names_the_closest(
     assert code == 2, output
     assert "$DATAMOUNT_STORE" in output and "did you mean 'team'?" in output
     assert not (tmp_path / "teem").exists()
+
+
+def test_stores_hides_userinfo_in_urls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text(
+        'default = "rgw"\n[stores.rgw]\nurl = "s3://bucket/p"\nendpoint_url = "http://user:secret@127.0.0.1:9/"\n'
+        '[stores.web]\nurl = "http://user:secret@127.0.0.1:9/data"\n',
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("DATAMOUNT_CONFIG", str(config))
+    code, output = run("stores")
+    assert code == 0, output
+    assert "rgw" in output and "127.0.0.1:9" in output
+    assert "secret" not in output and "user:" not in output
+
+
+def test_doctor_hides_userinfo_in_urls() -> None:
+    for args in (
+        ["s3://bucket", "-o", "endpoint_url=http://user:secret@127.0.0.1:9/"],
+        ["http://user:secret@127.0.0.1:9/data"],
+        ["nosuch://user:secret@host/x"],
+    ):
+        code, output = run("doctor", *args)
+        assert code == 1
+        assert "secret" not in output and "user:" not in output, output
