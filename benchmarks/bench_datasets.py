@@ -73,8 +73,9 @@ def mb_per_second(total_bytes: int, seconds: float) -> float:
     return total_bytes / 1e6 / seconds
 
 
-def bench_reads(setup: str, samples: DatasetReader, runs: int) -> list[Row]:
-    """``reader`` vs the filesystem's ``cat`` of the same objects, and vs a loop reading one object at a time."""
+def bench_reads(setup: str, samples: DatasetReader, unchecked: DatasetReader, runs: int) -> list[Row]:
+    """``reader`` vs the filesystem's ``cat`` of the same objects, vs a loop reading one object at a time, and vs
+    ``reader(..., verify=False)`` (the cost of checking each object's sha256)."""
     fs = samples.store.fs
     paths, sizes = object_paths(samples)
     total = sum(sizes)
@@ -86,7 +87,13 @@ def bench_reads(setup: str, samples: DatasetReader, runs: int) -> list[Row]:
             fs.cat_file(path)
 
     seconds = interleaved_medians(
-        {"ours": lambda: read_samples(samples), "cat": lambda: fs.cat(paths), "cat_file": cat_each}, runs
+        {
+            "ours": lambda: read_samples(samples),
+            "cat": lambda: fs.cat(paths),
+            "cat_file": cat_each,
+            "unchecked": lambda: read_samples(unchecked),
+        },
+        runs,
     )
     name = type(fs).__name__
     return [
@@ -94,6 +101,8 @@ def bench_reads(setup: str, samples: DatasetReader, runs: int) -> list[Row]:
             mb_per_second(total, seconds["cat"]), "MB/s", f"{name}.cat"),
         Row(setup, f"read {len(paths)} images", mb_per_second(total, seconds["ours"]),
             mb_per_second(few_bytes, seconds["cat_file"]), "MB/s", f"cat_file loop ({len(few)})"),
+        Row(setup, f"read {len(paths)} images", mb_per_second(total, seconds["ours"]),
+            mb_per_second(total, seconds["unchecked"]), "MB/s", "reader(verify=False)"),
     ]  # fmt: skip
 
 
@@ -132,7 +141,7 @@ def bench_backend(backend: str, list_file: Path, runs: int) -> list[Row]:
     with BACKENDS[backend]() as open_at:
         store = open_at("read")
         upload(list_file, DATASET, store=store)
-        rows = bench_reads(backend, reader(DATASET, store), runs)
+        rows = bench_reads(backend, reader(DATASET, store), reader(DATASET, store, verify=False), runs)
         rows.append(bench_uploads(backend, list_file, open_at, runs))
     return rows
 

@@ -10,7 +10,7 @@ from datamount.cli.formatting import plain_table
 from datamount.cli.options import backend_options, options_dict
 from datamount.storage import profiles
 from datamount.storage.doctor import Report, run_doctor
-from datamount.storage.redact import redact_options, redact_url
+from datamount.storage.redact import redact_options, redact_url, redact_urls
 
 
 @click.command()
@@ -50,12 +50,12 @@ def doctor(store: str | None, quick: bool, options: tuple[str, ...]) -> None:
 
 def _print_report(report: Report) -> None:
     console = Console()
-    console.print(f"[bold]datamount doctor[/bold] {escape(report.target)}")
+    console.print(f"[bold]datamount doctor[/bold] {escape(redact_url(report.target))}")
     steps = plain_table("check", "result", "time")
     steps.add_column("detail", overflow="fold")
     for step in report.steps:
         result = "[green]ok[/green]" if step.ok else "[red]FAILED[/red]"
-        steps.add_row(step.name, result, f"{step.seconds * 1000:.0f} ms", escape(step.detail))
+        steps.add_row(step.name, result, f"{step.seconds * 1000:.0f} ms", escape(redact_urls(step.detail)))
     console.print(steps)
     if report.measurements:
         figures = plain_table("measure", "value")

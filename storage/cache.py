@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,6 +20,8 @@ from datamount.storage.errors import IntegrityError
 CACHE_DIR_ENV = "DATAMOUNT_CACHE_DIR"
 CACHE_SIZE_ENV = "DATAMOUNT_CACHE_SIZE"
 DEFAULT_MAX_BYTES = 20 << 30
+#: What a cache key must be: a sha256 digest as lowercase hex, so that it can name nothing but a file of the cache.
+DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
 def default_cache_dir() -> Path:
@@ -28,12 +31,18 @@ def default_cache_dir() -> Path:
 
 
 class ContentCache:
-    """Files by content: ``get(sha256, size, fill)`` returns a local path holding those bytes.
+    """Files by content: ``use(sha256, size, fill)`` holds a local path with those bytes for the ``with`` block.
 
-    A miss calls ``fill(file)`` to write the content (once, even when several processes ask at the same time: the
-    others wait for it), checks it against ``sha256`` and renames it into place. A hit is re-hashed the first time this
-    process uses it, and fetched again when damaged. When the cache holds more than ``max_bytes``, the least recently
-    used files go; a file another process is reading stays readable (it is only unlinked).
+    Each file has two locks in ``locks/``, taken with ``flock`` so that they hold across processes:
+
+    - ``<sha256>.use``, shared by every reader between getting the path and finishing with it;
+    - ``<sha256>.fill``, exclusive while the file is fetched: a miss calls ``fill(file)`` once, even when several
+      processes ask at the same time (the others wait), checks the bytes against ``sha256`` and renames them into place.
+
+    A hit is re-hashed the first time this process uses it, and fetched again when damaged. Before a new file goes in,
+    the least recently used files go until it fits under ``max_bytes``; eviction takes both locks of a file without
+    waiting and skips a file whose locks are held, so a file in use is never removed. The cap is passed only while
+    readers hold more than it allows (then by the files they hold).
     """
 
     def __init__(self, directory: str | os.PathLike[str] | None = None, max_bytes: int | None = None) -> None:
@@ -50,29 +59,54 @@ class ContentCache:
     def __reduce__(self) -> tuple[type[ContentCache], tuple[Path, int]]:
         return (ContentCache, (self.directory, self.max_bytes))
 
-    def path_for(self, sha256: str) -> Path:
+    def path_for(self, sha256: str, *, name: str = "") -> Path:
+        """Where the content ``sha256`` is kept; a key that is not a digest is an :class:`IntegrityError`."""
+        if not isinstance(sha256, str) or not DIGEST.fullmatch(sha256):
+            raise IntegrityError(
+                f"{name or 'a cached file'}: the sha256 recorded for it, {sha256!r}, is not a sha256 digest "
+                "(64 lowercase hex characters); the manifest that names it is damaged or was edited by hand"
+            )
         return self.directory / sha256[:2] / sha256
 
-    def get(self, sha256: str, size: int, fill: Callable[[BinaryIO], None], *, name: str = "") -> Path:
-        """The local path of the content ``sha256`` (``size`` bytes), fetched with ``fill`` when not here."""
-        final = self.path_for(sha256)
-        with self._locked(f"locks/{sha256}.lock"):
-            if final.exists() and final.stat().st_size == size and self._intact(final, sha256):
-                os.utime(final)
+    @contextlib.contextmanager
+    def use(self, sha256: str, size: int, fill: Callable[[BinaryIO], None], *, name: str = "") -> Iterator[Path]:
+        """The local path of the content ``sha256`` (``size`` bytes), fetched with ``fill`` when not here, and kept
+        from eviction (by any process) until the block ends. ``name`` names the content in errors."""
+        final = self.path_for(sha256, name=name)
+        with self._lock(f"{sha256}.use", shared=True):
+            if self._present(final, sha256, size):
                 self.hits += 1
-                return final
-            self.misses += 1
-            self._fill(final, sha256, size, fill, name or sha256)
-        self._evict(keep=final)
-        return final
+                os.utime(final)
+            else:
+                with self._lock(f"{sha256}.fill"):
+                    if self._present(final, sha256, size):
+                        self.hits += 1
+                    else:
+                        self.misses += 1
+                        self._fill(final, sha256, size, fill, name or sha256)
+            yield final
 
-    def _intact(self, path: Path, sha256: str) -> bool:
-        if sha256 in self._verified:
-            return True
-        if sha256_file(path) != sha256:
-            path.unlink(missing_ok=True)
+    def get(self, sha256: str, size: int, fill: Callable[[BinaryIO], None], *, name: str = "") -> Path:
+        """Make sure the content ``sha256`` is here, and return its path. The path is not held: any process may evict
+        it once this returns, so read it inside :meth:`use` instead."""
+        with self.use(sha256, size, fill, name=name) as path:
+            return path
+
+    def usage(self) -> int:
+        """Bytes the cache holds now (files come and go only under the ``.evict`` lock, so this is a true total)."""
+        with self._lock(".evict"):
+            return sum(size for _, size, _ in self._entries())
+
+    def _present(self, path: Path, sha256: str, size: int) -> bool:
+        try:
+            if path.stat().st_size != size:
+                return False
+        except FileNotFoundError:
             return False
-        self._verified.add(sha256)
+        if sha256 not in self._verified:
+            if sha256_file(path) != sha256:
+                return False
+            self._verified.add(sha256)
         return True
 
     def _fill(self, final: Path, sha256: str, size: int, fill: Callable[[BinaryIO], None], name: str) -> None:
@@ -84,34 +118,72 @@ class ContentCache:
             got = sha256_file(temporary)
             if got != sha256 or temporary.stat().st_size != size:
                 raise IntegrityError(f"{name}: the bytes fetched do not match the sha256 recorded for them")
-            os.replace(temporary, final)
+            with self._lock(".evict"):
+                self._evict(room=size)
+                os.replace(temporary, final)
             self._verified.add(sha256)
         finally:
             temporary.unlink(missing_ok=True)
 
-    def _evict(self, keep: Path) -> None:
-        with self._locked(".evict.lock"):
-            entries = [p for p in self.directory.glob("??/*") if not p.name.startswith(".")]
-            stats = [(p, p.stat()) for p in entries if p.exists()]
-            total = sum(st.st_size for _, st in stats)
-            for path, st in sorted(stats, key=lambda item: item[1].st_mtime_ns):
-                if total <= self.max_bytes:
-                    break
-                if path == keep:
-                    continue
-                with contextlib.suppress(FileNotFoundError):
-                    path.unlink()
-                    total -= st.st_size
+    def _evict(self, room: int) -> None:
+        """Remove least recently used files until ``room`` more bytes fit under the cap (called under ``.evict``)."""
+        entries = sorted(self._entries(), key=lambda entry: entry[2])
+        total = sum(size for _, size, _ in entries)
+        for path, size, _ in entries:
+            if total + room <= self.max_bytes:
+                break
+            if self._remove_unless_held(path):
+                total -= size
+
+    def _remove_unless_held(self, path: Path) -> bool:
+        sha256 = path.name
+        with contextlib.ExitStack() as locks:
+            if not all(locks.enter_context(self._lock(f"{sha256}.{kind}", blocking=False)) for kind in ("use", "fill")):
+                return False
+            path.unlink(missing_ok=True)
+            self._verified.discard(sha256)
+            # Unlinked while held: a process that opened a lock file before this waits on it, then sees it is stale.
+            for kind in ("use", "fill"):
+                (self.directory / "locks" / f"{sha256}.{kind}").unlink(missing_ok=True)
+            return True
+
+    def _entries(self) -> Iterator[tuple[Path, int, int]]:
+        """``(path, size, mtime_ns)`` of each cached file (not the temporary ones)."""
+        for path in self.directory.glob("??/*"):
+            if DIGEST.fullmatch(path.name):
+                with contextlib.suppress(FileNotFoundError):  # evicted by another process since the listing
+                    stat = path.stat()
+                    yield path, stat.st_size, stat.st_mtime_ns
 
     @contextlib.contextmanager
-    def _locked(self, relative: str) -> Iterator[None]:
-        with open(self.directory / relative, "a+b") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
+    def _lock(self, name: str, *, shared: bool = False, blocking: bool = True) -> Iterator[bool]:
+        """Hold ``locks/<name>`` (shared or exclusive); yields False when ``blocking`` is off and another holds it."""
+        path = self.directory / "locks" / name
+        operation = (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | (0 if blocking else fcntl.LOCK_NB)
+        while True:
+            descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
             try:
-                yield
+                acquired = _flock(descriptor, operation)
+                if not acquired or _same_file(descriptor, path):
+                    yield acquired
+                    return
             finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+                os.close(descriptor)  # which releases the lock
 
-    def usage(self) -> int:
-        """Bytes the cache holds now."""
-        return sum(p.stat().st_size for p in self.directory.glob("??/*") if not p.name.startswith("."))
+
+def _flock(descriptor: int, operation: int) -> bool:
+    try:
+        fcntl.flock(descriptor, operation)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _same_file(descriptor: int, path: Path) -> bool:
+    """Whether ``path`` still names the file open as ``descriptor`` (eviction unlinks lock files)."""
+    try:
+        named = path.stat()
+    except FileNotFoundError:
+        return False
+    opened = os.fstat(descriptor)
+    return (named.st_dev, named.st_ino) == (opened.st_dev, opened.st_ino)

@@ -21,7 +21,8 @@ def open_store(target: str | os.PathLike[str] | Store | None = None, *, check: b
         A URL (``s3://bucket/prefix``, ``gs://...``, ``hdfs://namenode:8020/path``, ``memory://name``,
         ``file:///path``), a local path, the name of a profile, or ``None`` for the default store
         (``$DATAMOUNT_STORE``, else the configuration's ``default``, else a local folder in the XDG data folder).
-        A :class:`Store` is returned as it is.
+        A bare name must be a profile or an existing folder (``./name`` for a new one); a misspelt profile is a
+        :class:`StoreConfigError` that names the closest. A :class:`Store` is returned as it is.
     check
         Contact the store now, so that a wrong endpoint, bucket, credential or missing mount fails here with a
         clear message rather than at the first read.

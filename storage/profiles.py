@@ -17,6 +17,7 @@ Every key but ``url`` is an option of the store's backend.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import sys
@@ -117,8 +118,10 @@ def _profile(path: Path, name: str, body: Any) -> Profile:
 def resolve(target: str | os.PathLike[str] | None, config: Config | None = None) -> Target:
     """Turn a store reference (profile name, URL, path, or ``None`` for the default) into a URL and options.
 
-    A name that matches a profile means that profile; anything else is a URL or a path (write ``./name`` for a
-    folder that has a profile's name).
+    A name that matches a profile means that profile. A bare word (a name a profile could have: letters, digits,
+    ``.``, ``_``, ``-``) that is neither a profile nor an existing folder is a :class:`StoreConfigError` naming the
+    closest profile, so that a misspelt profile never becomes a new local folder. Anything else is a URL or a path
+    (write ``./name`` for a new folder, or for a folder that has a profile's name).
     """
     config = config if config is not None else load_config()
     if target is None:
@@ -137,4 +140,16 @@ def _resolve_named(ref: str, config: Config, source: str) -> Target:
         return Target(profile.url, dict(profile.options), profile.name, f"profile {profile.name!r} ({source})")
     if not ref.strip():
         raise StoreConfigError(f"empty store reference ({source})")
+    if PROFILE_NAME.match(ref) and not os.path.isdir(ref):
+        raise StoreConfigError(_no_such_profile(ref, config, source))
     return Target(ref, {}, None, source)
+
+
+def _no_such_profile(ref: str, config: Config, source: str) -> str:
+    where = f"store {ref!r} ({source}) is neither a profile nor an existing folder"
+    if not config.profiles:
+        return f"{where}, and no profiles are configured in {config.path}; write ./{ref} for a new local folder"
+    names = sorted(config.profiles)
+    closest = difflib.get_close_matches(ref, names, n=1)
+    guess = f"did you mean {closest[0]!r}? " if closest else ""
+    return f"{where}: {guess}the profiles in {config.path} are {', '.join(names)}; write ./{ref} for a new local folder"

@@ -113,7 +113,7 @@ class ShardRows:
         shards = self.manifest.shards
         whole = [low == 0 and high == shards[number].rows for number, low, high in segments]
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="datamount-shard") as prefetcher:
-            opened: dict[int, Future[pa.NativeFile]] = {}
+            opened: dict[int, Future[_OpenShard]] = {}
             try:
                 for position, (number, low, high) in enumerate(segments):
                     current = None
@@ -125,10 +125,12 @@ class ShardRows:
                     if current is None:
                         yield from self._group_rows(self._starts[number] + low, self._starts[number] + high)
                     else:
-                        yield from self._rows_of(shards[number], current.result())
+                        with current.result() as source:
+                            yield from self._rows_of(shards[number], source)
             finally:
                 for future in opened.values():
-                    future.cancel()
+                    if not future.cancel() and future.exception() is None:
+                        future.result().close()  # opened ahead, never read: let the cached shard go
 
     def _rows_of(self, shard: ShardEntry, source: pa.NativeFile) -> Iterator[Row]:
         parquet = self._parquet(shard, source)
@@ -171,7 +173,7 @@ class ShardRows:
                 f"{where}shard {url} of {self.manifest.ref} is damaged: {str(exc).splitlines()[0]}"
             ) from exc
 
-    def _open(self, shard: ShardEntry) -> pa.NativeFile:
+    def _open(self, shard: ShardEntry) -> _OpenShard:
         path = layout.shard_path(self.manifest.name, shard)
         local = self.store.local_path(path)
         if local is not None:
@@ -180,13 +182,17 @@ class ShardRows:
                 raise IntegrityError(
                     f"shard {self.store.url_for(path)} of {self.manifest.ref} has {size:,} bytes, not {shard.size:,}"
                 )
-            return pa.memory_map(local)
+            return _OpenShard(pa.memory_map(local))
         if self.cache is not None:
-            local = self.cache.get(shard.sha256, shard.size, lambda out: self._download(path, shard, out), name=path)
-            return pa.memory_map(str(local))
+            with contextlib.ExitStack() as held:
+                cached = held.enter_context(
+                    self.cache.use(shard.sha256, shard.size, lambda out: self._download(path, shard, out), name=path)
+                )
+                source = pa.memory_map(str(cached))
+                return _OpenShard(source, held.pop_all())
         chunks = list(self._fetch(path, shard))
         # One GET's bytes go to Arrow as they are; only a shard fetched in pieces is joined (one copy).
-        return pa.BufferReader(chunks[0] if len(chunks) == 1 else b"".join(chunks))
+        return _OpenShard(pa.BufferReader(chunks[0] if len(chunks) == 1 else b"".join(chunks)))
 
     def _download(self, path: str, shard: ShardEntry, out: BinaryIO) -> None:
         for chunk in self._fetch(path, shard):
@@ -237,7 +243,8 @@ class ShardRows:
         fetched whole, once, and checked against its sha256), else with one ranged read."""
         path = layout.shard_path(self.manifest.name, shard)
         if self.store.local_path(path) is not None or self.cache is not None:
-            return self._decode(shard, self._parquet(shard, self._open(shard)), group)
+            with self._open(shard) as source:
+                return self._decode(shard, self._parquet(shard, source), group)
         footer = self._footer(path, shard)
         start, end = _group_range(footer, group)
         sparse = _SparseFile(
@@ -256,6 +263,26 @@ class ShardRows:
             with self._damage(shard):
                 self._footers[path] = pq.read_metadata(pa.BufferReader(raw))
         return self._footers[path]
+
+
+class _OpenShard:
+    """A shard's bytes as an Arrow file, and what keeps them there: a cached shard is held in the cache (kept from
+    eviction) for as long as its memory map is open, until :meth:`close` or the end of a ``with`` block."""
+
+    def __init__(self, source: pa.NativeFile, held: contextlib.ExitStack | None = None) -> None:
+        self.source = source
+        self._held = held
+
+    def close(self) -> None:
+        self.source.close()
+        if self._held is not None:
+            self._held.close()
+
+    def __enter__(self) -> pa.NativeFile:
+        return self.source
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
 
 def decoded_rows(table: pa.Table) -> Iterator[Row]:

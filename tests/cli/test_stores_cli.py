@@ -18,6 +18,14 @@ def run(*args: str) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
+def use_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str) -> Path:
+    """Write ``text`` as the configuration file in force."""
+    config = tmp_path / "c.toml"
+    config.write_text(text, encoding="utf-8")
+    monkeypatch.setenv("DATAMOUNT_CONFIG", str(config))
+    return config
+
+
 def test_version() -> None:
     code, output = run("--version")
     assert code == 0
@@ -32,13 +40,12 @@ def test_stores_shows_the_embedded_default() -> None:
 
 
 def test_stores_lists_profiles_without_secrets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    config = tmp_path / "c.toml"
-    config.write_text(
+    use_config(
+        tmp_path,
+        monkeypatch,
         'default = "team"\n[stores.team]\nurl = "s3://bucket/p"\nsecret = "never-printed-secret"\nkey = "AKIAX"\n'
         '[stores.scratch]\nurl = "memory://scratch"\n',
-        encoding="utf-8",
     )
-    monkeypatch.setenv("DATAMOUNT_CONFIG", str(config))
     code, output = run("stores")
     assert code == 0
     assert "team" in output and "scratch" in output and "s3://bucket/p" in output
@@ -90,12 +97,49 @@ def test_the_console_script_runs_as_a_process() -> None:
 
 
 def test_a_broken_config_is_one_line_and_exit_status_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    config = tmp_path / "c.toml"
-    config.write_text("[stores.x\n", encoding="utf-8")
-    monkeypatch.setenv("DATAMOUNT_CONFIG", str(config))
+    config = use_config(tmp_path, monkeypatch, "[stores.x\n")
     result = CliRunner().invoke(cli, ["stores"])
     assert result.exit_code == 2
     assert result.output.startswith(f"datamount: error: {config}: not valid TOML")
     assert len(result.output.strip().splitlines()) == 1
     debug = CliRunner().invoke(cli, ["--debug", "stores"])
     assert debug.exception is not None and "not valid TOML" in str(debug.exception)
+
+
+def test_a_store_that_is_no_profile_exits_2_and_names_the_closest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    use_config(tmp_path, monkeypatch, '[stores.team]\nurl = "memory://team"\n')
+    code, output = run("ls", "--store", "teem")
+    assert code == 2, output
+    assert output.startswith("datamount: error: ") and "did you mean 'team'?" in output
+    monkeypatch.setenv("DATAMOUNT_STORE", "teem")
+    code, output = run("ls")
+    assert code == 2, output
+    assert "$DATAMOUNT_STORE" in output and "did you mean 'team'?" in output
+    assert not (tmp_path / "teem").exists()
+
+
+def test_stores_hides_userinfo_in_urls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    use_config(
+        tmp_path,
+        monkeypatch,
+        'default = "rgw"\n[stores.rgw]\nurl = "s3://bucket/p"\nendpoint_url = "http://user:secret@127.0.0.1:9/"\n'
+        '[stores.web]\nurl = "http://user:secret@127.0.0.1:9/data"\n',
+    )
+    code, output = run("stores")
+    assert code == 0, output
+    assert "rgw" in output and "127.0.0.1:9" in output
+    assert "secret" not in output and "user:" not in output
+
+
+def test_doctor_hides_userinfo_in_urls() -> None:
+    for args in (
+        ["s3://bucket", "-o", "endpoint_url=http://user:secret@127.0.0.1:9/"],
+        ["http://user:secret@127.0.0.1:9/data"],
+        ["nosuch://user:secret@host/x"],
+    ):
+        code, output = run("doctor", *args)
+        assert code == 1
+        assert "secret" not in output and "user:" not in output, output

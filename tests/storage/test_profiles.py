@@ -12,6 +12,7 @@ import pytest
 
 from datamount.storage import (
     BackendNotInstalledError,
+    DatamountError,
     MountError,
     Store,
     StoreConfigError,
@@ -23,6 +24,7 @@ from datamount.storage.backends.local import LocalStore
 from datamount.storage.backends.memory import MemoryStore
 from datamount.storage.backends.s3 import S3Store
 from datamount.storage.mounts import mount_of
+from datamount.storage.redact import redact_options, redact_url, scrub, secret_values
 from datamount.storage.registry import store_class_for
 
 
@@ -137,3 +139,85 @@ def test_the_install_exposes_only_the_datamount_namespace(tmp_path: Path) -> Non
     project_root = str(Path(__file__).resolve().parents[2])
     for name, origin in json.loads(result.stdout).items():
         assert origin is None or not origin.startswith(project_root), f"top-level {name!r} comes from {origin}"
+
+
+TWO_PROFILES = '[stores.team]\nurl = "memory://team"\n[stores.scratch]\nurl = "memory://scratch"\n'
+
+
+@pytest.mark.parametrize("source", ["argument", "environment", "default"])
+def test_a_misspelt_profile_is_an_error_that_names_the_closest_profile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    write_config(tmp_path, monkeypatch, ('default = "teem"\n' if source == "default" else "") + TWO_PROFILES)
+    if source == "environment":
+        monkeypatch.setenv("DATAMOUNT_STORE", "teem")
+    with pytest.raises(StoreConfigError, match="'teem'") as caught:
+        open_store("teem" if source == "argument" else None)
+    message = str(caught.value)
+    assert "did you mean 'team'?" in message
+    assert "scratch" in message and "./teem" in message
+    assert not (tmp_path / "teem").exists()
+
+
+def test_a_bare_word_with_no_profiles_says_none_are_configured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(StoreConfigError, match="no profiles are configured") as caught:
+        open_store("teem")
+    assert "did you mean" not in str(caught.value)
+    assert not (tmp_path / "teem").exists()
+
+
+@pytest.mark.parametrize("spelling", ["./teem", "{tmp}/teem", "file://{tmp}/teem", "existing"])
+def test_explicit_paths_and_existing_folders_stay_local_stores(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spelling: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    write_config(tmp_path, monkeypatch, TWO_PROFILES)
+    (tmp_path / "existing").mkdir()
+    store = open_store(spelling.format(tmp=tmp_path))
+    assert isinstance(store, LocalStore)
+    assert Path(store.root).is_dir()
+
+
+def test_userinfo_in_an_endpoint_url_never_shows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_config(
+        tmp_path, monkeypatch, '[stores.rgw]\nurl = "s3://b/p"\nendpoint_url = "http://user:secret@127.0.0.1:9/"\n'
+    )
+    store = open_store("rgw", check=False)
+    with pytest.raises(DatamountError) as caught:
+        open_store("rgw")
+    with pytest.raises(StoreConfigError) as unknown:
+        open_store("nosuch://user:secret@host/x")
+    for text in (repr(store), store.endpoint, str(caught.value), str(unknown.value)):
+        assert "secret" not in text and "user:" not in text, text
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://user:secret@127.0.0.1:9/",
+        "http://user:secret@host:notaport/",
+        "s3://user:secret@bucket/key",
+        "http://user@host/",
+        "http://:secret@host/",
+    ],
+    ids=["host-port", "bad-port", "s3", "user-only", "password-only"],
+)
+def test_redact_url_masks_every_kind_of_userinfo(url: str) -> None:
+    masked = redact_url(url)
+    assert "secret" not in masked and "user" not in masked
+    assert masked.startswith(url.split("://")[0] + "://***@")
+
+
+def test_options_and_third_party_messages_lose_userinfo() -> None:
+    options = {"endpoint_url": "http://user:secret@127.0.0.1:9/", "client_kwargs": {"proxy": "http://u:pw-123@p:3128"}}
+    assert redact_options(options) == {
+        "endpoint_url": "http://***@127.0.0.1:9/",
+        "client_kwargs": {"proxy": "http://***@p:3128"},
+    }
+    message = 'Could not connect to the endpoint URL: "http://user:secret@127.0.0.1:9/b?list-type=2"'
+    assert (
+        scrub(message, secret_values(options))
+        == 'Could not connect to the endpoint URL: "http://***@127.0.0.1:9/b?list-type=2"'
+    )
