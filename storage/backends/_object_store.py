@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 
 import fsspec
 
+from datamount.storage import redact
 from datamount.storage.errors import StoreConfigError, StoreIOError, StoreUnreachableError
 from datamount.storage.store import Failure, Store, short_reason
 
@@ -67,7 +68,9 @@ class ObjectStore(Store):
         """The ``BUCKET/PREFIX`` root of ``url``; ``store`` names the kind of store in the error when it has none."""
         root = (url.split("://", 1)[1] if "://" in url else url).strip("/")
         if not root:
-            raise StoreConfigError(f"{store} needs a bucket: {cls.protocol}://BUCKET[/PREFIX], got {url!r}")
+            raise StoreConfigError(
+                f"{store} needs a bucket: {cls.protocol}://BUCKET[/PREFIX], got {redact.redact_url(url)!r}"
+            )
         return root
 
     @property

@@ -13,6 +13,7 @@ from fsspec.implementations.local import LocalFileSystem, make_path_posix
 
 from datamount.storage.errors import StoreConfigError, UnsafePathError
 from datamount.storage.mounts import require_mount
+from datamount.storage.redact import redact_url
 from datamount.storage.store import Store
 
 #: Files announced to the kernel ahead of a sequential :meth:`LocalStore.read_many`.
@@ -44,7 +45,7 @@ class LocalStore(Store):
         mount = options.pop("mount", None)
         if options:
             raise StoreConfigError(
-                f"unknown option(s) for a local store {url}: {', '.join(sorted(options))} (known: mount)"
+                f"unknown option(s) for a local store {redact_url(url)}: {', '.join(sorted(options))} (known: mount)"
             )
         path = url[len("file://") :] if url.startswith("file://") else url
         root = make_path_posix(os.path.expanduser(path))
