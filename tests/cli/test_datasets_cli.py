@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from conftest import MakeImageList
 from datamount.cli.main import cli
 from datamount.storage import open_store
+from tests.generated_lists import MakeImageList
 
 
 def run(*args: str) -> Result:

@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import MakeImageList
 from datamount.datasets import catalog
 from datamount.datasets.upload import upload
 from datamount.readers import reader
@@ -18,6 +17,7 @@ from datamount.readers.errors import StreamFormatError
 from datamount.readers.importing import import_stream
 from datamount.readers.stream import write_to
 from datamount.storage import open_store
+from tests.generated_lists import MakeImageList
 
 DATAMOUNT = [sys.executable, "-m", "datamount.cli.main"]
 

@@ -13,13 +13,13 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from conftest import MakeImageList
 from datamount.datasets import catalog
 from datamount.datasets.pack import pack
 from datamount.datasets.upload import upload
 from datamount.readers import reader
 from datamount.storage import IntegrityError, Store
 from datamount.storage.cache import ContentCache
+from tests.generated_lists import MakeImageList
 
 SMALL = {"shard_bytes": 40_000, "row_group_bytes": 6_000}
 

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from conftest import MakeImageList
 from datamount.cli.main import cli
 from datamount.datasets import catalog
 from datamount.datasets.manifest import Manifest
@@ -17,6 +16,7 @@ from datamount.datasets.pack_ray import pack_ray
 from datamount.datasets.upload import upload
 from datamount.readers import reader
 from datamount.storage import ObjectNotFoundError, Store, open_store
+from tests.generated_lists import MakeImageList
 
 SMALL = {"shard_bytes": 20_000, "row_group_bytes": 5_000}
 

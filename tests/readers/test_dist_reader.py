@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from conftest import MakeImageList
 from datamount.cli.main import cli
 from datamount.datasets import catalog
 from datamount.datasets.upload import upload
@@ -28,6 +27,7 @@ from datamount.readers.dist import DistReader, dist_reader, use_master
 from datamount.readers.errors import MasterExistsError, MasterFinishedError, MasterNotFoundError, MasterUnavailableError
 from datamount.readers.master import MasterClient, connect, snapshot_path, start_master, stop_master
 from datamount.storage import Store
+from tests.generated_lists import MakeImageList
 
 ROWS = 60
 

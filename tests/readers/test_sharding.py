@@ -20,7 +20,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import MakeImageList
 from datamount.datasets import catalog
 from datamount.datasets.pack import pack
 from datamount.datasets.upload import upload
@@ -36,6 +35,7 @@ from datamount.readers.sharding import (
     worker_runs,
 )
 from datamount.storage import Store, open_store
+from tests.generated_lists import MakeImageList
 
 ROWS = 97  # prime: every world size leaves a remainder
 #: Row groups of a few rows each, of different sizes (row lengths vary), in several shards.

@@ -20,7 +20,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import S3_TEST_KEY, S3_TEST_SECRET, MakeImageList, S3Server
 from datamount.datasets import catalog
 from datamount.datasets.manifest import object_key
 from datamount.datasets.pack import pack
@@ -34,8 +33,10 @@ from datamount.storage import (
     StoreUnreachableError,
     open_store,
 )
+from tests.generated_lists import MakeImageList
 from tests.servers.fault_proxy import Action, Fault, FaultProxy, FaultProxyFactory
 from tests.servers.gcs import PROJECT as GCS_PROJECT
+from tests.servers.moto import S3_TEST_KEY, S3_TEST_SECRET, S3Server
 
 #: Options that keep persistent faults short: one new attempt, one second of silence at most.
 QUICK = {"retries": 1, "read_timeout": 1, "connect_timeout": 1}

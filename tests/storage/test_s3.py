@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from conftest import S3_TEST_KEY, S3_TEST_SECRET, S3Server
 from datamount.storage import ObjectNotFoundError, StoreUnreachableError, open_store
+from tests.servers.moto import S3_TEST_KEY, S3_TEST_SECRET, S3Server
 
 pytestmark = pytest.mark.s3
 
