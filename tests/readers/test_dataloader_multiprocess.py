@@ -13,7 +13,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
@@ -273,15 +272,19 @@ def test_worker_error_is_raised_with_its_type_and_worker_traceback(method: str) 
 
 @pytest.mark.timeout(30)
 def test_sigkilled_worker_is_reported_within_seconds() -> None:
-    iterator = iter(_mp_loader().set_batch_generator(pid_batches))
+    capacity = 2
+    iterator = iter(_mp_loader(capacity).set_batch_generator(pid_batches))
     (pids,) = next(iterator)
     pid = int(pids[0])
     os.kill(pid, signal.SIGKILL)
-    started = time.monotonic()
+    after_the_kill = 0
     with pytest.raises(WorkerDiedError, match=rf"pid {pid}\) was killed by signal SIGKILL"):
-        for _ in range(100):  # the batches already in shared memory come first
+        for _ in range(100):
             next(iterator)
-    assert time.monotonic() - started < 5
+            after_the_kill += 1
+    # Only the batches already in shared memory come first; the next wait sees the death (the test's timeout
+    # guards against a hang).
+    assert after_the_kill <= capacity
     assert _process_gone(pid)
 
 
