@@ -1,4 +1,5 @@
-"""Shared fixtures: isolated configuration and a fresh store on every backend.
+"""Shared fixtures: isolated configuration, and stores on every backend of ``STORE_BACKENDS`` (``tests/stores.py``):
+a fresh one for each test (``store``) and one for the session (``shared_store``).
 
 The servers (moto S3, GlusterFS, GCS, HDFS, Ceph, the fault proxy, Ray) and the generated datasets come from the
 plugin modules listed in :data:`pytest_plugins`; tests import their helpers from those modules, never from here.
@@ -17,6 +18,7 @@ pytest.register_assert_rewrite("tests.servers.moto")
 
 from datamount.storage import Store, open_store  # noqa: E402
 from tests.servers.moto import S3_TEST_KEY, S3_TEST_SECRET  # noqa: E402
+from tests.stores import STORE_BACKENDS  # noqa: E402
 
 #: Fixtures that start real servers, one module per server (each skips, with its reason, where it cannot run), and
 #: the generated datasets.
@@ -28,18 +30,7 @@ pytest_plugins: list[str] = [
     "tests.servers.ceph",
     "tests.servers.fault_proxy",
     "tests.servers.ray_cluster",
-    "tests.generated_lists",
-]
-
-#: Backends the contract suite and the dataset round trips run on: each names the fixture ``<name>_store``.
-STORE_BACKENDS = [
-    pytest.param("local", id="local"),
-    pytest.param("memory", id="memory"),
-    pytest.param("s3", id="s3-moto", marks=pytest.mark.s3),
-    pytest.param("gluster", id="gluster", marks=pytest.mark.gluster),
-    pytest.param("gcs", id="gcs", marks=pytest.mark.gcs),
-    pytest.param("hdfs", id="hdfs", marks=pytest.mark.hdfs),
-    pytest.param("ceph", id="ceph-rgw", marks=pytest.mark.ceph),
+    "tests.generated",
 ]
 
 
@@ -75,3 +66,22 @@ def memory_store() -> Iterator[Store]:
 def store(request: pytest.FixtureRequest) -> Store:
     """A fresh, empty store on each backend of :data:`STORE_BACKENDS`."""
     return request.getfixturevalue(f"{request.param}_store")
+
+
+@pytest.fixture(scope="session")
+def local_shared_store(tmp_path_factory: pytest.TempPathFactory) -> Store:
+    return open_store(tmp_path_factory.mktemp("shared") / "store")
+
+
+@pytest.fixture(scope="session")
+def memory_shared_store() -> Iterator[Store]:
+    store = open_store(f"memory://datamount-shared-{uuid.uuid4().hex}")
+    yield store
+    store.remove("", recursive=True, missing_ok=True)
+
+
+@pytest.fixture(scope="session", params=STORE_BACKENDS)
+def shared_store(request: pytest.FixtureRequest) -> Store:
+    """A store on each backend of :data:`STORE_BACKENDS` kept for the whole session: for the datasets that tests
+    only read, built once (see ``tests/generated.py``). A test that changes what it reads builds its own."""
+    return request.getfixturevalue(f"{request.param}_shared_store")

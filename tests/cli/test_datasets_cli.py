@@ -13,7 +13,7 @@ from click.testing import CliRunner, Result
 
 from datamount.cli.main import cli
 from datamount.storage import open_store
-from tests.generated_lists import MakeImageList
+from tests.generated import MakeImageList
 
 
 def run(*args: str) -> Result:

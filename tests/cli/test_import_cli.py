@@ -17,7 +17,7 @@ from datamount.readers.errors import StreamFormatError
 from datamount.readers.importing import import_stream
 from datamount.readers.stream import write_to
 from datamount.storage import open_store
-from tests.generated_lists import MakeImageList
+from tests.generated import MakeImageList
 
 DATAMOUNT = [sys.executable, "-m", "datamount.cli.main"]
 

@@ -14,7 +14,7 @@ from datamount.datasets.manifest import Manifest
 from datamount.datasets.names import DatasetRef, parse_ref, validate_name
 from datamount.datasets.upload import upload
 from datamount.storage import Store
-from tests.generated_lists import MakeImageList
+from tests.generated import MakeImageList
 
 
 def test_verify_reports_every_missing_and_corrupt_object(store: Store, make_image_list: MakeImageList) -> None:

@@ -16,7 +16,7 @@ from datamount.datasets.pack_ray import pack_ray
 from datamount.datasets.upload import upload
 from datamount.readers import reader
 from datamount.storage import ObjectNotFoundError, Store, open_store
-from tests.generated_lists import MakeImageList
+from tests.generated import MakeImageList
 
 SMALL = {"shard_bytes": 20_000, "row_group_bytes": 5_000}
 

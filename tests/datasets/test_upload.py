@@ -15,7 +15,7 @@ from datamount.datasets.errors import DatasetNotFoundError, InvalidDatasetNameEr
 from datamount.datasets.upload import upload
 from datamount.readers.dataset import reader
 from datamount.storage import Store
-from tests.generated_lists import MakeImageList
+from tests.generated import MakeImageList
 
 
 def image_rows(list_file: Path) -> list[tuple[bytes, str]]:

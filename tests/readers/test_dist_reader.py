@@ -27,7 +27,7 @@ from datamount.readers.dist import DistReader, dist_reader, use_master
 from datamount.readers.errors import MasterExistsError, MasterFinishedError, MasterNotFoundError, MasterUnavailableError
 from datamount.readers.master import MasterClient, connect, snapshot_path, start_master, stop_master
 from datamount.storage import Store
-from tests.generated_lists import MakeImageList
+from tests.generated import MakeImageList
 
 ROWS = 60
 

@@ -35,7 +35,7 @@ from datamount.readers.sharding import (
     worker_runs,
 )
 from datamount.storage import Store, open_store
-from tests.generated_lists import MakeImageList
+from tests.generated import MakeImageList
 
 ROWS = 97  # prime: every world size leaves a remainder
 #: Row groups of a few rows each, of different sizes (row lengths vary), in several shards.

@@ -81,6 +81,14 @@ def stop_process(process: subprocess.Popen[bytes], *, grace: float = STOP_GRACE)
     return process.returncode
 
 
+def exit_report(process: subprocess.Popen[bytes], log: Path) -> str | None:
+    """``None`` while ``process`` runs; once it has exited, its status and the end of its ``log`` (a ``failed`` for
+    :func:`wait_until`)."""
+    if process.poll() is None:
+        return None
+    return f"exited with status {process.returncode}; its log {log} ends with:{log_tail(log)}"
+
+
 def wait_until(ready: Callable[[], bool], *, timeout: float, failed: Callable[[], str | None], what: str) -> None:
     """Poll ``ready`` until it is true; raise :class:`ServerStartError` when ``failed`` names a reason or time is up.
 

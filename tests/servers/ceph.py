@@ -370,12 +370,26 @@ def ceph_bucket(ceph_server: CephServer) -> Iterator[str]:
     ceph_server.delete_bucket(name)
 
 
+def ceph_test_store(server: CephServer, bucket: str) -> Store:
+    """A store under a prefix of ``bucket`` on RGW, with the test user's keys (not the moto ones in the
+    environment)."""
+    url = f"s3://{bucket}/root"
+    return open_store(url, endpoint_url=server.endpoint_url, key=server.key, secret=server.secret)
+
+
 @pytest.fixture
 def ceph_store(ceph_server: CephServer, ceph_bucket: str) -> Store:
-    """A store under a prefix of a fresh bucket on RGW, with the test user's keys (not the moto ones in the
-    environment)."""
-    url = f"s3://{ceph_bucket}/root"
-    return open_store(url, endpoint_url=ceph_server.endpoint_url, key=ceph_server.key, secret=ceph_server.secret)
+    """A store under a prefix of a fresh bucket on RGW."""
+    return ceph_test_store(ceph_server, ceph_bucket)
+
+
+@pytest.fixture(scope="session")
+def ceph_shared_store(ceph_server: CephServer) -> Store:
+    """A store on a bucket of its own for the whole session, shared by the tests that only read it (it goes with
+    the cluster)."""
+    bucket = f"datamount-shared-{uuid.uuid4().hex[:12]}"
+    ceph_server.create_bucket(bucket)
+    return ceph_test_store(ceph_server, bucket)
 
 
 def main(argv: list[str] | None = None) -> int:
