@@ -98,6 +98,7 @@ def test_any_row_range_reads_the_same_rows_as_a_slice_of_the_pass(
 
 
 @pytest.mark.s3
+@pytest.mark.slow
 def test_random_access_reads_only_the_row_group_that_holds_the_row(s3_store: Store, tmp_path: Path) -> None:
     expected, _ = packed(s3_store, tmp_path)
     manifest = catalog.resolve(s3_store, "d")
@@ -140,6 +141,7 @@ def test_shards_are_plain_parquet(local_store: Store, tmp_path: Path) -> None:
 
 
 @pytest.mark.s3
+@pytest.mark.slow
 def test_a_damaged_remote_shard_is_named(s3_store: Store, tmp_path: Path) -> None:
     packed(s3_store, tmp_path)
     shard = catalog.resolve(s3_store, "d").shards[1]
@@ -173,6 +175,7 @@ def test_the_cache_serves_the_second_epoch_and_refetches_a_damaged_copy(
     assert fresh.misses == 1
 
 
+@pytest.mark.slow
 def test_shuffled_and_sharded_passes_fill_and_use_the_cache(s3_store: Store, tmp_path: Path) -> None:
     expected, shards = packed(s3_store, tmp_path)
     cache = ContentCache(tmp_path / "cache")
@@ -208,6 +211,7 @@ def test_a_fill_that_does_not_match_is_refused(tmp_path: Path) -> None:
 
 
 @pytest.mark.s3
+@pytest.mark.slow
 def test_processes_sharing_a_cache_fetch_each_shard_once(s3_packed_images: PackedDataset, tmp_path: Path) -> None:
     s3_store, shards = s3_packed_images.store, s3_packed_images.shards
     script = textwrap.dedent(

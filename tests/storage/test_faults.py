@@ -47,7 +47,8 @@ STATUS_503 = pytest.param(Fault.status(503), id="503-slowdown")
 CUT = pytest.param(Fault.cut(1000), id="cut")
 #: Shard tests also read 8-byte Parquet tails: cut those too.
 CUT_EARLY = pytest.param(Fault.cut(4), id="cut")
-STALL = pytest.param(Fault.stall(), id="stall")
+#: A stall lasts the read timeout of every attempt, and GCS's backoff between them: 3 to 8 s.
+STALL = pytest.param(Fault.stall(), id="stall", marks=pytest.mark.slow)
 
 #: The error each persistent fault ends in.
 EXPECTED_ERROR: dict[Action, type[DatamountError]] = {
@@ -116,6 +117,11 @@ BACKENDS = [
     pytest.param(_s3_backend, id="s3-moto", marks=pytest.mark.s3),
     pytest.param(_gcs_backend, id="gcs-emulator", marks=pytest.mark.gcs),
 ]
+#: The shard tests on GCS wait out gcsfs's backoff (1, 2, 4 s...) after a fault: most take 2.5 to 4 s.
+SHARED_BACKENDS = [
+    pytest.param(_s3_backend, id="s3-moto", marks=pytest.mark.s3),
+    pytest.param(_gcs_backend, id="gcs-emulator", marks=[pytest.mark.gcs, pytest.mark.slow]),
+]
 
 
 @pytest.fixture(params=BACKENDS)
@@ -125,7 +131,7 @@ def backend(request: pytest.FixtureRequest, fault_proxy: FaultProxyFactory) -> P
     return make(request, fault_proxy, shared=False)
 
 
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture(params=SHARED_BACKENDS)
 def shared_backend(request: pytest.FixtureRequest, fault_proxy: FaultProxyFactory) -> ProxiedBackend:
     """The session's shared store on each server (datasets that tests only read), behind a proxy of the test's
     own."""
@@ -305,6 +311,7 @@ def test_an_upload_survives_faults(backend: ProxiedBackend, make_image_list: Mak
     assert catalog.verify(direct, result.manifest).ok
 
 
+@pytest.mark.slow
 def test_verify_rehashes_through_an_answer_cut_short(backend: ProxiedBackend, make_image_list: MakeImageList) -> None:
     list_file = make_image_list(8, size=20_000)
     manifest = upload(list_file, "cats", store=backend.open_direct()).manifest
@@ -347,6 +354,7 @@ def test_an_upload_under_a_persistent_fault_commits_nothing_then_resumes(
 
 
 @pytest.mark.s3
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_the_upload_command_reports_a_stalled_store_and_resumes(
     s3_backend: ProxiedBackend, make_image_list: MakeImageList
@@ -374,6 +382,7 @@ def test_the_upload_command_reports_a_stalled_store_and_resumes(
 
 
 @pytest.mark.s3
+@pytest.mark.slow
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     data=st.binary(min_size=1, max_size=50_000),

@@ -23,6 +23,7 @@ def test_a_refusing_endpoint_fails_fast_and_names_it() -> None:
     assert "no answer within" not in str(caught.value)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(30)
 def test_a_silent_endpoint_fails_within_the_check_deadline(
     s3_server: S3Server, s3_bucket: str, fault_proxy: FaultProxyFactory
