@@ -374,20 +374,16 @@ def test_xmap_rejects_bad_counts(threads: object, size: object) -> None:
 
 # --------------------------------------------------------------------------------------- multiprocess_reader
 
-#: Start method and channel; spawned workers import numpy and datamount afresh, 2 to 4 s a test.
-MODES = [
-    pytest.param(
-        method,
-        pipe,
-        id=f"{method}-{'pipe' if pipe else 'queue'}",
-        marks=[pytest.mark.slow] if method == "spawn" else [],
-    )
-    for method in START_METHODS
-    for pipe in (True, False)
+MODES = [(method, pipe) for method in START_METHODS for pipe in (True, False)]
+MODE_IDS = [f"{method}-{'pipe' if pipe else 'queue'}" for method, pipe in MODES]
+#: :data:`MODES` for the tests that take 3 to 4 s with spawned workers (each imports numpy and datamount afresh).
+MODES_SLOW_SPAWN = [
+    pytest.param(*mode, id=mode_id, marks=[pytest.mark.slow] if mode[0] == "spawn" else [])
+    for mode, mode_id in zip(MODES, MODE_IDS, strict=True)
 ]
 
 
-@pytest.mark.parametrize(("method", "use_pipe"), MODES)
+@pytest.mark.parametrize(("method", "use_pipe"), MODES_SLOW_SPAWN)
 def test_multiprocess_samples_of_any_picklable_type_arrive_intact(method: str, use_pipe: bool) -> None:
     plain = [b"\x00\xff\n", b"", None, 0, "", (), (1, "a", b"b"), {"k": [1.5, None]}, "\u00e9\n\"'"]
     arrays: list[np.ndarray] = [
@@ -412,7 +408,7 @@ def test_multiprocess_merges_all_readers(use_pipe: bool) -> None:
     assert sorted(multiprocess_reader(readers, use_pipe, 100)()) == list(range(3000))
 
 
-@pytest.mark.parametrize(("method", "use_pipe"), MODES)
+@pytest.mark.parametrize(("method", "use_pipe"), MODES, ids=MODE_IDS)
 def test_multiprocess_reraises_worker_errors_with_their_traceback(method: str, use_pipe: bool) -> None:
     reader = multiprocess_reader([builtin_failing_reader()], use_pipe, mp_context=method)
     seen = []
@@ -422,7 +418,7 @@ def test_multiprocess_reraises_worker_errors_with_their_traceback(method: str, u
     assert_carried(excinfo, "ZeroDivisionError", "multiprocess_reader() worker 0")
 
 
-@pytest.mark.parametrize(("method", "use_pipe"), MODES)
+@pytest.mark.parametrize(("method", "use_pipe"), MODES_SLOW_SPAWN)
 def test_multiprocess_reports_a_killed_worker_within_seconds(method: str, use_pipe: bool, running: Running) -> None:
     reader = multiprocess_reader([builtin_endless_reader(), builtin_endless_reader()], use_pipe, mp_context=method)
     samples = reader()
@@ -445,7 +441,7 @@ def test_multiprocess_reports_a_worker_that_exits_early(use_pipe: bool) -> None:
         list(reader())
 
 
-@pytest.mark.parametrize(("method", "use_pipe"), MODES)
+@pytest.mark.parametrize(("method", "use_pipe"), MODES, ids=MODE_IDS)
 def test_multiprocess_stops_its_workers_on_break(method: str, use_pipe: bool, running: Running) -> None:
     endless = functools.partial(itertools.count)
     for sample in multiprocess_reader([endless, endless], use_pipe, 10, mp_context=method)():
