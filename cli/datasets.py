@@ -3,55 +3,40 @@
 from __future__ import annotations
 
 import itertools
-import re
-import sys
-from typing import Any
 
 import click
-import numpy as np
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
-from datamount.cli.options import backend_options, options_dict
+from datamount.cli.formatting import describe, echo_fields, format_size, plain_table
+from datamount.cli.options import shard_size_option, store_options
 from datamount.cli.progress import ProgressBar
-from datamount.datasets import catalog
-from datamount.datasets.errors import DatasetNotFoundError
-from datamount.datasets.names import parse_ref
+from datamount.cli.removal import confirm_removal, echo_removed, yes_option
+from datamount.datasets import DatasetNotFoundError, catalog, parse_ref
 from datamount.datasets.pack import pack as pack_version
 from datamount.datasets.pack_ray import pack_ray
 from datamount.datasets.upload import upload as upload_list
-from datamount.readers.dataset import reader
-from datamount.storage import Store, open_store
-
-store_option = click.option(
-    "--store", "store_ref", metavar="STORE", help="Store URL, path or profile (default: the default store)."
-)
-
-
-def _open(store_ref: str | None, options: tuple[str, ...]) -> Store:
-    return open_store(store_ref, **options_dict(options))
+from datamount.readers import reader
+from datamount.storage import Store
 
 
 @click.command()
 @click.argument("list_file", type=click.Path(dir_okay=True, path_type=str))
 @click.argument("name")
-@store_option
-@backend_options
+@store_options
 @click.option("--kind", type=click.Choice(["image", "text"]), help="Force the list's kind (detected otherwise).")
 @click.option("--root", type=click.Path(file_okay=False), help="Folder that image paths are relative to.")
 @click.option("--pack", "then_pack", is_flag=True, help="Also pack the new version into Parquet shards.")
-@click.option("--shard-size", default="256MB", show_default=True, help="With --pack: bytes per shard.")
+@shard_size_option("With --pack: bytes per shard.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 def upload(
     list_file: str,
     name: str,
-    store_ref: str | None,
-    options: tuple[str, ...],
+    store: Store,
     kind: str | None,
     root: str | None,
     then_pack: bool,
-    shard_size: str,
+    shard_bytes: int,
     quiet: bool,
 ) -> None:
     """Upload the samples of LIST_FILE as a new version of dataset NAME.
@@ -59,8 +44,6 @@ def upload(
     The list is checked as a whole first (nothing is written if any line is wrong); running the same command again
     after an interruption sends only what is missing.
     """
-    shard_bytes = parse_size(shard_size)
-    store = _open(store_ref, options)
     with ProgressBar(quiet=quiet) as bar:
         result = upload_list(list_file, name, store=store, kind=kind, root=root, progress=bar)
         if then_pack:
@@ -80,7 +63,7 @@ def upload(
 
 @click.command()
 @click.argument("name")
-@click.option("--shard-size", default="256MB", show_default=True, help="Bytes per shard (e.g. 64MB, 1GiB).")
+@shard_size_option("Bytes per shard (e.g. 64MB, 1GiB).")
 @click.option(
     "--ray",
     "ray_address",
@@ -91,15 +74,10 @@ def upload(
     help="Write the shards in parallel as Ray tasks, on the cluster at ADDRESS (else $RAY_ADDRESS, else a local "
     "Ray); the result is the same. Needs datamount[ray].",
 )
-@store_option
-@backend_options
+@store_options
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
-def pack(
-    name: str, shard_size: str, ray_address: str | None, store_ref: str | None, options: tuple[str, ...], quiet: bool
-) -> None:
+def pack(name: str, shard_bytes: int, ray_address: str | None, store: Store, quiet: bool) -> None:
     """Pack dataset NAME (or NAME@N) into Parquet shards for fast sequential and sharded reads."""
-    shard_bytes = parse_size(shard_size)
-    store = _open(store_ref, options)
     with ProgressBar(quiet=quiet) as bar:
         if ray_address is None:
             manifest = pack_version(name, store=store, shard_bytes=shard_bytes, progress=bar)
@@ -109,26 +87,11 @@ def pack(
     click.echo(f"{manifest.ref} is packed in {len(manifest.shards)} shard(s), {format_size(size)}")
 
 
-def parse_size(text: str) -> int:
-    """``256MB``, ``64MiB``, ``1G``, ``1000`` -> bytes."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)(i?)[bB]?\s*", text)
-    if not match:
-        raise click.BadParameter(f"{text!r} is not a size; write e.g. 256MB, 64MiB or 1G", param_hint="--shard-size")
-    number, unit, binary = match.groups()
-    base = 1024 if binary else 1000
-    size = int(float(number) * base ** "_KMGT".index(unit.upper() or "_"))
-    if size < 1:
-        raise click.BadParameter("the size must be at least one byte", param_hint="--shard-size")
-    return size
-
-
 @click.command(name="ls")
-@store_option
-@backend_options
-def list_datasets(store_ref: str | None, options: tuple[str, ...]) -> None:
+@store_options
+def list_datasets(store: Store) -> None:
     """List the datasets in the store."""
-    store = _open(store_ref, options)
-    table = Table("name", "kind", "rows", "size", "versions", "latest", box=None, header_style="bold")
+    table = plain_table("name", "kind", "rows", "size", "versions", "latest")
     count = 0
     for summary in catalog.summaries(store):
         latest = summary.latest
@@ -153,14 +116,12 @@ def list_datasets(store_ref: str | None, options: tuple[str, ...]) -> None:
 
 @click.command()
 @click.argument("name")
-@store_option
-@backend_options
-def info(name: str, store_ref: str | None, options: tuple[str, ...]) -> None:
+@store_options
+def info(name: str, store: Store) -> None:
     """Describe dataset NAME (or NAME@N): kind, columns, rows, bytes, versions, when."""
-    store = _open(store_ref, options)
     manifest = catalog.resolve(store, name)
     all_versions = catalog.versions(store, manifest.name)
-    lines = [
+    fields = [
         ("dataset", manifest.ref),
         ("store", store.url_for(catalog.dataset_folder(manifest.name))),
         ("kind", manifest.kind),
@@ -173,30 +134,26 @@ def info(name: str, store_ref: str | None, options: tuple[str, ...]) -> None:
         ("created", manifest.created),
         ("source", manifest.source),
     ]
-    for key, value in lines:
-        click.echo(f"{key:>9}: {value}")
+    echo_fields(fields)
 
 
 @click.command()
 @click.argument("name")
 @click.option("-n", "count", default=5, show_default=True, type=click.IntRange(min=0), help="How many samples.")
-@store_option
-@backend_options
-def head(name: str, count: int, store_ref: str | None, options: tuple[str, ...]) -> None:
+@store_options
+def head(name: str, count: int, store: Store) -> None:
     """Print the first samples of dataset NAME as tuples (bytes shown as their type and size)."""
-    samples = reader(name, _open(store_ref, options), max_requests=max(1, min(count, 16)), rank=0, world_size=1)
+    samples = reader(name, store, max_requests=max(1, min(count, 16)), rank=0, world_size=1)
     for sample in itertools.islice(samples(), count):
         click.echo("(" + ", ".join(describe(value) for value in sample) + ")")
 
 
 @click.command()
 @click.argument("name")
-@store_option
-@backend_options
+@store_options
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
-def verify(name: str, store_ref: str | None, options: tuple[str, ...], quiet: bool) -> None:
+def verify(name: str, store: Store, quiet: bool) -> None:
     """Re-hash every object of dataset NAME (or NAME@N) against its manifest; report every problem."""
-    store = _open(store_ref, options)
     manifest = catalog.resolve(store, name)
     with ProgressBar(quiet=quiet) as bar:
         bar.start("verify", items=len(manifest.files) + 1, size=manifest.total_bytes)
@@ -213,12 +170,10 @@ def verify(name: str, store_ref: str | None, options: tuple[str, ...], quiet: bo
 
 @click.command()
 @click.argument("name")
-@click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
-@store_option
-@backend_options
-def rm(name: str, yes: bool, store_ref: str | None, options: tuple[str, ...]) -> None:
+@yes_option
+@store_options
+def rm(name: str, yes: bool, store: Store) -> None:
     """Remove dataset NAME (every version) or one version NAME@N."""
-    store = _open(store_ref, options)
     ref = parse_ref(name)
     found = catalog.versions(store, ref.name)
     if not found:
@@ -226,56 +181,4 @@ def rm(name: str, yes: bool, store_ref: str | None, options: tuple[str, ...]) ->
     what = f"version {ref.version} of {ref.name}" if ref.version else f"{ref.name} (versions {found})"
     if not yes:
         confirm_removal(what, store)
-    removed = catalog.remove(store, name)
-    click.echo(f"removed {ref.name} version(s) {', '.join(str(v) for v in removed)}")
-
-
-def confirm_removal(what: str, store: Store) -> None:
-    """Ask before removing ``what`` from ``store``; with no terminal to ask on, refuse and name ``--yes``."""
-    if not sys.stdin.isatty():
-        raise click.UsageError(f"refusing to remove {what} without confirmation; pass --yes")
-    click.confirm(f"remove {what} from {store.url}?", abort=True)
-
-
-def describe(value: Any) -> str:
-    """A sample value as ``head`` prints it: bytes as their type and size, arrays as dtype, shape and first values,
-    text as a quoted string."""
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return f"<{_bytes_type(bytes(value[:16]))} {len(value):,} bytes>"
-    if isinstance(value, np.ndarray):
-        shape = ", ".join(str(size) for size in value.shape)
-        values = [str(item) for item in value.reshape(-1)[:_ARRAY_VALUES_SHOWN]]  # numpy scalars print shortest
-        more = ", ..." if value.size > _ARRAY_VALUES_SHOWN else ""
-        shown = values[0] if value.ndim == 0 else f"[{', '.join(values)}{more}]"
-        return f"{value.dtype}[{shape}] {shown}"
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "...'"
-
-
-_ARRAY_VALUES_SHOWN = 4
-
-_MAGIC = [
-    (b"\xff\xd8\xff", "JPEG"),
-    (b"\x89PNG\r\n\x1a\n", "PNG"),
-    (b"GIF8", "GIF"),
-    (b"BM", "BMP"),
-    (b"II*\x00", "TIFF"),
-    (b"MM\x00*", "TIFF"),
-    (b"\x93NUMPY", "NPY"),
-]
-
-
-def _bytes_type(head_bytes: bytes) -> str:
-    if head_bytes[:4] == b"RIFF" and head_bytes[8:12] == b"WEBP":
-        return "WEBP"
-    return next((label for magic, label in _MAGIC if head_bytes.startswith(magic)), "bytes")
-
-
-def format_size(size: int) -> str:
-    """``12.3 MB``-style sizes (powers of 1000)."""
-    value = float(size)
-    for unit in ("B", "KB", "MB", "GB"):
-        if value < 1000:
-            return f"{value:,.0f} {unit}" if unit == "B" else f"{value:,.1f} {unit}"
-        value /= 1000
-    return f"{value:,.1f} TB"
+    echo_removed(ref.name, catalog.remove(store, name))

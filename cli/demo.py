@@ -8,28 +8,26 @@ import time
 
 import click
 
-from datamount.cli.datasets import describe, format_size, store_option
-from datamount.cli.options import backend_options, options_dict
+from datamount.cli.formatting import describe, format_size
+from datamount.cli.options import store_options
 from datamount.cli.progress import ProgressBar
 from datamount.datasets.demo import write_demo_lists
 from datamount.datasets.upload import upload
-from datamount.readers.dataset import reader
-from datamount.storage import Store, open_store
+from datamount.readers import reader
+from datamount.storage import Store
 
 IMAGE_DATASET = "demo-images"
 TEXT_DATASET = "demo-translation"
 
 
 @click.command()
-@store_option
-@backend_options
+@store_options
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars.")
-def demo(store_ref: str | None, options: tuple[str, ...], quiet: bool) -> None:
+def demo(store: Store, quiet: bool) -> None:
     """Upload a small image dataset and a translation-pair dataset, read them back and show a few samples.
 
     Works offline with no configuration: the data is generated here and goes to the default store.
     """
-    store = open_store(store_ref, **options_dict(options))
     click.echo(f"store: {store.url}")
     with tempfile.TemporaryDirectory(prefix="datamount-demo-") as folder:
         image_list, text_list = write_demo_lists(folder)

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from datamount.storage.errors import DatamountError, MountError
+from datamount.storage import DatamountError, MountError
 
 #: Exit statuses by error kind, the first match winning. datamount's errors derive from these built-ins.
 EXIT_CODES: list[tuple[type[BaseException], int]] = [

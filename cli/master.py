@@ -7,8 +7,8 @@ import time
 
 import click
 
-from datamount.cli.datasets import store_option
-from datamount.cli.options import backend_options, options_dict
+from datamount.cli.formatting import echo_fields
+from datamount.cli.options import store_options
 from datamount.readers.dataset import DEFAULT_ROWS_PER_SPAN
 from datamount.readers.master import (
     DEFAULT_LEASE_TIMEOUT,
@@ -20,7 +20,7 @@ from datamount.readers.master import (
     stop_master,
 )
 from datamount.readers.tasks import QueueStatus
-from datamount.storage import open_store
+from datamount.storage import Store
 
 address_option = click.option(
     "--address",
@@ -43,8 +43,7 @@ def master() -> None:
 
 @master.command()
 @click.argument("name")
-@store_option
-@backend_options
+@store_options
 @address_option
 @namespace_option
 @click.option(
@@ -72,8 +71,7 @@ def master() -> None:
 )
 def start(
     name: str,
-    store_ref: str | None,
-    options: tuple[str, ...],
+    store: Store,
     address: str | None,
     namespace: str,
     lease_timeout: float,
@@ -85,7 +83,7 @@ def start(
     """Start the task master of dataset NAME (NAME@N for a version; else the latest, pinned now)."""
     client = start_master(
         name,
-        open_store(store_ref, **options_dict(options)),
+        store,
         address=address,
         namespace=namespace,
         lease_timeout=lease_timeout,
@@ -126,7 +124,7 @@ def tasks(name: str, address: str | None, namespace: str, as_json: bool) -> None
         return
     of_passes = f" of {status.passes}" if status.passes else ""
     state = " (all passes run)" if status.finished else ""
-    lines = [
+    fields = [
         ("master", f"{info.name} (namespace {info.namespace}, restarted {info.restarts} times)"),
         ("dataset", f"{info.dataset}, {info.tasks} tasks"),
         ("settings", _settings(info)),
@@ -134,8 +132,7 @@ def tasks(name: str, address: str | None, namespace: str, as_json: bool) -> None
         ("tasks", _counts(status)),
         ("snapshot", info.snapshot + (f" (last write failed: {info.snapshot_error})" if info.snapshot_error else "")),
     ]
-    for key, value in lines:
-        click.echo(f"{key:>9}: {value}")
+    echo_fields(fields)
     if status.leases:
         click.echo("\nleases:")
         click.echo(f"  {'task':>6}  {'rows':<23} {'expires in':>10}  owner")

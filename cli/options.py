@@ -1,13 +1,18 @@
-"""Options shared by the commands that open a store."""
+"""Options shared by the commands: the store they work on (``--store``, ``-o``) and the size of shards."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
 
+from datamount.cli.formatting import parse_size
+from datamount.storage import open_store
+
 F = TypeVar("F", bound=Callable[..., Any])
+R = TypeVar("R")
 
 
 def parse_option(text: str) -> tuple[str, Any]:
@@ -38,3 +43,37 @@ def backend_options(function: F) -> F:
 def options_dict(options: tuple[str, ...]) -> dict[str, Any]:
     """The ``-o`` options as keyword arguments for :func:`datamount.storage.open_store`."""
     return dict(parse_option(text) for text in options)
+
+
+_store_option = click.option(
+    "--store", "store_ref", metavar="STORE", help="Store URL, path or profile (default: the default store)."
+)
+
+
+def store_options(command: Callable[..., R]) -> Callable[..., R]:
+    """Add ``--store STORE`` and ``-o KEY=VALUE`` to a command, and hand it the store they name as its ``store``
+    argument: a :class:`~datamount.storage.Store`, opened and checked before the command runs.
+
+    Apply it below ``@click.command()`` where the two options are to appear among the others.
+    """
+
+    @functools.wraps(command)
+    def with_store(*args: Any, store_ref: str | None, options: tuple[str, ...], **kwargs: Any) -> R:
+        return command(*args, store=open_store(store_ref, **options_dict(options)), **kwargs)
+
+    return _store_option(backend_options(with_store))
+
+
+def shard_size_option(description: str) -> Callable[[F], F]:
+    """``--shard-size SIZE`` (default 256MB), handed to the command in bytes as ``shard_bytes``."""
+    return click.option(
+        "--shard-size", "shard_bytes", default="256MB", show_default=True, callback=_size_value, help=description
+    )
+
+
+def _size_value(ctx: click.Context, param: click.Parameter, value: str) -> int:
+    """A size option's value (``256MB``) in bytes, checked as the command line is read."""
+    try:
+        return parse_size(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx=ctx, param=param) from exc

@@ -6,20 +6,16 @@ import sys
 
 import click
 from rich.console import Console
-from rich.table import Table
 
-from datamount.cli.datasets import confirm_removal, format_size, store_option
-from datamount.cli.options import backend_options, options_dict
+from datamount.cli.formatting import format_size, plain_table
+from datamount.cli.options import store_options
 from datamount.cli.progress import ProgressBar
+from datamount.cli.removal import confirm_removal, echo_removed, yes_option
 from datamount.datasets import catalog
 from datamount.datasets import public as public_datasets
 from datamount.datasets.download import RetryPolicy
 from datamount.datasets.public_spec import PublicDataset
-from datamount.storage import Store, open_store
-
-
-def _open(store_ref: str | None, options: tuple[str, ...]) -> Store:
-    return open_store(store_ref, **options_dict(options))
+from datamount.storage import Store
 
 
 @click.group(name="public")
@@ -28,14 +24,10 @@ def public() -> None:
 
 
 @public.command(name="ls")
-@store_option
-@backend_options
-def list_public(store_ref: str | None, options: tuple[str, ...]) -> None:
+@store_options
+def list_public(store: Store) -> None:
     """List the public datasets: those installed in the store, and those that can be installed."""
-    store = _open(store_ref, options)
-    table = Table(
-        "name", "installed", "rows", "size", "install from", "what", box=None, header_style="bold", pad_edge=False
-    )
+    table = plain_table("name", "installed", "rows", "size", "install from", "what", pad_edge=False)
     for found in public_datasets.status(store):
         spec, manifest = found.spec, found.manifest
         rows = ", ".join(f"{split} {count:,}" for split, count in found.splits.items())
@@ -63,8 +55,7 @@ def _origin(spec: PublicDataset) -> str:
 @public.command()
 @click.argument("name")
 @click.option("--from", "source", metavar="PATH", help="Build from files you have instead of downloading them.")
-@store_option
-@backend_options
+@store_options
 @click.option(
     "--mirror",
     metavar="URL",
@@ -81,8 +72,7 @@ def _origin(spec: PublicDataset) -> str:
 def install(
     name: str,
     source: str | None,
-    store_ref: str | None,
-    options: tuple[str, ...],
+    store: Store,
     mirror: str | None,
     retries: int,
     quiet: bool,
@@ -92,7 +82,6 @@ def install(
     The published files are downloaded (checked against their md5, resumed after an interruption) into the cache,
     or taken from --from PATH, and converted into the dataset public/NAME. Installing it again does nothing.
     """
-    store = _open(store_ref, options)
     with ProgressBar(quiet=quiet) as bar:
         result = public_datasets.install(
             name, store=store, source=source, mirror=mirror, retry=RetryPolicy(attempts=retries + 1), progress=bar
@@ -110,14 +99,11 @@ def install(
 
 @public.command(name="rm")
 @click.argument("name")
-@click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
-@store_option
-@backend_options
-def remove(name: str, yes: bool, store_ref: str | None, options: tuple[str, ...]) -> None:
+@yes_option
+@store_options
+def remove(name: str, yes: bool, store: Store) -> None:
     """Remove installed public dataset NAME from the store (the download cache stays)."""
-    store = _open(store_ref, options)
     spec = public_datasets.get(name)
     if not yes and catalog.versions(store, spec.dataset_name):
         confirm_removal(spec.dataset_name, store)
-    removed = public_datasets.remove(name, store=store)
-    click.echo(f"removed {spec.dataset_name} version(s) {', '.join(str(v) for v in removed)}")
+    echo_removed(spec.dataset_name, public_datasets.remove(name, store=store))

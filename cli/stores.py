@@ -5,8 +5,8 @@ from __future__ import annotations
 import click
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
+from datamount.cli.formatting import plain_table
 from datamount.cli.options import backend_options, options_dict
 from datamount.storage import profiles
 from datamount.storage.doctor import Report, run_doctor
@@ -24,7 +24,7 @@ def stores() -> None:
     if not config.profiles:
         console.print(escape("no named stores; add [stores.NAME] tables to the config file to name some"))
         return
-    table = Table("name", "url", "options", "default", box=None, header_style="bold")
+    table = plain_table("name", "url", "options", "default")
     for profile in config.profiles.values():
         options = ", ".join(f"{k}={v!r}" for k, v in sorted(redact_options(profile.options).items()))
         table.add_row(profile.name, redact_url(profile.url), options, "*" if profile.name == default.name else "")
@@ -51,14 +51,14 @@ def doctor(store: str | None, quick: bool, options: tuple[str, ...]) -> None:
 def _print_report(report: Report) -> None:
     console = Console()
     console.print(f"[bold]datamount doctor[/bold] {escape(report.target)}")
-    steps = Table("check", "result", "time", box=None, header_style="bold")
+    steps = plain_table("check", "result", "time")
     steps.add_column("detail", overflow="fold")
     for step in report.steps:
         result = "[green]ok[/green]" if step.ok else "[red]FAILED[/red]"
         steps.add_row(step.name, result, f"{step.seconds * 1000:.0f} ms", escape(step.detail))
     console.print(steps)
     if report.measurements:
-        figures = Table("measure", "value", box=None, header_style="bold")
+        figures = plain_table("measure", "value")
         for figure in report.measurements:
             figures.add_row(figure.name, f"{figure.value:,.1f} {figure.unit}")
         console.print(figures)

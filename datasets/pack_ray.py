@@ -45,7 +45,7 @@ def pack_ray(
     if shard_bytes < 1 or row_group_bytes < 1:
         raise ValueError("shard and row-group sizes must be positive")
     target = open_store(store)
-    if target.protocol == "memory":
+    if not target.shareable:
         raise ValueError(
             f"a Ray pack needs a store every Ray worker can reach; {target.url} lives in this process only"
         )

@@ -76,8 +76,9 @@ class ShardSource:
 
     def _open(self, shard: ShardEntry) -> pa.NativeFile:
         path = f"{self._folder}/{shard.path}"
-        if self.store.protocol == "file":
-            return pa.memory_map(self.store.full_path(path))
+        local = self.store.local_path(path)
+        if local is not None:
+            return pa.memory_map(local)
         if self.cache is not None:
             local = self.cache.get(shard.sha256, shard.size, lambda out: self._download(path, shard, out), name=path)
             return pa.memory_map(str(local))
@@ -142,7 +143,7 @@ class ShardSource:
         """Row group ``group`` of ``shard``: from the file on a local store or in the cache (a remote shard is then
         fetched whole, once, and checked against its sha256), else with one ranged read."""
         path = f"{self._folder}/{shard.path}"
-        if self.store.protocol == "file" or self.cache is not None:
+        if self.store.local_path(path) is not None or self.cache is not None:
             return pq.ParquetFile(self._open(shard)).read_row_group(group, columns=self._columns)
         footer = self._footer(path, shard)
         start, end = _group_range(footer, group)

@@ -224,7 +224,7 @@ class DatasetReader:
     def _packed_pieces(shards: ShardSource, pieces: Iterator[Piece]) -> Iterator[tuple[Any, ...]]:
         """The rows of each piece, the next pieces' row groups read and decoded in threads while this one is
         yielded (Arrow decodes one without the GIL while another becomes Python objects)."""
-        ahead = PIECES_AHEAD_LOCAL if shards.store.protocol == "file" else PIECES_AHEAD_REMOTE
+        ahead = PIECES_AHEAD_LOCAL if shards.store.local_path() is not None else PIECES_AHEAD_REMOTE
         with ThreadPoolExecutor(max_workers=ahead, thread_name_prefix="datamount-span") as readers:
             upcoming: deque[Future[list[tuple[Any, ...]]]] = deque()
             try:

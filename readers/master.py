@@ -347,7 +347,7 @@ def start_master(
     """
     ref = parse_ref(name)
     opened = open_store(store)
-    if opened.protocol == "memory":
+    if not opened.shareable:
         raise ValueError(
             f"the task master needs a store every Ray node can reach; {opened.url} lives in one process's memory"
         )

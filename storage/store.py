@@ -43,7 +43,8 @@ READ_GROUP_BYTES = 4 << 20
 #: An upload task on the thread pool copies up to this many files.
 PUT_GROUP_ITEMS = 8
 
-_UNREACHABLE_ERRNOS = {
+#: OS error numbers that mean the store did not answer (rather than answered with an error).
+UNREACHABLE_ERRNOS = {
     errno.ECONNREFUSED,
     errno.ECONNRESET,
     errno.EHOSTUNREACH,
@@ -89,6 +90,9 @@ class Store:
     """
 
     protocol: ClassVar[str] = ""
+    #: Other processes, on this machine and others, that open the store's URL see the same objects (not so for a
+    #: store that lives in one process's memory): the store can be handed to worker processes, Ray tasks and actors.
+    shareable: ClassVar[bool] = True
     #: A single ``pipe_file``/``put_file`` is atomic (object stores): no temporary name is needed.
     atomic_put: ClassVar[bool] = False
     #: Parent folders must exist before a write (file systems, not object stores).
@@ -174,6 +178,14 @@ class Store:
             return self.root
         return f"{self.root}/{rel}" if self.root != "/" else f"/{rel}"
 
+    def local_path(self, path: str = "") -> str | None:
+        """The path on this machine where the bytes of ``path`` (by default the root folder) can be read or
+        memory-mapped directly, with no request to the store; ``None`` when the store is not a folder on this
+        machine (object stores, HDFS, memory). ``store.local_path() is not None`` thus asks whether reads are
+        local file reads."""
+        clean_relpath(path, allow_root=True)
+        return None
+
     def url_for(self, path: str = "") -> str:
         """The URL of ``path`` in this store, for messages and for tools outside datamount."""
         rel = clean_relpath(path, allow_root=True) if path else ""
@@ -223,10 +235,14 @@ class Store:
         max_bytes
             Bytes in flight at most, when ``sizes`` are given (one larger object still goes alone).
         """
-        limit = max_requests or self.default_max_requests
         items: Iterable[tuple[str, int]] = (
             zip(paths, sizes, strict=True) if sizes is not None else ((p, 0) for p in paths)
         )
+        yield from self._read_many(items, max_requests, max_bytes)
+
+    def _read_many(self, items: Iterable[tuple[str, int]], max_requests: int | None, max_bytes: int) -> Iterator[bytes]:
+        """The reads of :meth:`read_many`, over ``(path, size)`` pairs (size 0 when unknown)."""
+        limit = max_requests or self.default_max_requests
         if self._is_async:
             with self._submitter(self._read_one, self._aread_one, limit) as submit:
                 window = ordered_window(
@@ -580,7 +596,7 @@ def _classify_builtin(exc: BaseException) -> Failure:
     if isinstance(exc, PermissionError):
         return Failure(StorePermissionError, f"permission denied ({text})")
     if isinstance(exc, (ConnectionError, TimeoutError)) or (
-        isinstance(exc, OSError) and exc.errno in _UNREACHABLE_ERRNOS
+        isinstance(exc, OSError) and exc.errno in UNREACHABLE_ERRNOS
     ):
         return Failure(StoreUnreachableError, f"the store did not answer ({text})")
     if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:

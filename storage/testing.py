@@ -125,6 +125,14 @@ class StoreReadWriteTests:
         with pytest.raises(ValueError, match="binary"):
             store.open("stream", "r")
 
+    def test_local_path_is_where_the_bytes_are_or_none(self, store: Store) -> None:
+        store.write("nested/obj", b"bytes on this machine")
+        local = store.local_path("nested/obj")
+        if store.local_path() is None:
+            assert local is None
+        else:
+            assert local is not None and Path(local).read_bytes() == b"bytes on this machine"
+
     def test_sha256_streams_large_objects(self, store: Store) -> None:
         data = bytes(range(256)) * (9 * 4096 + 7)  # ~9.4 MB: more than two hashing chunks
         store.write("big", data)
@@ -295,6 +303,7 @@ class StorePathTests:
             lambda: store.remove(path, recursive=True),
             lambda: store.sha256(path),
             lambda: store.open(path),
+            lambda: store.local_path(path),
         ]
         for operation in operations:
             with pytest.raises(UnsafePathError):

@@ -13,20 +13,15 @@ from datamount.storage.backends._limits import (
     retries_option,
     seconds_option,
 )
-from datamount.storage.errors import (
-    ObjectNotFoundError,
-    StoreConfigError,
-    StoreIOError,
-    StorePermissionError,
-    StoreUnreachableError,
-)
-from datamount.storage.store import Failure, Store, short_reason
+from datamount.storage.backends._object_store import EndpointSettings, ObjectStore
+from datamount.storage.errors import ObjectNotFoundError, StorePermissionError
+from datamount.storage.store import Failure, short_reason
 
 #: New attempts after a failed request: gcsfs's own choice for GCS (6 attempts, about 31 s of backoff in all).
 GCS_DEFAULT_RETRIES = 5
 
 
-class GCSStore(Store):
+class GCSStore(ObjectStore):
     """A bucket (and prefix) on Google Cloud Storage.
 
     Options are those of :class:`gcsfs.GCSFileSystem` (``token``, ``project``, ``endpoint_url``...); credentials
@@ -40,9 +35,7 @@ class GCSStore(Store):
     """
 
     protocol = "gs"
-    atomic_put = True
-    needs_dirs = False
-    default_max_requests = 32
+    service = "GCS"
 
     @classmethod
     def from_url(cls, url: str, *, name: str | None = None, **options: Any) -> GCSStore:
@@ -52,10 +45,7 @@ class GCSStore(Store):
         os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
         from datamount.storage.backends._gcs_client import RetryingGCSFileSystem
 
-        bucket_path = url.split("://", 1)[1] if "://" in url else url
-        root = bucket_path.strip("/")
-        if not root:
-            raise StoreConfigError(f"a GCS store needs a bucket: gs://BUCKET[/PREFIX], got {url!r}")
+        root = cls.bucket_root(url, store="a GCS store")
         opts = dict(options)
         endpoint = opts.get("endpoint_url") or os.environ.get("STORAGE_EMULATOR_HOST")
         if opts.get("endpoint_url"):
@@ -71,17 +61,13 @@ class GCSStore(Store):
             # Per request: seconds to connect and seconds of silence, no cap on a whole transfer. gcsfs's default
             # is aiohttp's (5 minutes per request, on each of its 6 attempts).
             opts["requests_timeout"] = aiohttp.ClientTimeout(sock_connect=connect_timeout, sock_read=read_timeout)
-        attempts = retries_option(opts.pop("retries", GCS_DEFAULT_RETRIES)) + 1
-        store = cls(
-            RetryingGCSFileSystem(attempts=attempts, **opts), root, url=f"gs://{root}", options=options, name=name
+        fs = RetryingGCSFileSystem(attempts=retries_option(opts.pop("retries", GCS_DEFAULT_RETRIES)) + 1, **opts)
+        settings = EndpointSettings(
+            address=redact.redact_url(endpoint) if endpoint else "Google Cloud Storage",
+            attempts=fs.attempts,
+            read_timeout=read_timeout,
         )
-        store._endpoint = redact.redact_url(endpoint) if endpoint else "Google Cloud Storage"
-        store._read_timeout = read_timeout
-        return store
-
-    @property
-    def endpoint(self) -> str:
-        return getattr(self, "_endpoint", "Google Cloud Storage")
+        return cls(fs, root, url=f"gs://{root}", settings=settings, options=options, name=name)
 
     def check(self) -> None:
         self._call_with_deadline("open", self.fs._info, self.root.partition("/")[0])
@@ -89,20 +75,12 @@ class GCSStore(Store):
     def _classify(self, exc: BaseException) -> Failure | None:
         import aiohttp
 
-        attempts = getattr(self.fs, "attempts", 1)
         if isinstance(exc, (aiohttp.ServerTimeoutError, asyncio.TimeoutError, TimeoutError)):
-            silence = getattr(self, "_read_timeout", None)
-            within = f" for {silence:g} s (read_timeout)" if silence else ""
-            return Failure(
-                StoreUnreachableError,
-                f"GCS endpoint {self.endpoint} stopped answering: silent{within}, {attempts} attempts",
-            )
+            return self._stopped_answering()
         if isinstance(exc, aiohttp.ClientPayloadError):
-            reason = f"{short_reason(exc)}; {attempts} attempts"
-            return Failure(StoreIOError, f"the answer from GCS endpoint {self.endpoint} was cut short ({reason})")
-        if isinstance(exc, (aiohttp.ClientConnectionError, aiohttp.ServerTimeoutError)):
-            reason = f"{short_reason(exc)}; {attempts} attempts"
-            return Failure(StoreUnreachableError, f"GCS endpoint {self.endpoint} did not answer ({reason})")
+            return self._cut_short(exc)
+        if isinstance(exc, aiohttp.ClientConnectionError):
+            return self._did_not_answer(exc)
         code = getattr(exc, "code", None)
         # gcsfs turns a 403 answer into a plain OSError("Forbidden: ...") with no status code on it.
         forbidden = type(exc) is OSError and str(exc).startswith("Forbidden")
@@ -111,10 +89,5 @@ class GCSStore(Store):
         if code == 404:
             return Failure(ObjectNotFoundError, "not found")
         if isinstance(code, int) and (code >= 500 or code == 429):
-            throttled = "; it is throttling requests: lower max_requests, or try again later" if code == 429 else ""
-            return Failure(
-                StoreIOError,
-                f"GCS endpoint {self.endpoint} answered {code} to all {attempts} attempts "
-                f"({short_reason(exc)}){throttled}",
-            )
+            return self._failed_every_attempt(str(code), detail=short_reason(exc), throttling=code == 429)
         return None

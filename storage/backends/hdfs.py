@@ -20,7 +20,7 @@ from datamount.storage.errors import (
     StoreUnreachableError,
 )
 from datamount.storage.redact import redact_url
-from datamount.storage.store import Failure, Store, short_reason
+from datamount.storage.store import UNREACHABLE_ERRNOS, Failure, Store, short_reason
 
 INSTALL_HINT = "install the HDFS client: pip install 'datamount[hdfs]'"
 
@@ -31,7 +31,6 @@ FAILOVER_DEFAULTS = {
     "dfs.client.failover.sleep.max.millis": "2000",
 }
 _OS_ERROR = re.compile(r"os error (\d+)")
-_UNREACHABLE = {errno.ECONNREFUSED, errno.ECONNRESET, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ETIMEDOUT}
 
 #: hdfs-native runs its I/O on a runtime whose threads do not survive fork(): in a forked child every client of it
 #: hangs, even when dropped. A child keeps the clients it inherited (so that none is ever dropped) and refuses to use
@@ -96,7 +95,7 @@ class HDFSStore(Store):
         # hdfs-native raises OSError with the errno only in its message ("Connection refused (os error 111)").
         found = _OS_ERROR.search(str(exc))
         code = int(found.group(1)) if found else getattr(exc, "errno", None)
-        if code in _UNREACHABLE:
+        if code in UNREACHABLE_ERRNOS:
             return Failure(StoreUnreachableError, f"the namenode did not answer ({short_reason(exc)})")
         if code == errno.ENOENT:
             return Failure(ObjectNotFoundError, "not found")

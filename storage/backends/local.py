@@ -13,7 +13,7 @@ from fsspec.implementations.local import LocalFileSystem, make_path_posix
 
 from datamount.storage.errors import StoreConfigError, UnsafePathError
 from datamount.storage.mounts import require_mount
-from datamount.storage.store import DEFAULT_MAX_BYTES_IN_FLIGHT, Store
+from datamount.storage.store import Store
 
 #: Files announced to the kernel ahead of a sequential :meth:`LocalStore.read_many`.
 READ_AHEAD_FILES = 16
@@ -71,27 +71,23 @@ class LocalStore(Store):
             self._require_inside(full, path)
         return full
 
+    def local_path(self, path: str = "") -> str:
+        return self.full_path(path, allow_root=True)
+
     def _require_inside(self, full: str, path: str) -> None:
         real = os.path.realpath(full)
         if real != self._real_root and not real.startswith(self._real_root.rstrip("/") + "/"):
             raise UnsafePathError(f"store path {path!r} leads outside the store root {self.root} (through a link)")
 
-    def read_many(
-        self,
-        paths: Iterable[str],
-        *,
-        sizes: Iterable[int] | None = None,
-        max_requests: int | None = None,
-        max_bytes: int = DEFAULT_MAX_BYTES_IN_FLIGHT,
-    ) -> Iterator[bytes]:
-        """As :meth:`Store.read_many`. On a local disk the files are read one after the other in this thread, the
-        next ones announced to the kernel (``POSIX_FADV_WILLNEED``) so that it reads them ahead on its own: threads
-        would only fight over the GIL for data that is, or soon will be, in the page cache. Shared filesystems
-        (``mount=``), and an explicit ``max_requests``, keep many reads in flight on threads."""
+    def _read_many(self, items: Iterable[tuple[str, int]], max_requests: int | None, max_bytes: int) -> Iterator[bytes]:
+        """On a local disk the files are read one after the other in this thread, the next ones announced to the
+        kernel (``POSIX_FADV_WILLNEED``) so that it reads them ahead on its own: threads would only fight over the
+        GIL for data that is, or soon will be, in the page cache. Shared filesystems (``mount=``), and an explicit
+        ``max_requests``, keep many reads in flight on threads."""
         if self.mount or max_requests is not None or not hasattr(os, "posix_fadvise"):
-            yield from super().read_many(paths, sizes=sizes, max_requests=max_requests, max_bytes=max_bytes)
+            yield from super()._read_many(items, max_requests, max_bytes)
             return
-        pending = iter(paths)
+        pending = (path for path, _ in items)
         ahead: collections.deque[str] = collections.deque()
         for path in itertools.islice(pending, READ_AHEAD_FILES):
             self._announce(path)

@@ -12,6 +12,7 @@ class MemoryStore(Store):
     """
 
     protocol = "memory"
+    shareable = False
     atomic_put = True  # an object is replaced in one assignment
     needs_dirs = False
     default_max_requests = 4

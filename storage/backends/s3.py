@@ -15,14 +15,9 @@ from datamount.storage.backends._limits import (
     retries_option,
     seconds_option,
 )
-from datamount.storage.errors import (
-    ObjectNotFoundError,
-    StoreConfigError,
-    StoreIOError,
-    StorePermissionError,
-    StoreUnreachableError,
-)
-from datamount.storage.store import HASH_CHUNK, Failure, Store, short_reason
+from datamount.storage.backends._object_store import EndpointSettings, ObjectStore
+from datamount.storage.errors import ObjectNotFoundError, StoreConfigError, StorePermissionError
+from datamount.storage.store import HASH_CHUNK, Failure
 
 # S3 error codes that mean the credentials, not the path, are wrong.
 _CREDENTIAL_CODES = {"InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken"}
@@ -31,7 +26,7 @@ _ENDPOINT_ENV = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
 HASH_REQUESTS = 4
 
 
-class S3Store(Store):
+class S3Store(ObjectStore):
     """A bucket (and prefix) on S3 or any S3-compatible server.
 
     Options are those of :class:`s3fs.S3FileSystem` (``key``, ``secret``, ``anon``, ``profile``,
@@ -49,30 +44,22 @@ class S3Store(Store):
     """
 
     protocol = "s3"
-    atomic_put = True
-    needs_dirs = False
-    default_max_requests = 32
+    service = "S3"
 
     @classmethod
     def from_url(cls, url: str, *, name: str | None = None, **options: Any) -> S3Store:
         from datamount.storage.backends._s3_client import RetryingS3FileSystem
 
-        bucket_path = url.split("://", 1)[1] if "://" in url else url
-        if not bucket_path.strip("/"):
-            raise StoreConfigError(f"an S3 store needs a bucket: s3://BUCKET[/PREFIX], got {url!r}")
+        root = cls.bucket_root(url, store="an S3 store")
         fs_options = s3_filesystem_options(options)
-        root = bucket_path.strip("/")
-        attempts = total_attempts(fs_options["config_kwargs"]["retries"])
-        fs = RetryingS3FileSystem(body_retries=attempts - 1, **fs_options)
-        store = cls(fs, root, url=f"s3://{root}", options=options, name=name)
-        store._endpoint = redact.redact_url(fs_options.get("endpoint_url") or "AWS S3")
-        store._attempts = attempts
-        store._read_timeout = fs_options["config_kwargs"]["read_timeout"]
-        return store
-
-    @property
-    def endpoint(self) -> str:
-        return getattr(self, "_endpoint", "AWS S3")
+        config = fs_options["config_kwargs"]
+        settings = EndpointSettings(
+            address=redact.redact_url(fs_options.get("endpoint_url") or "AWS S3"),
+            attempts=total_attempts(config["retries"]),
+            read_timeout=config["read_timeout"],
+        )
+        fs = RetryingS3FileSystem(body_retries=settings.attempts - 1, **fs_options)
+        return cls(fs, root, url=f"s3://{root}", settings=settings, options=options, name=name)
 
     def check(self) -> None:
         bucket, _, prefix = self.root.partition("/")
@@ -96,21 +83,13 @@ class S3Store(Store):
 
         from datamount.storage.backends._s3_client import is_cut_short
 
-        endpoint = self.endpoint
-        attempts = getattr(self, "_attempts", 1)
-        tried = f"{attempts} attempt{'s' if attempts > 1 else ''}"
         if isinstance(exc, (bex.ReadTimeoutError, asyncio.TimeoutError, TimeoutError)):
-            silence = getattr(self, "_read_timeout", None)
-            within = f" for {silence:g} s (read_timeout)" if silence else ""
-            return Failure(StoreUnreachableError, f"S3 endpoint {endpoint} stopped answering: silent{within}, {tried}")
+            return self._stopped_answering()
         if isinstance(exc, (bex.EndpointConnectionError, bex.ConnectTimeoutError, bex.ConnectionClosedError)):
             cause = getattr(exc, "kwargs", {}).get("error")
-            reason = short_reason(cause if isinstance(cause, BaseException) else exc)
-            return Failure(StoreUnreachableError, f"S3 endpoint {endpoint} did not answer ({reason}; {tried})")
+            return self._did_not_answer(cause if isinstance(cause, BaseException) else exc)
         if is_cut_short(exc):
-            return Failure(
-                StoreIOError, f"the answer from S3 endpoint {endpoint} was cut short ({short_reason(exc)}; {tried})"
-            )
+            return self._cut_short(exc)
         if isinstance(exc, bex.NoCredentialsError):
             return Failure(
                 StorePermissionError,
@@ -120,16 +99,14 @@ class S3Store(Store):
         code = _error_code(exc)
         if code == "NoSuchBucket":
             bucket = self.root.partition("/")[0]
-            return Failure(ObjectNotFoundError, f"bucket {bucket!r} does not exist at {endpoint}")
+            return Failure(ObjectNotFoundError, f"bucket {bucket!r} does not exist at {self.endpoint}")
         if code in _CREDENTIAL_CODES:
             return Failure(StorePermissionError, f"the S3 credentials were refused ({code})")
         if code == "PermanentRedirect" or "AuthorizationHeaderMalformed" in str(code):
             return Failure(StoreConfigError, f"wrong region for this bucket ({code}); set region_name")
         status = _http_status(exc)
         if status is not None and status >= 500:
-            throttled = "; it is throttling requests: lower max_requests, or try again later" if status == 503 else ""
-            answer = f"{status} {code}" if code else str(status)
-            return Failure(StoreIOError, f"S3 endpoint {endpoint} answered {answer} to all {tried}{throttled}")
+            return self._failed_every_attempt(f"{status} {code}" if code else str(status), throttling=status == 503)
         return None
 
 

@@ -173,6 +173,23 @@ def test_an_unreachable_store_fails_fast_naming_it(files: Path) -> None:
     assert "no answer within" not in result.output
 
 
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["upload", "LIST", "d", "--pack", "--shard-size", "12XB"], "'12XB' is not a size; write e.g. 256MB"),
+        (["pack", "d", "--shard-size", "0"], "the size must be at least one byte"),
+        (["ls", "-o", "no-value"], "expected KEY=VALUE, got 'no-value'"),
+    ],
+    ids=["upload-size", "pack-size", "option"],
+)
+def test_usage_errors_come_before_the_store_is_opened(files: Path, args: list[str], fragment: str) -> None:
+    args = [write_list(files, "a.jpg\t1\n") if arg == "LIST" else arg for arg in args]
+    result = run(*args, "--store", "s3://bucket", "-o", "endpoint_url=http://127.0.0.1:9")
+    assert result.exit_code == 2, result.output
+    assert "Invalid value for" in result.output and fragment in result.output
+    assert "127.0.0.1:9" not in result.output
+
+
 def test_an_unreadable_file_is_named(tmp_path: Path) -> None:
     (tmp_path / "ok.jpg").write_bytes(b"ok")
     (tmp_path / "locked.jpg").write_bytes(b"locked")

@@ -165,6 +165,14 @@ def test_cat_refuses_to_write_binary_to_a_terminal(local_store: Store, images: P
     assert status == 2 and "refusing to write a binary stream to a terminal; pipe it" in err
 
 
+def test_terminals_are_refused_before_the_store_is_opened() -> None:
+    unreachable = ["--store", "s3://bucket", "-o", "endpoint_url=http://127.0.0.1:9"]
+    status, err = run_on_terminal(["cat", "cats", *unreachable], terminal_is="stdout")
+    assert status == 2 and "refusing to write a binary stream to a terminal; pipe it" in err
+    status, err = run_on_terminal(["import", "cats", *unreachable], terminal_is="stdin")
+    assert status == 2 and "import reads a stream on stdin; pipe one in" in err
+
+
 def test_pretty_print_needs_a_stream_on_stdin() -> None:
     status, err = run_on_terminal(["pretty-print"], terminal_is="stdin")
     assert status == 2 and "pretty-print reads a stream on stdin; pipe one in" in err

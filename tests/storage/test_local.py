@@ -23,6 +23,8 @@ def test_a_link_to_outside_the_root_is_refused(tmp_path: Path) -> None:
         store.read("escape/secret")
     with pytest.raises(UnsafePathError):
         store.write("escape/planted", b"x")
+    with pytest.raises(UnsafePathError):
+        store.local_path("escape/secret")  # to be memory-mapped
     assert sorted(p.name for p in outside.iterdir()) == ["secret"]
 
 
@@ -31,6 +33,21 @@ def test_a_link_inside_the_root_is_followed(tmp_path: Path) -> None:
     store.write("real/obj", b"data")
     os.symlink(tmp_path / "store" / "real", tmp_path / "store" / "alias")
     assert store.read("alias/obj") == b"data"
+
+
+def test_a_local_store_names_its_files_and_is_shareable(tmp_path: Path) -> None:
+    store = open_store(tmp_path / "store")
+    store.write("a/b", b"on disk")
+    assert store.local_path() == str(tmp_path / "store")
+    assert store.local_path("a/b") == str(tmp_path / "store" / "a" / "b")
+    assert store.shareable
+
+
+def test_a_memory_store_is_neither_local_nor_shareable() -> None:
+    store = open_store("memory://only-this-process")
+    store.write("a/b", b"in memory")
+    assert store.local_path() is None and store.local_path("a/b") is None
+    assert not store.shareable
 
 
 def test_opening_creates_the_root_folder(tmp_path: Path) -> None:

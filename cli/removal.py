@@ -1,0 +1,24 @@
+"""What ``datamount rm`` and ``datamount public rm`` share: ``--yes``, the confirmation, the report."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable
+
+import click
+
+from datamount.storage import Store
+
+yes_option = click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
+
+
+def confirm_removal(what: str, store: Store) -> None:
+    """Ask before removing ``what`` from ``store``; with no terminal to ask on, refuse and name ``--yes``."""
+    if not sys.stdin.isatty():
+        raise click.UsageError(f"refusing to remove {what} without confirmation; pass --yes")
+    click.confirm(f"remove {what} from {store.url}?", abort=True)
+
+
+def echo_removed(name: str, versions: Iterable[int]) -> None:
+    """Say which versions of dataset ``name`` were removed."""
+    click.echo(f"removed {name} version(s) {', '.join(str(v) for v in versions)}")
