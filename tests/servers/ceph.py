@@ -38,6 +38,7 @@ from tests.servers._launch import (
     log_tail,
     serve_until_stopped,
     session_server,
+    shared_bucket,
     start_daemon,
     stop_process,
     wait_until,
@@ -387,9 +388,7 @@ def ceph_store(ceph_server: CephServer, ceph_bucket: str) -> Store:
 def ceph_shared_store(ceph_server: CephServer) -> Store:
     """A store on a bucket of its own for the whole session, shared by the tests that only read it (it goes with
     the cluster)."""
-    bucket = f"datamount-shared-{uuid.uuid4().hex[:12]}"
-    ceph_server.create_bucket(bucket)
-    return ceph_test_store(ceph_server, bucket)
+    return ceph_test_store(ceph_server, shared_bucket(ceph_server))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -29,6 +29,7 @@ from tests.servers._launch import (
     exit_report,
     free_port,
     session_server,
+    shared_bucket,
     start_daemon,
     stop_process,
     wait_until,
@@ -180,6 +181,4 @@ def gcs_store(gcs_server: GCSServer, gcs_bucket: str) -> Store:
 def gcs_shared_store(gcs_server: GCSServer) -> Store:
     """A store on a bucket of its own for the whole session, shared by the tests that only read it (it goes with
     the server)."""
-    bucket = f"datamount-shared-{uuid.uuid4().hex[:12]}"
-    gcs_server.create_bucket(bucket)
-    return gcs_test_store(gcs_server, bucket)
+    return gcs_test_store(gcs_server, shared_bucket(gcs_server))

@@ -19,7 +19,6 @@ import sys
 import tempfile
 import urllib.error
 import urllib.request
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +26,15 @@ from pathlib import Path
 import pytest
 
 from datamount.storage import Store, open_store
-from tests.servers._launch import exit_report, free_port, session_server, start_daemon, stop_process, wait_until
+from tests.servers._launch import (
+    exit_report,
+    free_port,
+    session_server,
+    shared_bucket,
+    start_daemon,
+    stop_process,
+    wait_until,
+)
 
 S3_TEST_KEY = "AKIADATAMOUNTTEST"
 S3_TEST_SECRET = "datamount-test-secret-value"
@@ -161,6 +168,4 @@ def s3_shared_server() -> Iterator[MotoProcess]:
 @pytest.fixture(scope="session")
 def s3_shared_store(s3_shared_server: MotoProcess) -> Store:
     """A store on :func:`s3_shared_server` for the whole session, shared by the tests that only read it."""
-    bucket = f"datamount-shared-{uuid.uuid4().hex[:12]}"
-    s3_shared_server.create_bucket(bucket)
-    return s3_test_store(s3_shared_server, bucket)
+    return s3_test_store(s3_shared_server, shared_bucket(s3_shared_server))
