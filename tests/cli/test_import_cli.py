@@ -10,13 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import MakeImageList
 from datamount.datasets import verify
 from datamount.datasets.upload import upload
 from datamount.readers import reader
 from datamount.readers.errors import StreamFormatError
 from datamount.readers.stream import import_stream, write_to
 from datamount.storage import open_store
+from tests.generated import MakeImageList
 
 DATAMOUNT = [sys.executable, "-m", "datamount.cli.main"]
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from conftest import S3Server
 from datamount.cli.main import cli
+from tests.servers.moto import S3Server
 
 
 def run(*args: str) -> tuple[int, str]:

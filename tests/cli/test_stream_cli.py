@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 from click.testing import CliRunner, Result
 
-from conftest import MakeImageList
 from datamount.cli.main import cli
 from datamount.datasets.upload import upload
 from datamount.readers.stream import read_from, write_to
 from datamount.storage import Store
+from tests.generated import MakeImageList
 
 #: The command as its console script runs it.
 DATAMOUNT = [sys.executable, "-c", "from datamount.cli.main import main; main()"]

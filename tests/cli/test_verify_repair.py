@@ -6,11 +6,11 @@ from pathlib import Path
 
 from click.testing import CliRunner, Result
 
-from conftest import MakeImageList
 from datamount.cli.main import cli
 from datamount.datasets import catalog, layout, pack, upload, verify
 from datamount.readers import reader
 from datamount.storage import Store
+from tests.generated import MakeImageList
 
 
 def run(*args: str) -> Result:

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import MakeImageList
 from datamount.datasets import catalog, layout
 from datamount.datasets.pack import pack
 from datamount.datasets.upload import upload
 from datamount.readers import reader
 from datamount.storage import IntegrityError, Store
 from datamount.storage.cache import ContentCache
+from tests.generated import MakeImageList
 
 SMALL = {"shard_bytes": 40_000, "row_group_bytes": 6_000}
 

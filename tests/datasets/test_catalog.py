@@ -8,13 +8,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conftest import MakeImageList
 from datamount.datasets import catalog, layout, verify
 from datamount.datasets.errors import DatasetNotFoundError, InvalidDatasetNameError, ManifestError
 from datamount.datasets.manifest import FORMAT_VERSION, Manifest
 from datamount.datasets.names import DatasetRef, parse_ref, validate_name
 from datamount.datasets.upload import upload
 from datamount.storage import Store
+from tests.generated import MakeImageList
 
 
 def test_verify_reports_every_missing_and_corrupt_object(store: Store, make_image_list: MakeImageList) -> None:

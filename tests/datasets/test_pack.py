@@ -13,7 +13,6 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from conftest import MakeImageList
 from datamount.datasets import catalog, layout, verify
 from datamount.datasets.pack import pack
 from datamount.datasets.rows import ShardRows
@@ -21,19 +20,33 @@ from datamount.datasets.upload import upload
 from datamount.readers import reader
 from datamount.storage import IntegrityError, Store
 from datamount.storage.cache import ContentCache
+from tests.generated import PackedDataset, PackedImages, SharedDatasets, upload_and_pack
 
 SMALL = {"shard_bytes": 40_000, "row_group_bytes": 6_000}
+#: The dataset of these tests: 60 images of about 1.5 kB in a few shards.
+IMAGES = PackedImages("d", count=60, size=1500, **SMALL)
 
 
-def packed(store: Store, make_image_list: MakeImageList, count: int = 60) -> tuple[list[tuple[bytes, str]], int]:
-    upload(make_image_list(count, size=1500), "d", store=store)
-    expected = list(reader("d", store)())
-    manifest = pack("d", store=store, **SMALL)
-    return expected, len(manifest.shards)
+def packed(store: Store, folder: Path) -> tuple[list[tuple[bytes, str]], int]:
+    """:data:`IMAGES` on a store of the test's own, for a test that changes it: its samples and shard count."""
+    dataset = upload_and_pack(store, IMAGES, folder)
+    return dataset.rows, dataset.shards
 
 
-def test_packed_reads_yield_the_same_tuples_in_the_same_order(store: Store, make_image_list: MakeImageList) -> None:
-    expected, shards = packed(store, make_image_list)
+@pytest.fixture
+def packed_images(shared_store: Store, shared_datasets: SharedDatasets) -> PackedDataset:
+    """:data:`IMAGES` on the session's shared store of each backend, for tests that only read it."""
+    return shared_datasets.packed(shared_store, IMAGES)
+
+
+@pytest.fixture
+def s3_packed_images(s3_shared_store: Store, shared_datasets: SharedDatasets) -> PackedDataset:
+    """:data:`IMAGES` on the session's shared store on moto, for tests that only read it."""
+    return shared_datasets.packed(s3_shared_store, IMAGES)
+
+
+def test_packed_reads_yield_the_same_tuples_in_the_same_order(packed_images: PackedDataset) -> None:
+    store, expected, shards = packed_images.store, packed_images.rows, packed_images.shards
     assert shards > 1
     samples = reader("d", store)
     assert isinstance(samples.source, ShardRows)
@@ -48,8 +61,8 @@ def test_text_datasets_pack_too(store: Store, text_list: Path) -> None:
     assert list(reader("pairs", store)()) == expected
 
 
-def test_random_access_by_row(store: Store, make_image_list: MakeImageList) -> None:
-    expected, _ = packed(store, make_image_list)
+def test_random_access_by_row(packed_images: PackedDataset) -> None:
+    store, expected = packed_images.store, packed_images.rows
     samples = reader("d", store)
     for index in (0, 1, 17, 33, 59, -1):
         assert samples[index] == expected[index]
@@ -58,10 +71,8 @@ def test_random_access_by_row(store: Store, make_image_list: MakeImageList) -> N
 
 
 @pytest.mark.parametrize("packed_form", [True, False], ids=["packed", "unpacked"])
-def test_spans_cover_the_version_once_and_read_as_a_pass_does(
-    store: Store, make_image_list: MakeImageList, packed_form: bool
-) -> None:
-    expected, _ = packed(store, make_image_list)
+def test_spans_cover_the_version_once_and_read_as_a_pass_does(packed_images: PackedDataset, packed_form: bool) -> None:
+    store, expected = packed_images.store, packed_images.rows
     samples = reader("d", store, use_shards=packed_form, rows_per_span=7)
     spans = samples.spans()
     assert [row for span in spans for row in range(span.start, span.stop)] == list(range(60))
@@ -77,10 +88,10 @@ def test_spans_cover_the_version_once_and_read_as_a_pass_does(
 @given(start=st.integers(-5, 70), length=st.integers(0, 70))
 @example(start=-1, length=0)
 def test_any_row_range_reads_the_same_rows_as_a_slice_of_the_pass(
-    local_store: Store, make_image_list: MakeImageList, start: int, length: int
+    local_store: Store, tmp_path: Path, start: int, length: int
 ) -> None:
     if not catalog.versions(local_store, "d"):
-        packed(local_store, make_image_list)
+        packed(local_store, tmp_path)
     expected = list(reader("d", local_store, use_shards=False)())
     for form in (True, False):
         rows = list(reader("d", local_store, use_shards=form).rows(start, start + length))
@@ -88,10 +99,9 @@ def test_any_row_range_reads_the_same_rows_as_a_slice_of_the_pass(
 
 
 @pytest.mark.s3
-def test_random_access_reads_only_the_row_group_that_holds_the_row(
-    s3_store: Store, make_image_list: MakeImageList
-) -> None:
-    expected, _ = packed(s3_store, make_image_list)
+@pytest.mark.slow
+def test_random_access_reads_only_the_row_group_that_holds_the_row(s3_store: Store, tmp_path: Path) -> None:
+    expected, _ = packed(s3_store, tmp_path)
     manifest = catalog.resolve(s3_store, "d")
     shard = manifest.shards[0]
     path = f"datasets/d/{shard.path}"
@@ -112,14 +122,14 @@ def test_random_access_reads_only_the_row_group_that_holds_the_row(
     assert reader("d", s3_store)[target_row] == expected[target_row]
 
 
-def test_packing_twice_changes_nothing(local_store: Store, make_image_list: MakeImageList) -> None:
-    packed(local_store, make_image_list)
+def test_packing_twice_changes_nothing(local_store: Store, tmp_path: Path) -> None:
+    packed(local_store, tmp_path)
     first = catalog.resolve(local_store, "d")
     assert pack("d", store=local_store, **SMALL) == first
 
 
-def test_shards_are_plain_parquet(local_store: Store, make_image_list: MakeImageList) -> None:
-    expected, _ = packed(local_store, make_image_list)
+def test_shards_are_plain_parquet(local_store: Store, tmp_path: Path) -> None:
+    expected, _ = packed(local_store, tmp_path)
     manifest = catalog.resolve(local_store, "d")
     files = [str(Path(local_store.root) / "datasets" / "d" / s.path) for s in manifest.shards]
     table = pa.concat_tables(pq.read_table(f) for f in files)
@@ -132,8 +142,9 @@ def test_shards_are_plain_parquet(local_store: Store, make_image_list: MakeImage
 
 
 @pytest.mark.s3
-def test_a_damaged_remote_shard_is_named(s3_store: Store, make_image_list: MakeImageList) -> None:
-    packed(s3_store, make_image_list)
+@pytest.mark.slow
+def test_a_damaged_remote_shard_is_named(s3_store: Store, tmp_path: Path) -> None:
+    packed(s3_store, tmp_path)
     shard = catalog.resolve(s3_store, "d").shards[1]
     path = f"datasets/d/{shard.path}"
     data = bytearray(s3_store.read(path))
@@ -149,9 +160,9 @@ def test_a_damaged_remote_shard_is_named(s3_store: Store, make_image_list: MakeI
 
 @pytest.mark.s3
 def test_the_cache_serves_the_second_epoch_and_refetches_a_damaged_copy(
-    s3_store: Store, make_image_list: MakeImageList, tmp_path: Path
+    s3_packed_images: PackedDataset, tmp_path: Path
 ) -> None:
-    expected, shards = packed(s3_store, make_image_list)
+    s3_store, expected, shards = s3_packed_images.store, s3_packed_images.rows, s3_packed_images.shards
     cache = ContentCache(tmp_path / "cache")
     samples = reader("d", s3_store, cache=cache)
     assert list(samples()) == expected
@@ -165,10 +176,9 @@ def test_the_cache_serves_the_second_epoch_and_refetches_a_damaged_copy(
     assert fresh.misses == 1
 
 
-def test_shuffled_and_sharded_passes_fill_and_use_the_cache(
-    s3_store: Store, make_image_list: MakeImageList, tmp_path: Path
-) -> None:
-    expected, shards = packed(s3_store, make_image_list)
+@pytest.mark.slow
+def test_shuffled_and_sharded_passes_fill_and_use_the_cache(s3_store: Store, tmp_path: Path) -> None:
+    expected, shards = packed(s3_store, tmp_path)
     cache = ContentCache(tmp_path / "cache")
     ranks = [reader("d", s3_store, cache=cache, shuffle=True, seed=3, rank=r, world_size=2) for r in (0, 1)]
     first = [sample for rank in ranks for sample in rank()]
@@ -202,10 +212,9 @@ def test_a_fill_that_does_not_match_is_refused(tmp_path: Path) -> None:
 
 
 @pytest.mark.s3
-def test_processes_sharing_a_cache_fetch_each_shard_once(
-    s3_store: Store, make_image_list: MakeImageList, tmp_path: Path
-) -> None:
-    _, shards = packed(s3_store, make_image_list)
+@pytest.mark.slow
+def test_processes_sharing_a_cache_fetch_each_shard_once(s3_packed_images: PackedDataset, tmp_path: Path) -> None:
+    s3_store, shards = s3_packed_images.store, s3_packed_images.shards
     script = textwrap.dedent(
         f"""
         import sys

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from conftest import MakeImageList
 from datamount.cli.main import cli
 from datamount.datasets import catalog, layout
 from datamount.datasets.manifest import Manifest
@@ -18,6 +17,7 @@ from datamount.datasets.rows import object_locations, read_lines
 from datamount.datasets.upload import upload
 from datamount.readers import reader
 from datamount.storage import ObjectNotFoundError, Store, open_store
+from tests.generated import MakeImageList
 
 SMALL = {"shard_bytes": 20_000, "row_group_bytes": 5_000}
 

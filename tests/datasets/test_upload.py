@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import MakeImageList
 from datamount.datasets import catalog, verify
 from datamount.datasets.errors import DatasetNotFoundError, InvalidDatasetNameError, ListFormatError
 from datamount.datasets.upload import upload
 from datamount.readers.dataset import reader
 from datamount.storage import Store
+from tests.generated import MakeImageList
 
 
 def image_rows(list_file: Path) -> list[tuple[bytes, str]]:

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import MakeImageList
 from datamount.datasets import catalog, layout, upload, verify
 from datamount.readers import reader
 from datamount.storage import IntegrityError, Store
+from tests.generated import MakeImageList
 
 
 class ChangeAfterHashing:

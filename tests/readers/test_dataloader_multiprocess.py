@@ -13,7 +13,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
@@ -93,6 +92,10 @@ class GeneratorHolder:
         yield from ((index,) for index in self.pending)
 
 
+#: A spawned worker imports numpy, pyarrow and datamount afresh: an epoch takes 3 s or more.
+SPAWN = pytest.param("spawn", marks=pytest.mark.slow)
+
+
 def _mp_loader(capacity: int = 2, **options: Any) -> DataLoader:
     options.setdefault("mp_context", "fork")
     return DataLoader.from_generator(capacity=capacity, use_multiprocess=True, **options)
@@ -128,7 +131,7 @@ def test_worker_batches_equal_thread_batches(set_source: Any) -> None:
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("method", ["fork", "spawn"])
+@pytest.mark.parametrize("method", ["fork", SPAWN])
 def test_both_start_methods_run_epochs_and_reepochs(method: str) -> None:
     loader = _mp_loader(mp_context=method).set_sample_generator(functools.partial(numbered_samples, 6), batch_size=3)
     epochs = [[labels.tolist() for _, labels, _, _ in loader()] for _ in range(2)]
@@ -161,6 +164,7 @@ def batch_columns(draw: st.DrawFn) -> list[Any]:
     return columns
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(columns=batch_columns())
@@ -273,15 +277,19 @@ def test_worker_error_is_raised_with_its_type_and_worker_traceback(method: str) 
 
 @pytest.mark.timeout(30)
 def test_sigkilled_worker_is_reported_within_seconds() -> None:
-    iterator = iter(_mp_loader().set_batch_generator(pid_batches))
+    capacity = 2
+    iterator = iter(_mp_loader(capacity).set_batch_generator(pid_batches))
     (pids,) = next(iterator)
     pid = int(pids[0])
     os.kill(pid, signal.SIGKILL)
-    started = time.monotonic()
+    after_the_kill = 0
     with pytest.raises(WorkerDiedError, match=rf"pid {pid}\) was killed by signal SIGKILL"):
-        for _ in range(100):  # the batches already in shared memory come first
+        for _ in range(100):
             next(iterator)
-    assert time.monotonic() - started < 5
+            after_the_kill += 1
+    # Only the batches already in shared memory come first; the next wait sees the death (the test's timeout
+    # guards against a hang).
+    assert after_the_kill <= capacity
     assert _process_gone(pid)
 
 
@@ -452,7 +460,7 @@ def _numbered() -> Iterator[tuple[int]]:
 
 
 @pytest.mark.timeout(90)
-@pytest.mark.parametrize("method", ["fork", "spawn"])
+@pytest.mark.parametrize("method", ["fork", SPAWN])
 def test_each_worker_epoch_continues_the_shuffle_like_the_thread_mode(method: str) -> None:
     decorators = pytest.importorskip("datamount.readers.decorators")
     orders = {}

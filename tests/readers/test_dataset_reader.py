@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import MakeImageList
 from datamount.datasets.upload import upload
 from datamount.readers.dataset import reader
 from datamount.storage import Store
+from tests.generated import MakeImageList
 
 
 def test_each_call_is_a_fresh_pass(store: Store, make_image_list: MakeImageList) -> None:

@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from conftest import MakeImageList
 from datamount.cli.main import cli
 from datamount.datasets import catalog
 from datamount.datasets.rows import object_locations, read_lines
@@ -37,6 +36,7 @@ from datamount.readers.master import (
     use_master,
 )
 from datamount.storage import Store
+from tests.generated import MakeImageList
 
 ROWS = 60
 

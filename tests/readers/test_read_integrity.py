@@ -12,11 +12,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import MakeImageList
 from datamount.datasets import catalog, layout, pack, upload
 from datamount.readers import reader
 from datamount.storage import IntegrityError, Store
 from datamount.storage.cache import ContentCache
+from tests.generated import MakeImageList
 
 ROWS = 40
 

@@ -20,7 +20,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import MakeImageList
 from datamount.datasets import catalog
 from datamount.datasets.pack import pack
 from datamount.datasets.upload import upload
@@ -36,6 +35,8 @@ from datamount.readers.sharding import (
     worker_runs,
 )
 from datamount.storage import Store, open_store
+from tests.generated import MakeImageList
+from tests.stores import store_backends
 
 ROWS = 97  # prime: every world size leaves a remainder
 #: Row groups of a few rows each, of different sizes (row lengths vary), in several shards.
@@ -43,6 +44,8 @@ SMALL_GROUPS = {"row_group_bytes": 40, "shard_bytes": 400}
 FIXTURES = [HealthCheck.function_scoped_fixture]
 #: Worker processes start fresh: a forked child inherits the session's HDFS clients and hangs when it drops them.
 START = "spawn"
+#: The hypothesis runs over stores read through moto take 4 to 12 s, against a second or less elsewhere.
+MOTO_IS_SLOW = store_backends(slow={"s3-moto"})
 
 
 def text_dataset(store: Store, folder: Path, name: str = "t", rows: int = ROWS) -> list[tuple[str, ...]]:
@@ -241,6 +244,7 @@ def test_sharding_options_are_checked_when_the_reader_is_made(
 # ------------------------------------------------------------------------------------------ shares on stores
 
 
+@pytest.mark.parametrize("store", MOTO_IS_SLOW, indirect=True)
 @settings(max_examples=12, deadline=None, suppress_health_check=FIXTURES)
 @given(
     world=st.integers(1, 6),
@@ -314,6 +318,7 @@ def check_resume(samples: DatasetReader, epoch: int, taken: int, **options: Any)
         assert after == following
 
 
+@pytest.mark.parametrize("store", MOTO_IS_SLOW, indirect=True)
 @settings(max_examples=15, deadline=None, suppress_health_check=FIXTURES)
 @given(
     world=st.integers(1, 5),
@@ -470,6 +475,7 @@ def test_resuming_does_not_read_the_row_groups_before_the_position(
 # ----------------------------------------------------------------------------------- workers and the DataLoader
 
 
+@pytest.mark.slow
 def test_multiprocess_reader_splits_a_shared_reader_among_its_workers(local_store: Store, tmp_path: Path) -> None:
     text_dataset(local_store, tmp_path)
     samples = reader("t", local_store, shuffle=True, seed=1, rank=1, world_size=2)
@@ -484,6 +490,7 @@ def test_multiprocess_reader_splits_a_shared_reader_among_its_workers(local_stor
     assert Counter(both()) == Counter(epochs[0] + other)  # each reader in one worker only: read whole
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("before", "after"), [(1, 3), (3, 2)])
 def test_a_resumed_share_is_split_among_another_number_of_workers(
     local_store: Store, tmp_path: Path, before: int, after: int
@@ -510,6 +517,7 @@ def loader_rows(samples: DatasetReader, epochs: int, *, use_multiprocess: bool) 
         return [[row for batch in loader() for row in zip(*batch, strict=True)] for _ in range(epochs)]
 
 
+@pytest.mark.slow
 def test_the_dataloader_reads_the_same_orders_in_a_thread_and_in_a_process(local_store: Store, tmp_path: Path) -> None:
     text_dataset(local_store, tmp_path)
     options = {"rank": 0, "world_size": 2, "shuffle": True, "seed": 4}

@@ -610,6 +610,7 @@ def run_node(folder: Path, script: str, data: bytes = b"") -> bytes:
 
 
 @pytest.mark.network
+@pytest.mark.slow
 def test_node_reads_a_stream_written_by_datamount(node_arrow: Path) -> None:
     tensors = [np.arange(6, dtype=np.float32).reshape(2, 3) + i / 4 for i in range(3)]
     entries = [(f"é{i}", bytes([0, 255, i]), -(2**62) + i, i / 3, tensors[i]) for i in range(3)]
@@ -628,6 +629,7 @@ def test_node_reads_a_stream_written_by_datamount(node_arrow: Path) -> None:
 
 
 @pytest.mark.network
+@pytest.mark.slow
 def test_datamount_reads_a_stream_written_by_node(node_arrow: Path) -> None:
     stream = read_from(io.BytesIO(run_node(node_arrow, "write.mjs")))
     entries = list(stream)

@@ -344,5 +344,5 @@ class QueueMachine(RuleBasedStateMachine):
                 assert report.expired + report.failed_reads > self.queue.max_failures
 
 
-TestQueueMachine = QueueMachine.TestCase
+TestQueueMachine = pytest.mark.slow(QueueMachine.TestCase)
 TestQueueMachine.settings = settings(max_examples=200, stateful_step_count=50, deadline=None)

@@ -1,4 +1,5 @@
-"""Starting and stopping server processes for the tests: readiness waits, PID shutdown, log tails, free ports."""
+"""Starting and stopping server processes for the tests: readiness waits, PID shutdown, log tails, free ports,
+buckets for the session's shared stores."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import signal
 import socket
 import subprocess
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NoReturn, Protocol, TypeVar
@@ -79,6 +81,14 @@ def stop_process(process: subprocess.Popen[bytes], *, grace: float = STOP_GRACE)
             process.kill()
             process.wait(timeout=5.0)
     return process.returncode
+
+
+def exit_report(process: subprocess.Popen[bytes], log: Path) -> str | None:
+    """``None`` while ``process`` runs; once it has exited, its status and the end of its ``log`` (a ``failed`` for
+    :func:`wait_until`)."""
+    if process.poll() is None:
+        return None
+    return f"exited with status {process.returncode}; its log {log} ends with:{log_tail(log)}"
 
 
 def wait_until(ready: Callable[[], bool], *, timeout: float, failed: Callable[[], str | None], what: str) -> None:
@@ -162,6 +172,17 @@ def session_server(what: str, why_not: Callable[[], str | None], start: Callable
         yield server
     finally:
         server.stop()
+
+
+class _MakesBuckets(Protocol):
+    def create_bucket(self, name: str) -> None: ...
+
+
+def shared_bucket(server: _MakesBuckets) -> str:
+    """Create a bucket of a new name on ``server``, for a store shared by the session's tests; its name."""
+    name = f"datamount-shared-{uuid.uuid4().hex[:12]}"
+    server.create_bucket(name)
+    return name
 
 
 class _Serving(Protocol):

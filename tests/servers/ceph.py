@@ -38,6 +38,7 @@ from tests.servers._launch import (
     log_tail,
     serve_until_stopped,
     session_server,
+    shared_bucket,
     start_daemon,
     stop_process,
     wait_until,
@@ -370,12 +371,24 @@ def ceph_bucket(ceph_server: CephServer) -> Iterator[str]:
     ceph_server.delete_bucket(name)
 
 
+def ceph_test_store(server: CephServer, bucket: str) -> Store:
+    """A store under a prefix of ``bucket`` on RGW, with the test user's keys (not the moto ones in the
+    environment)."""
+    url = f"s3://{bucket}/root"
+    return open_store(url, endpoint_url=server.endpoint_url, key=server.key, secret=server.secret)
+
+
 @pytest.fixture
 def ceph_store(ceph_server: CephServer, ceph_bucket: str) -> Store:
-    """A store under a prefix of a fresh bucket on RGW, with the test user's keys (not the moto ones in the
-    environment)."""
-    url = f"s3://{ceph_bucket}/root"
-    return open_store(url, endpoint_url=ceph_server.endpoint_url, key=ceph_server.key, secret=ceph_server.secret)
+    """A store under a prefix of a fresh bucket on RGW."""
+    return ceph_test_store(ceph_server, ceph_bucket)
+
+
+@pytest.fixture(scope="session")
+def ceph_shared_store(ceph_server: CephServer) -> Store:
+    """A store on a bucket of its own for the whole session, shared by the tests that only read it (it goes with
+    the cluster)."""
+    return ceph_test_store(ceph_server, shared_bucket(ceph_server))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,6 +7,7 @@ used when the wheel is not installed. It keeps objects in memory and checks no c
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import json
 import shutil
@@ -25,9 +26,10 @@ import pytest
 from datamount.storage import Store, open_store
 from tests.servers._launch import (
     ServerStartError,
+    exit_report,
     free_port,
-    log_tail,
     session_server,
+    shared_bucket,
     start_daemon,
     stop_process,
     wait_until,
@@ -140,11 +142,7 @@ def start_gcs_server(*, timeout: float = START_TIMEOUT) -> GCSServer:
     process = start_daemon(command, log, cwd=workdir)
     server = GCSServer(endpoint_url=url, log_path=log, process=process, workdir=workdir)
 
-    def failed() -> str | None:
-        if process.poll() is None:
-            return None
-        return f"exited with status {process.returncode}; its log {log} ends with:{log_tail(log)}"
-
+    failed = functools.partial(exit_report, process, log)
     try:
         wait_until(server.answers, timeout=timeout, failed=failed, what=f"fake-gcs-server on {url} (log: {log})")
     except BaseException:
@@ -168,7 +166,19 @@ def gcs_bucket(gcs_server: GCSServer) -> Iterator[str]:
     gcs_server.delete_bucket(name)
 
 
+def gcs_test_store(server: GCSServer, bucket: str) -> Store:
+    """A store under a prefix of ``bucket`` on the emulator ``server``."""
+    return open_store(f"gs://{bucket}/root", endpoint_url=server.endpoint_url, token="anon", project=PROJECT)
+
+
 @pytest.fixture
 def gcs_store(gcs_server: GCSServer, gcs_bucket: str) -> Store:
     """A store under a prefix of a fresh bucket on the emulator."""
-    return open_store(f"gs://{gcs_bucket}/root", endpoint_url=gcs_server.endpoint_url, token="anon", project=PROJECT)
+    return gcs_test_store(gcs_server, gcs_bucket)
+
+
+@pytest.fixture(scope="session")
+def gcs_shared_store(gcs_server: GCSServer) -> Store:
+    """A store on a bucket of its own for the whole session, shared by the tests that only read it (it goes with
+    the server)."""
+    return gcs_test_store(gcs_server, shared_bucket(gcs_server))

@@ -316,3 +316,11 @@ def gluster_folder(gluster_server: GlusterServer) -> Iterator[Path]:
 def gluster_store(gluster_folder: Path) -> Store:
     """A store on a fresh, empty folder of the GlusterFS mount, guarded by ``mount="glusterfs"``."""
     return open_store(str(gluster_folder), mount="glusterfs")
+
+
+@pytest.fixture(scope="session")
+def gluster_shared_store(gluster_server: GlusterServer) -> Store:
+    """A store on a folder of its own for the whole session, shared by the tests that only read it (it goes with
+    the volume; a test that unmounts the volume mounts it again when it ends, see :func:`gluster_folder`)."""
+    gluster_server.mount()
+    return open_store(str(gluster_server.mount_point / f"shared-{uuid.uuid4().hex[:12]}"), mount="glusterfs")

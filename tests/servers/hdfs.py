@@ -417,6 +417,13 @@ def hdfs_store(hdfs_server: HDFSServer) -> Iterator[Store]:
     store.remove("", recursive=True, missing_ok=True)
 
 
+@pytest.fixture(scope="session")
+def hdfs_shared_store(hdfs_server: HDFSServer) -> Store:
+    """A store on a folder of its own for the whole session, shared by the tests that only read it (it goes with
+    the server)."""
+    return open_store(f"{hdfs_server.url}/datamount-shared-{uuid.uuid4().hex[:12]}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.servers.hdfs", description=__doc__.splitlines()[0])
     parser.add_argument("--fetch", action="store_true", help="only fill the jar cache, then exit")

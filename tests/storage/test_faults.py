@@ -20,9 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import S3_TEST_KEY, S3_TEST_SECRET, MakeImageList, S3Server
 from datamount.datasets import catalog, layout, verify
-from datamount.datasets.pack import pack
 from datamount.datasets.upload import upload
 from datamount.readers.dataset import reader
 from datamount.storage import (
@@ -33,8 +31,10 @@ from datamount.storage import (
     StoreUnreachableError,
     open_store,
 )
+from tests.generated import MakeImageList, PackedImages, SharedDatasets
 from tests.servers.fault_proxy import Action, Fault, FaultProxy, FaultProxyFactory
 from tests.servers.gcs import PROJECT as GCS_PROJECT
+from tests.servers.moto import S3_TEST_KEY, S3_TEST_SECRET, S3Server
 
 #: Options that keep persistent faults short: one new attempt, one second of silence at most.
 QUICK = {"retries": 1, "read_timeout": 1, "connect_timeout": 1}
@@ -46,7 +46,8 @@ STATUS_503 = pytest.param(Fault.status(503), id="503-slowdown")
 CUT = pytest.param(Fault.cut(1000), id="cut")
 #: Shard tests also read 8-byte Parquet tails: cut those too.
 CUT_EARLY = pytest.param(Fault.cut(4), id="cut")
-STALL = pytest.param(Fault.stall(), id="stall")
+#: A stall lasts the read timeout of every attempt, and GCS's backoff between them: 3 to 8 s.
+STALL = pytest.param(Fault.stall(), id="stall", marks=pytest.mark.slow)
 
 #: The error each persistent fault ends in.
 EXPECTED_ERROR: dict[Action, type[DatamountError]] = {
@@ -78,11 +79,16 @@ class ProxiedBackend:
         return open_store(self.url, endpoint_url=self.upstream_url, **self.options)
 
 
-def _s3_backend(request: pytest.FixtureRequest, fault_proxy: FaultProxyFactory) -> ProxiedBackend:
-    server: S3Server = request.getfixturevalue("s3_server")
-    bucket: str = request.getfixturevalue("s3_bucket")
+def _s3_backend(request: pytest.FixtureRequest, fault_proxy: FaultProxyFactory, *, shared: bool) -> ProxiedBackend:
+    """The test's own empty bucket on moto or, when ``shared``, the session's shared store, behind a proxy."""
+    if shared:
+        server: S3Server = request.getfixturevalue("s3_shared_server")
+        url = request.getfixturevalue("s3_shared_store").url
+    else:
+        server = request.getfixturevalue("s3_server")
+        url = f"s3://{request.getfixturevalue('s3_bucket')}/root"
     return ProxiedBackend(
-        url=f"s3://{bucket}/root",
+        url=url,
         proxy=fault_proxy(server.endpoint_url, flavour="s3"),
         options={"key": S3_TEST_KEY, "secret": S3_TEST_SECRET},
         upstream_url=server.endpoint_url,
@@ -90,11 +96,15 @@ def _s3_backend(request: pytest.FixtureRequest, fault_proxy: FaultProxyFactory) 
     )
 
 
-def _gcs_backend(request: pytest.FixtureRequest, fault_proxy: FaultProxyFactory) -> ProxiedBackend:
+def _gcs_backend(request: pytest.FixtureRequest, fault_proxy: FaultProxyFactory, *, shared: bool) -> ProxiedBackend:
+    """A fresh bucket on the emulator or, when ``shared``, the session's shared store, behind a proxy."""
     server = request.getfixturevalue("gcs_server")
-    bucket: str = request.getfixturevalue("gcs_bucket")
+    if shared:
+        url = request.getfixturevalue("gcs_shared_store").url
+    else:
+        url = f"gs://{request.getfixturevalue('gcs_bucket')}/root"
     return ProxiedBackend(
-        url=f"gs://{bucket}/root",
+        url=url,
         proxy=fault_proxy(server.endpoint_url, flavour="gcs"),
         options={"token": "anon", "project": GCS_PROJECT},
         upstream_url=server.endpoint_url,
@@ -102,21 +112,35 @@ def _gcs_backend(request: pytest.FixtureRequest, fault_proxy: FaultProxyFactory)
     )
 
 
-@pytest.fixture(
-    params=[
-        pytest.param(_s3_backend, id="s3-moto", marks=pytest.mark.s3),
-        pytest.param(_gcs_backend, id="gcs-emulator", marks=pytest.mark.gcs),
-    ]
-)
+BACKENDS = [
+    pytest.param(_s3_backend, id="s3-moto", marks=pytest.mark.s3),
+    pytest.param(_gcs_backend, id="gcs-emulator", marks=pytest.mark.gcs),
+]
+#: The shard tests on GCS wait out gcsfs's backoff (1, 2, 4 s...) after a fault: most take 2.5 to 4 s.
+SHARED_BACKENDS = [
+    pytest.param(_s3_backend, id="s3-moto", marks=pytest.mark.s3),
+    pytest.param(_gcs_backend, id="gcs-emulator", marks=[pytest.mark.gcs, pytest.mark.slow]),
+]
+
+
+@pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest, fault_proxy: FaultProxyFactory) -> ProxiedBackend:
     """An empty bucket on each server, behind a proxy that passes everything until told otherwise."""
-    make: Callable[[pytest.FixtureRequest, FaultProxyFactory], ProxiedBackend] = request.param
-    return make(request, fault_proxy)
+    make: Callable[..., ProxiedBackend] = request.param
+    return make(request, fault_proxy, shared=False)
+
+
+@pytest.fixture(params=SHARED_BACKENDS)
+def shared_backend(request: pytest.FixtureRequest, fault_proxy: FaultProxyFactory) -> ProxiedBackend:
+    """The session's shared store on each server (datasets that tests only read), behind a proxy of the test's
+    own."""
+    make: Callable[..., ProxiedBackend] = request.param
+    return make(request, fault_proxy, shared=True)
 
 
 @pytest.fixture
 def s3_backend(request: pytest.FixtureRequest, fault_proxy: FaultProxyFactory) -> ProxiedBackend:
-    return _s3_backend(request, fault_proxy)
+    return _s3_backend(request, fault_proxy, shared=False)
 
 
 @pytest.fixture
@@ -226,15 +250,16 @@ def test_read_many_under_a_persistent_fault_yields_what_came_then_fails(
 # -- packed shards ---------------------------------------------------------------------------------------------------
 
 
+#: The dataset of the shard tests: 30 images of about 2 kB in a few shards.
+CATS = PackedImages("cats", count=30, size=2_000, shard_bytes=20_000, row_group_bytes=6_000)
+
+
 @pytest.fixture
-def packed(backend: ProxiedBackend, make_image_list: MakeImageList) -> tuple[Path, str]:
-    """An image dataset packed into a few shards (written without faults); its list file and name."""
-    list_file = make_image_list(30, size=2_000)
-    direct = backend.open_direct()
-    upload(list_file, "cats", store=direct)
-    manifest = pack("cats", store=direct, shard_bytes=20_000, row_group_bytes=6_000)
-    assert len(manifest.shards) >= 3
-    return list_file, "cats"
+def packed(shared_backend: ProxiedBackend, shared_datasets: SharedDatasets) -> tuple[Path, str]:
+    """:data:`CATS` packed on the shared store (written once, without faults); its list file and name."""
+    dataset = shared_datasets.packed(shared_backend.open_direct(), CATS)
+    assert dataset.shards >= 3
+    return dataset.list_file, dataset.name
 
 
 def _shard_samples(rows: list[tuple[Any, ...]]) -> list[tuple[bytes, str]]:
@@ -242,29 +267,30 @@ def _shard_samples(rows: list[tuple[Any, ...]]) -> list[tuple[bytes, str]]:
 
 
 @pytest.mark.parametrize("fault", [RESET_AFTER, STATUS_503, CUT_EARLY])
-def test_shard_reads_survive_one_fault(backend: ProxiedBackend, packed: tuple[Path, str], fault: Fault) -> None:
+def test_shard_reads_survive_one_fault(shared_backend: ProxiedBackend, packed: tuple[Path, str], fault: Fault) -> None:
     list_file, name = packed
-    dataset = reader(name, backend.open())
-    backend.proxy.inject(fault, skip=1, times=1, methods={"GET"}, containing="shard-")
+    proxy = shared_backend.proxy
+    dataset = reader(name, shared_backend.open())
+    proxy.inject(fault, skip=1, times=1, methods={"GET"}, containing="shard-")
     assert _shard_samples(list(dataset())) == image_rows(list_file)
-    backend.proxy.inject(fault, times=1, methods={"GET"}, containing="shard-")
+    proxy.inject(fault, times=1, methods={"GET"}, containing="shard-")
     assert _shard_samples([dataset[17]]) == image_rows(list_file)[17:18]
-    assert backend.proxy.count(fault.action) == 2
+    assert proxy.count(fault.action) == 2
 
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("fault", [STATUS_500, CUT_EARLY, STALL])
 def test_shard_reads_under_a_persistent_fault_fail_clearly(
-    backend: ProxiedBackend, packed: tuple[Path, str], fault: Fault
+    shared_backend: ProxiedBackend, packed: tuple[Path, str], fault: Fault
 ) -> None:
     _, name = packed
-    store = backend.open(**QUICK)
+    store = shared_backend.open(**QUICK)
     dataset = reader(name, store)
-    backend.proxy.inject(fault, methods={"GET"}, containing="shard-")
+    shared_backend.proxy.inject(fault, methods={"GET"}, containing="shard-")
     with pytest.raises(EXPECTED_ERROR[fault.action]) as caught:
         list(dataset())
     shard = layout.shard_path(name, dataset.manifest.shards[0])
-    assert_names(caught.value, store, shard, backend)
+    assert_names(caught.value, store, shard, shared_backend)
     with pytest.raises(EXPECTED_ERROR[fault.action]):
         dataset[3]
 
@@ -284,6 +310,7 @@ def test_an_upload_survives_faults(backend: ProxiedBackend, make_image_list: Mak
     assert verify(direct, result.manifest).ok
 
 
+@pytest.mark.slow
 def test_verify_rehashes_through_an_answer_cut_short(backend: ProxiedBackend, make_image_list: MakeImageList) -> None:
     list_file = make_image_list(8, size=20_000)
     manifest = upload(list_file, "cats", store=backend.open_direct()).manifest
@@ -326,6 +353,7 @@ def test_an_upload_under_a_persistent_fault_commits_nothing_then_resumes(
 
 
 @pytest.mark.s3
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_the_upload_command_reports_a_stalled_store_and_resumes(
     s3_backend: ProxiedBackend, make_image_list: MakeImageList
@@ -353,6 +381,7 @@ def test_the_upload_command_reports_a_stalled_store_and_resumes(
 
 
 @pytest.mark.s3
+@pytest.mark.slow
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     data=st.binary(min_size=1, max_size=50_000),

@@ -1,0 +1,328 @@
+"""The Store contract as a reusable test suite: mixin classes of pytest tests, for any backend.
+
+Every built-in backend runs this suite (``tests/storage/test_contract.py``); a backend from another package
+(registered through the ``datamount.backends`` entry point) runs the same tests by mixing the classes into a test
+class of its own and providing a ``store`` fixture: a fresh, empty store of that backend for each test::
+
+    class TestMyThingContract(StoreContractTests):
+        @pytest.fixture
+        def store(self):
+            store = open_store(f"mything://test-bucket/{uuid.uuid4().hex}")
+            yield store
+            store.remove("", recursive=True, missing_ok=True)
+
+The classes group the tests by concern (:class:`StoreReadWriteTests`, :class:`StoreBatchTests`,
+:class:`StoreListingTests`, :class:`StorePathTests`), so a backend may also run some of them only.
+:class:`StoreContractTests` is all of them. The fixture may be defined anywhere pytest finds it (the class, the
+module, a ``conftest.py``) and may be parametrised.
+
+This module imports pytest and hypothesis: it is imported only by test suites, never by ``datamount.storage``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from datamount.storage.errors import ObjectNotFoundError, UnsafePathError
+from datamount.storage.store import TEMP_PREFIX, Store
+
+__all__ = [
+    "ESCAPING_PATHS",
+    "StoreBatchTests",
+    "StoreContractTests",
+    "StoreListingTests",
+    "StorePathTests",
+    "StoreReadWriteTests",
+]
+
+#: Paths that every operation of every store refuses with :class:`~datamount.storage.UnsafePathError`.
+ESCAPING_PATHS = [
+    "../outside",
+    "a/../../outside",
+    "a/b/../../../outside",
+    "..",
+    "/etc/passwd",
+    "//server/share",
+    "s3://other-bucket/key",
+    "file:///etc/passwd",
+    "a\\..\\b",
+    "~/secrets",
+    "C:/windows",
+    "a/\x00b",
+]
+
+_SAFE_NAME = st.text(alphabet=st.characters(codec="utf-8", exclude_characters="/\\\x00"), min_size=1, max_size=12)
+
+
+def _local_files(tmp_path: Path, count: int) -> list[Path]:
+    paths = []
+    for i in range(count):
+        path = tmp_path / f"src{i}.bin"
+        path.write_bytes(f"file {i} ".encode() * (i + 1))
+        paths.append(path)
+    return paths
+
+
+class StoreReadWriteTests:
+    """Whole-object writes and reads, ranges, streams, hashes and URLs."""
+
+    def test_write_then_read_round_trips(self, store: Store) -> None:
+        store.write("a.bin", b"\x00\x01payload")
+        store.write("nested/deeper/b.txt", b"text")
+        assert store.read("a.bin") == b"\x00\x01payload"
+        assert store.read("nested/deeper/b.txt") == b"text"
+
+    def test_write_replaces_whole_object(self, store: Store) -> None:
+        store.write("obj", b"a much longer first version")
+        store.write("obj", b"short")
+        assert store.read("obj") == b"short"
+
+    def test_write_accepts_memoryview_and_empty(self, store: Store) -> None:
+        store.write("view", memoryview(b"abcdef")[2:4])
+        store.write("empty", b"")
+        assert store.read("view") == b"cd"
+        assert store.read("empty") == b""
+        assert store.list() == {"empty": 0, "view": 2}
+
+    def test_read_missing_is_file_not_found(self, store: Store) -> None:
+        with pytest.raises(FileNotFoundError) as caught:
+            store.read("missing/object")
+        assert isinstance(caught.value, ObjectNotFoundError)
+        assert "missing/object" in str(caught.value)
+        assert store.url in str(caught.value)
+
+    @pytest.mark.parametrize(
+        ("start", "end", "expected"),
+        [(0, 4, b"0123"), (3, 7, b"3456"), (8, 10, b"89"), (8, 50, b"89"), (5, 5, b""), (0, 10, b"0123456789")],
+        ids=["head", "middle", "tail", "past-end", "empty", "all"],
+    )
+    def test_read_range(self, store: Store, start: int, end: int, expected: bytes) -> None:
+        store.write("digits", b"0123456789")
+        assert store.read_range("digits", start, end) == expected
+
+    def test_read_range_rejects_inverted_range(self, store: Store) -> None:
+        store.write("digits", b"0123456789")
+        with pytest.raises(ValueError, match="start <= end"):
+            store.read_range("digits", 5, 2)
+
+    def test_read_ranges_in_order(self, store: Store) -> None:
+        data = bytes(range(256)) * 40
+        store.write("blob", data)
+        ranges = [(0, 10), (5000, 5100), (100, 100), (10_000, 20_000), (1, 2)]
+        assert list(store.read_ranges("blob", ranges, max_requests=2)) == [data[a:b] for a, b in ranges]
+
+    def test_open_streams_an_object(self, store: Store) -> None:
+        store.write("stream", b"abc" * 1000)
+        with store.open("stream") as stream:
+            assert stream.read(3) == b"abc"
+            assert len(stream.read()) == 2997
+        with pytest.raises(ValueError, match="binary"):
+            store.open("stream", "r")
+
+    def test_local_path_is_where_the_bytes_are_or_none(self, store: Store) -> None:
+        store.write("nested/obj", b"bytes on this machine")
+        local = store.local_path("nested/obj")
+        if store.local_path() is None:
+            assert local is None
+        else:
+            assert local is not None and Path(local).read_bytes() == b"bytes on this machine"
+
+    def test_sha256_streams_large_objects(self, store: Store) -> None:
+        data = bytes(range(256)) * (9 * 4096 + 7)  # ~9.4 MB: more than two hashing chunks
+        store.write("big", data)
+        assert store.sha256("big") == hashlib.sha256(data).hexdigest()
+
+    def test_sha256_of_missing_object(self, store: Store) -> None:
+        with pytest.raises(ObjectNotFoundError):
+            store.sha256("absent")
+
+    def test_url_for_names_the_object(self, store: Store) -> None:
+        assert store.url_for("a/b") == f"{store.url}/a/b"
+        assert store.url_for("") == store.url
+
+
+class StoreBatchTests:
+    """Many objects at once: ``read_many``, ``put_file``, ``put_many`` and ``remove_many``."""
+
+    def test_read_many_keeps_order_under_a_small_window(self, store: Store) -> None:
+        blobs = {f"many/{i:03d}": bytes([i % 256]) * (i * 37 % 900 + 1) for i in range(60)}
+        for path, data in blobs.items():
+            store.write(path, data)
+        order = sorted(blobs, key=lambda p: -len(blobs[p]))
+        sizes = [len(blobs[p]) for p in order]
+        got = list(store.read_many(order, sizes=sizes, max_requests=5, max_bytes=2000))
+        assert got == [blobs[p] for p in order]
+
+    def test_read_many_accepts_a_lazy_iterable_and_repeats(self, store: Store) -> None:
+        store.write("x", b"X")
+        store.write("y", b"Y")
+        paths = (p for p in ["x", "y", "x", "x", "y"])
+        assert b"".join(store.read_many(paths, max_requests=2)) == b"XYXXY"
+
+    def test_read_many_of_nothing_yields_nothing(self, store: Store) -> None:
+        assert list(store.read_many([])) == []
+
+    def test_read_many_raises_at_the_missing_object_in_order(self, store: Store) -> None:
+        for name in "abc":
+            store.write(name, name.encode())
+        results = store.read_many(["a", "b", "gone", "c"], max_requests=4)
+        assert next(results) == b"a"
+        assert next(results) == b"b"
+        with pytest.raises(ObjectNotFoundError, match="gone"):
+            next(results)
+
+    def test_read_many_refuses_escaping_paths(self, store: Store) -> None:
+        with pytest.raises(UnsafePathError):
+            list(store.read_many(["../x"]))
+
+    def test_read_many_abandoned_early_leaves_no_threads(self, store: Store) -> None:
+        for i in range(40):
+            store.write(f"obj{i}", b"z" * 1000)
+        before = set(threading.enumerate())
+        results = store.read_many([f"obj{i}" for i in range(40)], max_requests=8)
+        assert next(results) == b"z" * 1000
+        results.close()
+        leaked = [t for t in threading.enumerate() if t not in before and t.name.startswith("datamount")]
+        assert leaked == []
+
+    def test_put_file_copies_a_local_file(self, store: Store, tmp_path: Path) -> None:
+        (source,) = _local_files(tmp_path, 1)
+        store.put_file(source, "in/copied.bin")
+        assert store.read("in/copied.bin") == source.read_bytes()
+
+    def test_put_many_copies_every_file_and_reports_progress(self, store: Store, tmp_path: Path) -> None:
+        sources = _local_files(tmp_path, 25)
+        done: list[tuple[str, int]] = []
+        sent = store.put_many(
+            [(src, f"up/{src.name}") for src in sources], max_requests=4, on_done=lambda p, n: done.append((p, n))
+        )
+        assert sent == sum(src.stat().st_size for src in sources)
+        assert sorted(done) == sorted((f"up/{src.name}", src.stat().st_size) for src in sources)
+        for src in sources:
+            assert store.read(f"up/{src.name}") == src.read_bytes()
+
+    def test_put_of_a_missing_local_file_fails_and_stores_nothing(self, store: Store, tmp_path: Path) -> None:
+        with pytest.raises(FileNotFoundError):
+            store.put_file(tmp_path / "absent.bin", "target.bin")
+        with pytest.raises(FileNotFoundError):
+            store.put_many([(tmp_path / "absent.bin", "target2.bin")])
+        assert store.list() == {}
+
+    def test_remove_many_removes_each_and_ignores_missing(self, store: Store) -> None:
+        for name in ("a", "b/c", "d"):
+            store.write(name, b"x")
+        store.remove_many(["a", "b/c", "never-there"])
+        store.remove_many([])
+        assert store.list() == {"d": 1}
+
+
+class StoreListingTests:
+    """Listings, existence, metadata and removal."""
+
+    def test_list_is_recursive_with_sizes(self, store: Store) -> None:
+        store.write("top", b"1")
+        store.write("dir/a", b"22")
+        store.write("dir/sub/b", b"333")
+        assert store.list() == {"dir/a": 2, "dir/sub/b": 3, "top": 1}
+        assert store.list("dir") == {"dir/a": 2, "dir/sub/b": 3}
+        assert store.list("dir/sub") == {"dir/sub/b": 3}
+
+    def test_list_non_recursive_shows_direct_objects(self, store: Store) -> None:
+        store.write("dir/a", b"22")
+        store.write("dir/sub/b", b"333")
+        assert store.list("dir", recursive=False) == {"dir/a": 2}
+
+    def test_list_of_a_missing_prefix_is_empty(self, store: Store) -> None:
+        assert store.list("nothing/here") == {}
+        assert store.list("nothing/here", recursive=False) == {}
+
+    def test_list_hides_objects_being_written(self, store: Store) -> None:
+        store.write("real", b"r")
+        store.fs.pipe_file(store.full_path(f"{TEMP_PREFIX}real.0123456789ab"), b"partial")
+        assert store.list() == {"real": 1}
+
+    def test_list_folders_shows_direct_subfolders(self, store: Store) -> None:
+        store.write("top/a/x", b"1")
+        store.write("top/b/c/y", b"2")
+        store.write("top/file", b"3")
+        assert store.list_folders("top") == ["top/a", "top/b"]
+        assert store.list_folders("top/b") == ["top/b/c"]
+        assert store.list_folders("top/a") == []
+        assert store.list_folders("absent") == []
+
+    def test_exists_and_info(self, store: Store) -> None:
+        store.write("folder/obj", b"12345")
+        assert store.exists("folder/obj")
+        assert not store.exists("folder/none")
+        info = store.info("folder/obj")
+        assert (info.path, info.size, info.is_dir) == ("folder/obj", 5, False)
+        with pytest.raises(ObjectNotFoundError):
+            store.info("folder/none")
+
+    def test_remove_one_object(self, store: Store) -> None:
+        store.write("keep", b"k")
+        store.write("drop", b"d")
+        store.remove("drop")
+        assert store.list() == {"keep": 1}
+
+    def test_remove_recursive_takes_everything_below(self, store: Store) -> None:
+        store.write("keep", b"k")
+        for i in range(5):
+            store.write(f"tree/{i}/leaf", b"x")
+        store.remove("tree", recursive=True)
+        assert store.list() == {"keep": 1}
+
+    def test_remove_missing(self, store: Store) -> None:
+        with pytest.raises(ObjectNotFoundError):
+            store.remove("never-written")
+        store.remove("never-written", missing_ok=True)
+
+
+class StorePathTests:
+    """No path leaves the store's root, whatever the operation."""
+
+    @pytest.mark.parametrize("path", ESCAPING_PATHS, ids=repr)
+    def test_every_operation_refuses_escaping_paths(self, store: Store, path: str, tmp_path: Path) -> None:
+        local = tmp_path / "f"
+        local.write_bytes(b"f")
+        operations = [
+            lambda: store.read(path),
+            lambda: store.read_range(path, 0, 1),
+            lambda: store.write(path, b"x"),
+            lambda: store.put_file(local, path),
+            lambda: store.put_many([(local, path)]),
+            lambda: store.list(path),
+            lambda: store.exists(path),
+            lambda: store.info(path),
+            lambda: store.remove(path, recursive=True),
+            lambda: store.sha256(path),
+            lambda: store.open(path),
+            lambda: store.local_path(path),
+        ]
+        for operation in operations:
+            with pytest.raises(UnsafePathError):
+                operation()
+        assert store.list() == {}
+
+    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(parts=st.lists(_SAFE_NAME, min_size=1, max_size=4))
+    def test_paths_either_stay_inside_the_root_or_are_refused(self, store: Store, parts: list[str]) -> None:
+        path = "/".join(parts)
+        try:
+            full = store.full_path(path)
+        except UnsafePathError:
+            assert ".." in parts or path.startswith("~") or ":" in path
+            return
+        assert ".." not in parts
+        assert full.startswith(store.root.rstrip("/") + "/")
+        assert ".." not in full[len(store.root) :].split("/")
+
+
+class StoreContractTests(StoreReadWriteTests, StoreBatchTests, StoreListingTests, StorePathTests):
+    """The whole Store contract: every test of the classes above."""
