@@ -12,9 +12,9 @@ class of its own and providing a ``store`` fixture: a fresh, empty store of that
             store.remove("", recursive=True, missing_ok=True)
 
 The classes group the tests by concern (:class:`StoreReadWriteTests`, :class:`StoreBatchTests`,
-:class:`StoreListingTests`, :class:`StorePathTests`), so a backend may also run some of them only.
-:class:`StoreContractTests` is all of them. The fixture may be defined anywhere pytest finds it (the class, the
-module, a ``conftest.py``) and may be parametrised.
+:class:`StoreListingTests`, :class:`StoreCreateTests`, :class:`StorePathTests`), so a backend may also run some
+of them only. :class:`StoreContractTests` is all of them. The fixture may be defined anywhere pytest finds it (the
+class, the module, a ``conftest.py``) and may be parametrised.
 
 This module imports pytest and hypothesis: it is imported only by test suites, never by ``datamount.storage``.
 """
@@ -22,6 +22,7 @@ This module imports pytest and hypothesis: it is imported only by test suites, n
 from __future__ import annotations
 
 import hashlib
+import pickle
 import threading
 from pathlib import Path
 
@@ -29,13 +30,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from datamount.storage.errors import ObjectNotFoundError, UnsafePathError
+from datamount.storage.errors import IntegrityError, ObjectExistsError, ObjectNotFoundError, UnsafePathError
 from datamount.storage.store import TEMP_PREFIX, Store
 
 __all__ = [
     "ESCAPING_PATHS",
     "StoreBatchTests",
     "StoreContractTests",
+    "StoreCreateTests",
     "StoreListingTests",
     "StorePathTests",
     "StoreReadWriteTests",
@@ -214,6 +216,16 @@ class StoreBatchTests:
             store.put_many([(tmp_path / "absent.bin", "target2.bin")])
         assert store.list() == {}
 
+    def test_put_many_checks_the_sha256_a_file_must_have(self, store: Store, tmp_path: Path) -> None:
+        good, changed = _local_files(tmp_path, 2)
+        right = hashlib.sha256(good.read_bytes()).hexdigest()
+        stale = hashlib.sha256(b"what the file held when it was hashed").hexdigest()
+        assert store.put_many([(good, "checked/good", right)]) == good.stat().st_size
+        assert store.read("checked/good") == good.read_bytes()
+        with pytest.raises(IntegrityError, match=r"src1\.bin changed while it was being uploaded"):
+            store.put_many([(changed, "checked/changed", stale)])
+        assert store.list("checked") == {"checked/good": good.stat().st_size}
+
     def test_remove_many_removes_each_and_ignores_missing(self, store: Store) -> None:
         for name in ("a", "b/c", "d"):
             store.write(name, b"x")
@@ -284,6 +296,54 @@ class StoreListingTests:
         store.remove("never-written", missing_ok=True)
 
 
+class StoreCreateTests:
+    """``create`` writes only where nothing is: of writers creating one path at once, one succeeds."""
+
+    def test_create_writes_a_new_object(self, store: Store) -> None:
+        store.create("new/one.json", b"first")
+        assert store.read("new/one.json") == b"first"
+
+    def test_create_refuses_a_path_that_exists_and_leaves_it(self, store: Store) -> None:
+        store.create("taken.json", b"first")
+        with pytest.raises(ObjectExistsError):
+            store.create("taken.json", b"second")
+        store.write("written.json", b"by write")
+        with pytest.raises(ObjectExistsError):
+            store.create("written.json", b"second")
+        assert store.read("taken.json") == b"first" and store.read("written.json") == b"by write"
+        assert store.list() == {"taken.json": 5, "written.json": 8}
+
+    def test_of_racing_creates_exactly_one_wins(self, store: Store) -> None:
+        if not store.exclusive_create:
+            pytest.skip(f"{type(store).__name__} cannot make a create exclusive")
+        writers = 6
+        start = threading.Barrier(writers)
+        outcomes: list[str] = [""] * writers
+
+        def create(index: int) -> None:
+            client = pickle.loads(pickle.dumps(store))  # each writer with a client of its own
+            start.wait()
+            try:
+                client.create("contested.json", f"writer {index}".encode())
+                outcomes[index] = "created"
+            except ObjectExistsError:
+                outcomes[index] = "refused"
+
+        threads = [threading.Thread(target=create, args=(index,)) for index in range(writers)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert sorted(outcomes) == ["created"] + ["refused"] * (writers - 1)
+        assert store.read("contested.json") == f"writer {outcomes.index('created')}".encode()
+
+    def test_stale_temporaries_go_and_fresh_ones_stay(self, store: Store) -> None:
+        store.write("kept/object", b"data")
+        assert store.remove_stale_temporaries("kept", older_than=0) == 0
+        assert store.remove_stale_temporaries("nothing-here", older_than=0) == 0
+        assert store.list("kept") == {"kept/object": 4}
+
+
 class StorePathTests:
     """No path leaves the store's root, whatever the operation."""
 
@@ -295,6 +355,7 @@ class StorePathTests:
             lambda: store.read(path),
             lambda: store.read_range(path, 0, 1),
             lambda: store.write(path, b"x"),
+            lambda: store.create(path, b"x"),
             lambda: store.put_file(local, path),
             lambda: store.put_many([(local, path)]),
             lambda: store.list(path),
@@ -324,5 +385,5 @@ class StorePathTests:
         assert ".." not in full[len(store.root) :].split("/")
 
 
-class StoreContractTests(StoreReadWriteTests, StoreBatchTests, StoreListingTests, StorePathTests):
+class StoreContractTests(StoreReadWriteTests, StoreBatchTests, StoreListingTests, StoreCreateTests, StorePathTests):
     """The whole Store contract: every test of the classes above."""
