@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import NamedTuple
 
 from datamount.datasets import layout
@@ -15,6 +16,10 @@ from datamount.storage import IntegrityError, Store
 from datamount.storage.store import DEFAULT_MAX_BYTES_IN_FLIGHT
 
 Line = tuple[str, ...]
+
+#: Objects (and bytes) hashed at a time, on a thread of their own, while the next ones are read.
+HASH_GROUP = 32
+HASH_GROUP_BYTES = 4 << 20
 
 
 def parse_lines(raw: bytes) -> tuple[list[Line], list[int]]:
@@ -54,13 +59,21 @@ def object_locations(manifest: Manifest, lines: list[Line]) -> list[ObjectLocati
 
 
 def check_object(
-    store: Store, manifest: Manifest, row: int, location: ObjectLocation, data: bytes, *, hashed: bool = True
+    store: Store,
+    manifest: Manifest,
+    row: int,
+    location: ObjectLocation,
+    data: bytes,
+    *,
+    hashed: bool = True,
+    digest: str | None = None,
 ) -> bytes:
-    """``data``, the object of row ``row``, if it has the size (and, ``hashed``, the sha256) the manifest says;
-    else an :class:`IntegrityError` naming the dataset, the row and the object."""
+    """``data``, the object of row ``row``, if it has the size (and, ``hashed``, the sha256, given as ``digest`` when
+    it was computed already) the manifest says; else an :class:`IntegrityError` naming the dataset, the row and the
+    object."""
     if len(data) != location.size:
         problem = f"has {len(data):,} bytes, not {location.size:,}"
-    elif hashed and hashlib.sha256(data).hexdigest() != location.sha256:
+    elif hashed and (digest or hashlib.sha256(data).hexdigest()) != location.sha256:
         problem = "does not match its sha256"
     else:
         return data
@@ -142,38 +155,78 @@ class ObjectRows(ListRows):
 
     def rows(self, start: int, stop: int) -> Iterator[Row]:
         start, stop = clip(start, stop, len(self))
-        located, lines = self._located[start:stop], self._lines
-        blobs = self.store.read_many(
-            (location.path for location in located),
-            sizes=(location.size for location in located),
-            max_requests=self.max_requests,
-            max_bytes=self.max_bytes,
-        )
-        return (
-            (self._checked(row, location, data), *lines[row][1:])
-            for row, location, data in zip(range(start, stop), located, blobs, strict=True)
-        )
+        located = self._located[start:stop]
+        blobs = self._blobs(iter(located), iter(located))
+        return self._checked_rows(zip(range(start, stop), located, blobs, strict=True))
 
     def row(self, index: int) -> Row:
         labels = super().row(index)[1:]
         location = self._located[index]
-        return (self._checked(index, location, self.store.read(location.path)), *labels)
+        return (check_object(self.store, self.manifest, index, location, self.store.read(location.path)), *labels)
 
     def pieces(self, pieces: Iterable[Piece]) -> Iterator[Row]:
         return self._read(row for piece in pieces for row in piece.rows)
 
     def _read(self, rows: Iterable[int]) -> Iterator[Row]:
         """Rows ``rows`` in that order, one window of reads in flight across all of them, each object checked."""
-        located, lines = self._located, self._lines
-        for_paths, for_sizes, for_rows = itertools.tee(rows, 3)
-        blobs = self.store.read_many(
-            (located[row].path for row in for_paths),
-            sizes=(located[row].size for row in for_sizes),
+        located = self._located
+        rows_read, rows_yielded = itertools.tee(rows)
+        for_paths, for_sizes = itertools.tee(located[row] for row in rows_read)
+        blobs = self._blobs(for_paths, for_sizes)
+        return self._checked_rows((row, located[row], data) for row, data in zip(rows_yielded, blobs, strict=True))
+
+    def _blobs(self, for_paths: Iterator[ObjectLocation], for_sizes: Iterator[ObjectLocation]) -> Iterator[bytes]:
+        return self.store.read_many(
+            (location.path for location in for_paths),
+            sizes=(location.size for location in for_sizes),
             max_requests=self.max_requests,
             max_bytes=self.max_bytes,
         )
-        for row, data in zip(for_rows, blobs, strict=True):
-            yield (self._checked(row, located[row], data), *lines[row][1:])
 
-    def _checked(self, row: int, location: ObjectLocation, data: bytes) -> bytes:
-        return check_object(self.store, self.manifest, row, location, data, hashed=self.verify)
+    def _checked_rows(self, read: Iterator[tuple[int, ObjectLocation, bytes]]) -> Iterator[Row]:
+        """The rows of ``(row, object, bytes)`` in order, each object checked before its row is yielded. The sha256s
+        of a group of objects are computed on a thread of their own while the next group is read: hashlib lets go of
+        the GIL, so hashing runs on another core, and a group costs one hand-off."""
+        lines = self._lines
+        if not self.verify:
+            for row, location, data in read:
+                yield (check_object(self.store, self.manifest, row, location, data, hashed=False), *lines[row][1:])
+            return
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="datamount-verify") as hasher:
+            hashing: Future[list[str]] | None = None
+            group: list[tuple[int, ObjectLocation, bytes]] = []
+            try:
+                for following in _groups(read):
+                    upcoming = hasher.submit(_sha256s, [data for _, _, data in following])
+                    if hashing is not None:
+                        yield from self._verified(group, hashing.result(), lines)
+                    hashing, group = upcoming, following
+                if hashing is not None:
+                    yield from self._verified(group, hashing.result(), lines)
+            finally:
+                if hashing is not None:
+                    hashing.cancel()
+
+    def _verified(
+        self, group: list[tuple[int, ObjectLocation, bytes]], digests: list[str], lines: list[Line]
+    ) -> Iterator[Row]:
+        for (row, location, data), digest in zip(group, digests, strict=True):
+            yield (check_object(self.store, self.manifest, row, location, data, digest=digest), *lines[row][1:])
+
+
+def _groups(read: Iterator[tuple[int, ObjectLocation, bytes]]) -> Iterator[list[tuple[int, ObjectLocation, bytes]]]:
+    """``read`` in groups of up to :data:`HASH_GROUP` objects or :data:`HASH_GROUP_BYTES` bytes."""
+    group: list[tuple[int, ObjectLocation, bytes]] = []
+    size = 0
+    for item in read:
+        group.append(item)
+        size += len(item[2])
+        if len(group) >= HASH_GROUP or size >= HASH_GROUP_BYTES:
+            yield group
+            group, size = [], 0
+    if group:
+        yield group
+
+
+def _sha256s(blobs: list[bytes]) -> list[str]:
+    return [hashlib.sha256(data).hexdigest() for data in blobs]
