@@ -47,6 +47,8 @@ READ_GROUP_ITEMS = 16
 READ_GROUP_BYTES = 4 << 20
 #: An upload task on the thread pool copies up to this many files.
 PUT_GROUP_ITEMS = 8
+#: Filesystems a forked child inherited from its parent: kept alive so that nothing ever closes their connections.
+_INHERITED_FILESYSTEMS: list[Any] = []
 #: Files up to this size are read into memory to be checked and sent; larger ones are checked on a local copy.
 CHECKED_IN_MEMORY = 64 << 20
 
@@ -147,7 +149,9 @@ class Store:
 
     def _filesystem_after_fork(self, inherited: fsspec.AbstractFileSystem) -> fsspec.AbstractFileSystem:
         """A new filesystem like ``inherited``, for a forked child: fsspec's own recipe (as for pickling), the same
-        class with the same arguments, never the cached instance."""
+        class with the same arguments, never the cached instance. The inherited one is kept, never closed: its
+        connections are the parent's too, and closing them here would break the parent's next requests."""
+        _INHERITED_FILESYSTEMS.append(inherited)
         return type(inherited)(*inherited.storage_args, **{**inherited.storage_options, "skip_instance_cache": True})
 
     def __setstate__(self, state: dict[str, Any]) -> None:

@@ -40,3 +40,16 @@ def test_a_store_used_here_works_in_forked_and_spawned_workers(store: Store, met
         return
     assert answer == ("read", b"payload", ["shared/a.bin"])
     assert store.read("shared/a.bin") == b"payload"  # and the parent's client still works
+
+
+@pytest.mark.timeout(25)  # a hang guard: a request on a connection the child broke waits out the 30 s read timeout
+def test_a_forked_worker_leaves_the_parents_connections_alone(store: Store) -> None:
+    if store.protocol == "hdfs":
+        pytest.skip("an HDFS store refuses to work in a forked child")
+    paths = [f"shared/{index}.bin" for index in range(16)]
+    for path in paths:
+        store.write(path, path.encode())
+    assert list(store.read_many(paths)) == [path.encode() for path in paths]  # the parent's pool is full
+    for _ in range(3):
+        assert in_a_worker(store, "fork", paths[0])[0] == "read"
+        assert list(store.read_many(paths)) == [path.encode() for path in paths]
