@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 import pytest
 
 from datamount.datasets import catalog, layout, upload, verify
+from datamount.datasets.upload import STALE_TEMPORARY_SECONDS
 from datamount.readers import reader
 from datamount.storage import IntegrityError, Store
+from datamount.storage.store import TEMP_PREFIX
 from tests.generated import MakeImageList
 
 
@@ -73,3 +77,22 @@ def test_the_documented_repair_sends_again_what_the_store_lost(
     assert verify(store, manifest).ok
     assert list(reader("d", store)()) == expected_rows(list_file)
     assert upload(list_file, "d", store=store).repaired_files == 0
+
+
+def test_temporary_files_of_a_killed_writer_are_removed_by_the_next_upload(
+    local_store: Store, make_image_list: MakeImageList
+) -> None:
+    list_file = make_image_list(4)
+    upload(list_file, "d", store=local_store)
+    objects = Path(local_store.local_path("datasets/d/objects"))
+    stale = objects / "ab" / f"{TEMP_PREFIX}abcdef.0123456789ab"
+    fresh = objects / "cd" / f"{TEMP_PREFIX}cdef01.0123456789ab"
+    for left in (stale, fresh):
+        left.parent.mkdir(parents=True, exist_ok=True)
+        left.write_bytes(b"half of an object")
+    day_ago = time.time() - STALE_TEMPORARY_SECONDS - 60
+    os.utime(stale, (day_ago, day_ago))
+    (list_file.parent / "data" / "img0000.jpg").write_bytes(b"\xff\xd8\xff changed")
+    upload(list_file, "d", store=local_store)
+    assert not stale.exists()  # left by a writer killed long ago
+    assert fresh.exists()  # may belong to a writer that is still running
