@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import numbers
 import threading
 import uuid
 from collections.abc import Iterator, Mapping
@@ -27,7 +26,7 @@ from datamount.readers.sharding import (
     torch_worker,
     worker_runs,
 )
-from datamount.storage import Store, open_store
+from datamount.storage import Store, arguments, open_store
 from datamount.storage.cache import ContentCache
 from datamount.storage.store import DEFAULT_MAX_BYTES_IN_FLIGHT
 
@@ -163,7 +162,7 @@ class DatasetReader:
     def set_epoch(self, epoch: int) -> None:
         """Make the next pass epoch ``epoch`` (as ``DistributedSampler.set_epoch``), read from the start of the
         share, or from a loaded state's position if the state is of that epoch."""
-        number = _whole(epoch, "epoch", minimum=0)
+        number = arguments.whole_number(epoch, "epoch", minimum=0)
         with self._lock:
             self.epoch = number
             self._pass = None
@@ -215,7 +214,7 @@ class DatasetReader:
                 start = self._resume[1] if self._resume is not None and self._resume[0] == epoch else 0
         size = self.share_size
         if consumed is not None:
-            done = _whole(consumed, "consumed", minimum=0)
+            done = arguments.whole_number(consumed, "consumed", minimum=0)
             if start + done > size:
                 raise ReaderStateError(
                     f"consumed={done} is more than the {size - start} samples of epoch {epoch}'s share "
@@ -324,28 +323,18 @@ def _counted(samples: Iterator[tuple[Any, ...]], progress: _PassProgress) -> Ite
         close_iterator(samples)
 
 
-def _whole(value: object, name: str, *, minimum: int | None) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise DistributedConfigError(f"{name} must be a whole number, got {value!r}")
-    if minimum is not None and value < minimum:
-        raise DistributedConfigError(f"{name} must be at least {minimum}, got {value}")
-    return int(value)
-
-
 def _order_options(
     rank: int | None, world_size: int | None, shuffle: bool, seed: int, remainder: str, worker_chunk: int
 ) -> dict[str, Any]:
     """The options that decide which rows each pass reads, checked."""
     checked_rank, checked_world_size = resolve_rank(rank, world_size)
-    if not isinstance(shuffle, bool):
-        raise DistributedConfigError(f"shuffle must be True or False, got {shuffle!r}")
     return {
         "rank": checked_rank,
         "world_size": checked_world_size,
-        "shuffle": shuffle,
-        "seed": _whole(seed, "seed", minimum=None),
+        "shuffle": arguments.boolean(shuffle, "shuffle"),
+        "seed": arguments.whole_number(seed, "seed"),
         "remainder": check_remainder(remainder),
-        "worker_chunk": _whole(worker_chunk, "worker_chunk", minimum=1),
+        "worker_chunk": arguments.whole_number(worker_chunk, "worker_chunk", minimum=1, error=DistributedConfigError),
     }
 
 
@@ -439,7 +428,7 @@ def reader(
         cache=cache,
         max_requests=max_requests,
         max_bytes=max_bytes,
-        rows_per_span=_whole(rows_per_span, "rows_per_span", minimum=1),
-        verify=verify,
+        rows_per_span=arguments.whole_number(rows_per_span, "rows_per_span", minimum=1),
+        verify=arguments.boolean(verify, "verify"),
     )
     return DatasetReader(source, **order)

@@ -24,6 +24,7 @@ from typing import Any
 
 from datamount.datasets.rows import Piece
 from datamount.readers.errors import DistributedConfigError, ReaderStateError
+from datamount.storage import arguments
 
 #: How a remainder of ``rows % world_size`` is handled; see :func:`share_bounds`.
 REMAINDER_RULES = ("pad", "drop", "uneven")
@@ -85,14 +86,12 @@ def _parse_whole(text: str, name: str) -> int:
 
 
 def _checked_rank(rank: Any, world_size: Any, rank_name: str, size_name: str) -> tuple[int, int]:
-    for value, name in ((rank, rank_name), (world_size, size_name)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise DistributedConfigError(f"{name} must be a whole number, got {value!r}")
-    if world_size < 1:
-        raise DistributedConfigError(f"{size_name}={world_size} must be at least 1")
-    if not 0 <= rank < world_size:
-        raise DistributedConfigError(f"{rank_name}={rank} must be between 0 and {size_name} - 1 = {world_size - 1}")
-    return rank, world_size
+    number, size = arguments.whole_number(rank, rank_name), arguments.whole_number(world_size, size_name)
+    if size < 1:
+        raise DistributedConfigError(f"{size_name}={size} must be at least 1")
+    if not 0 <= number < size:
+        raise DistributedConfigError(f"{rank_name}={number} must be between 0 and {size_name} - 1 = {size - 1}")
+    return number, size
 
 
 def torch_worker() -> tuple[int, int] | None:
@@ -118,9 +117,7 @@ def check_worker(index: int, count: int) -> tuple[int, int]:
 
 
 def check_remainder(rule: object) -> str:
-    if rule not in REMAINDER_RULES:
-        raise DistributedConfigError(f"remainder must be one of {', '.join(map(repr, REMAINDER_RULES))}, got {rule!r}")
-    return str(rule)
+    return str(arguments.one_of(rule, "remainder", REMAINDER_RULES, error=DistributedConfigError))
 
 
 def share_bounds(rows: int, rank: int, world_size: int, remainder: str) -> tuple[int, int]:

@@ -1,5 +1,6 @@
 """Where bytes live: stores over fsspec backends, profiles, atomic writes."""
 
+from datamount.storage import arguments
 from datamount.storage.errors import (
     BackendNotInstalledError,
     DatamountError,
@@ -32,6 +33,7 @@ __all__ = [
     "StorePermissionError",
     "StoreUnreachableError",
     "UnsafePathError",
+    "arguments",
     "config_path",
     "default_store_path",
     "load_config",

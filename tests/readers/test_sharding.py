@@ -204,8 +204,10 @@ def test_a_wrong_environment_is_one_clear_error_naming_the_variable(environ: dic
     ],
 )
 def test_explicit_rank_arguments_are_checked(rank: Any, world_size: Any, message: str) -> None:
-    with pytest.raises(DistributedConfigError, match=message):
+    wrong_type = "whole number" in message  # a wrong type is a TypeError, a wrong value the domain's ValueError
+    with pytest.raises(TypeError if wrong_type else DistributedConfigError, match=message) as caught:
         resolve_rank(rank, world_size, environ={})
+    assert caught.type is (TypeError if wrong_type else DistributedConfigError)
 
 
 def test_reader_takes_its_share_from_the_environment_unless_told(
@@ -224,21 +226,28 @@ def test_reader_takes_its_share_from_the_environment_unless_told(
 
 
 @pytest.mark.parametrize(
-    ("option", "message"),
+    ("option", "error", "message"),
     [
-        ({"remainder": "round"}, "remainder must be one of 'pad', 'drop', 'uneven', got 'round'"),
-        ({"shuffle": 1}, "shuffle must be True or False"),
-        ({"seed": 1.5}, "seed must be a whole number"),
-        ({"worker_chunk": 0}, "worker_chunk must be at least 1"),
-        ({"rows_per_span": 0}, "rows_per_span must be at least 1"),
+        (
+            {"remainder": "round"},
+            DistributedConfigError,
+            "remainder must be one of 'pad', 'drop', 'uneven', got 'round'",
+        ),
+        ({"shuffle": 1}, TypeError, "shuffle must be True or False"),
+        ({"seed": 1.5}, TypeError, "seed must be a whole number"),
+        ({"seed": "1"}, TypeError, "seed must be a whole number, got '1'"),
+        ({"worker_chunk": 0}, DistributedConfigError, "worker_chunk must be at least 1"),
+        ({"rows_per_span": 0}, ValueError, "rows_per_span must be at least 1"),
+        ({"verify": "yes"}, TypeError, "verify must be True or False"),
     ],
 )
 def test_sharding_options_are_checked_when_the_reader_is_made(
-    local_store: Store, tmp_path: Path, option: dict[str, Any], message: str
+    local_store: Store, tmp_path: Path, option: dict[str, Any], error: type[Exception], message: str
 ) -> None:
     text_dataset(local_store, tmp_path)
-    with pytest.raises(DistributedConfigError, match=message):
+    with pytest.raises(error, match=message) as caught:
         reader("t", local_store, **option)
+    assert caught.type is error
 
 
 # ------------------------------------------------------------------------------------------ shares on stores
@@ -399,8 +408,9 @@ def test_consumed_counts_what_the_loop_took(local_store: Store, tmp_path: Path) 
     assert samples.state_dict(consumed=40)["position"] == 40
     with pytest.raises(ReaderStateError, match="consumed=50 is more than the 49 samples of epoch 0's share"):
         samples.state_dict(consumed=50)
-    with pytest.raises(DistributedConfigError, match="consumed must be at least 0"):
+    with pytest.raises(ValueError, match="consumed must be at least 0") as caught:
         samples.state_dict(consumed=-1)
+    assert caught.type is ValueError
 
 
 def test_states_that_do_not_fit_are_refused(local_store: Store, tmp_path: Path, text_list: Path) -> None:

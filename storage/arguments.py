@@ -1,0 +1,53 @@
+"""Checking the arguments of the public API, one way everywhere: a wrong type is a ``TypeError``, a wrong value a
+``ValueError`` (or a domain error that subclasses it, e.g. ``DistributedConfigError``); each message names the
+argument, what it got, and what it takes."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Collection
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def whole_number(
+    value: object,
+    name: str,
+    *,
+    minimum: int | None = None,
+    maximum: int | None = None,
+    error: type[ValueError] = ValueError,
+) -> int:
+    """``value`` if it is a whole number (not a bool) within ``[minimum, maximum]``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be a whole number, got {value!r}")
+    if minimum is not None and value < minimum:
+        raise error(f"{name} must be at least {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise error(f"{name} must be at most {maximum}, got {value}")
+    return int(value)
+
+
+def positive_number(value: object, name: str, *, error: type[ValueError] = ValueError) -> float:
+    """``value`` if it is a finite number above zero (seconds, sizes)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number, got {value!r}")
+    if not 0 < value < math.inf:
+        raise error(f"{name} must be a positive number, got {value}")
+    return float(value)
+
+
+def boolean(value: object, name: str) -> bool:
+    """``value`` if it is True or False (not 0, 1 or None)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+def one_of(value: T, name: str, choices: Collection[T], *, error: type[ValueError] = ValueError) -> T:
+    """``value`` if it is one of ``choices``."""
+    if value not in choices:
+        raise error(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+    return value
