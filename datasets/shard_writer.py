@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 from datamount.datasets import layout
 from datamount.datasets.manifest import Kind, ShardEntry
 from datamount.datasets.progress import Progress, Silent
-from datamount.storage import Store
+from datamount.storage import Store, arguments
 from datamount.storage.checksums import sha256_file
 
 DEFAULT_SHARD_BYTES = 256 << 20
@@ -33,9 +33,9 @@ PATH_COLUMN = "path"
 
 
 def check_sizes(shard_bytes: int, row_group_bytes: int) -> None:
-    """Refuse shard and row-group sizes that are not positive."""
-    if shard_bytes < 1 or row_group_bytes < 1:
-        raise ValueError("shard and row-group sizes must be positive")
+    """Refuse shard and row-group sizes that are not positive whole numbers of bytes."""
+    arguments.whole_number(shard_bytes, "shard_bytes", minimum=1)
+    arguments.whole_number(row_group_bytes, "row_group_bytes", minimum=1)
 
 
 def list_schema(name: str, kind: Kind, columns: Sequence[str]) -> pa.Schema:

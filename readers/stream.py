@@ -31,7 +31,7 @@ from datamount.datasets.manifest import Manifest
 from datamount.datasets.names import validate_name
 from datamount.datasets.progress import Progress
 from datamount.datasets.shard_writer import DEFAULT_ROW_GROUP_BYTES, DEFAULT_SHARD_BYTES, INDEX_COLUMN
-from datamount.storage import Store
+from datamount.storage import Store, arguments
 
 __all__ = [
     "DEFAULT_MAX_BATCH_BYTES",
@@ -103,11 +103,8 @@ class StreamWriter:
     """
 
     def __init__(self, target: StreamTarget, *, max_batch_entries: int, max_batch_bytes: int) -> None:
-        for option, value in (("max_batch_entries", max_batch_entries), ("max_batch_bytes", max_batch_bytes)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{option} must be an int >= 1, got {value!r}")
-        self.max_batch_entries = max_batch_entries
-        self.max_batch_bytes = max_batch_bytes
+        self.max_batch_entries = arguments.whole_number(max_batch_entries, "max_batch_entries", minimum=1)
+        self.max_batch_bytes = arguments.whole_number(max_batch_bytes, "max_batch_bytes", minimum=1)
         self._sink = _Sink(target)
         self.target = self._sink.name
         self.columns: tuple[str, ...] = ()

@@ -28,7 +28,7 @@ from datamount.readers.errors import (
     TaskQueueSnapshotError,
 )
 from datamount.readers.master.tasks import Answer, Lease, QueueStatus, TaskQueue
-from datamount.storage import ObjectNotFoundError, Store, open_store
+from datamount.storage import ObjectNotFoundError, Store, arguments, open_store
 from datamount.storage.errors import DatamountError
 
 log = logging.getLogger(__name__)
@@ -352,8 +352,7 @@ def start_master(
         raise ValueError(
             f"the task master needs a store every Ray node can reach; {opened.url} lives in one process's memory"
         )
-    if snapshot_interval <= 0:
-        raise ValueError(f"snapshot_interval must be a positive number of seconds, not {snapshot_interval!r}")
+    arguments.positive_number(snapshot_interval, "snapshot_interval (seconds)")
     source = open_rows(opened, catalog.resolve(opened, ref), rows_per_span=rows_per_task)
     queue = TaskQueue(
         source.manifest.ref,

@@ -29,7 +29,7 @@ from datamount.readers.dataset import DatasetReader, reader
 from datamount.readers.errors import MasterFinishedError
 from datamount.readers.master.actor import DEFAULT_MASTER_TIMEOUT, DEFAULT_NAMESPACE, MasterClient, connect
 from datamount.readers.master.ahead import Fetched, PassOver, TasksAhead, give_back
-from datamount.storage import Store, open_store
+from datamount.storage import Store, arguments, open_store
 
 log = logging.getLogger(__name__)
 
@@ -73,9 +73,7 @@ class DistReader:
         self.namespace = namespace
         self.trainer = trainer
         self.master_timeout = master_timeout
-        if not poll_interval > 0:
-            raise ValueError(f"poll_interval must be a positive number of seconds, not {poll_interval!r}")
-        self.poll_interval = poll_interval
+        self.poll_interval = arguments.positive_number(poll_interval, "poll_interval (seconds)")
         self.read_options = _check_read_options(read_options)
         self._client: MasterClient | None = None
         self._source: RowSource | None = None

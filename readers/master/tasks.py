@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from datamount.readers.errors import TaskQueueSnapshotError
+from datamount.storage import arguments
 
 SNAPSHOT_FORMAT = "datamount.task-queue"
 SNAPSHOT_VERSION = 1
@@ -514,11 +515,9 @@ def _tasks(dataset: str, spans: Iterable[tuple[int, int]] | Iterable[range]) -> 
 
 
 def _check_options(lease_timeout: float, max_failures: int, passes: int | None, seed: int | None) -> None:
-    if not lease_timeout > 0:
-        raise ValueError(f"lease_timeout must be a positive number of seconds, not {lease_timeout!r}")
-    if isinstance(max_failures, bool) or not isinstance(max_failures, int) or max_failures < 0:
-        raise ValueError(f"max_failures must be an integer >= 0, not {max_failures!r}")
-    if passes is not None and (isinstance(passes, bool) or not isinstance(passes, int) or passes < 1):
-        raise ValueError(f"passes must be an integer >= 1 or None (no limit), not {passes!r}")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise ValueError(f"shuffle_seed must be an integer or None, not {seed!r}")
+    arguments.positive_number(lease_timeout, "lease_timeout (seconds)")
+    arguments.whole_number(max_failures, "max_failures", minimum=0)
+    if passes is not None:
+        arguments.whole_number(passes, "passes (or None: no limit)", minimum=1)
+    if seed is not None:
+        arguments.whole_number(seed, "shuffle_seed (or None)")

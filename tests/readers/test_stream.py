@@ -241,8 +241,10 @@ def test_writer_misuse_is_refused_early(action: Callable[[Any], Any], error: typ
 
 @pytest.mark.parametrize("option", ["max_batch_entries", "max_batch_bytes"])
 def test_batch_limits_must_be_positive(option: str) -> None:
-    with pytest.raises(ValueError, match=f"{option} must be an int >= 1"):
+    with pytest.raises(ValueError, match=f"{option} must be at least 1, got 0"):
         write_to(io.BytesIO(), **{option: 0})
+    with pytest.raises(TypeError, match=f"{option} must be a whole number, got 1.5"):
+        write_to(io.BytesIO(), **{option: 1.5})
 
 
 # ------------------------------------------------------------------------------------------------ grouping

@@ -229,18 +229,20 @@ def test_a_damaged_or_newer_snapshot_is_refused_with_its_name() -> None:
 
 
 @pytest.mark.parametrize(
-    ("options", "message"),
+    ("options", "error", "message"),
     [
-        ({"lease_timeout": 0}, "lease_timeout"),
-        ({"max_failures": -1}, "max_failures"),
-        ({"max_failures": True}, "max_failures"),
-        ({"passes": 0}, "passes"),
-        ({"shuffle_seed": "x"}, "shuffle_seed"),
+        ({"lease_timeout": 0}, ValueError, "lease_timeout"),
+        ({"max_failures": -1}, ValueError, "max_failures"),
+        ({"max_failures": True}, TypeError, "max_failures"),
+        ({"passes": 0}, ValueError, "passes"),
+        ({"shuffle_seed": "x"}, TypeError, "shuffle_seed"),
     ],
     ids=["lease", "failures", "failures-bool", "passes", "seed"],
 )
-def test_bad_options_are_refused_naming_the_option(options: dict[str, object], message: str) -> None:
-    with pytest.raises(ValueError, match=message):
+def test_bad_options_are_refused_naming_the_option(
+    options: dict[str, object], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
         make_queue(2, **options)
 
 
