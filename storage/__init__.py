@@ -1,6 +1,13 @@
-"""Where bytes live: stores over fsspec backends, profiles, atomic writes."""
+"""Where bytes live: stores over fsspec backends, profiles, atomic and exclusive writes, a shared content cache.
+
+:func:`open_store` turns a URL, a path or a profile into a :class:`Store` (``factory``, ``registry``, ``profiles``);
+``store`` holds the contract and ``backends/`` one module per backend; ``cache`` keeps remote files by sha256;
+``doctor`` checks a store; ``testing`` is the contract as a test suite for any backend.
+"""
 
 from datamount.storage import arguments
+from datamount.storage.cache import ContentCache
+from datamount.storage.doctor import run_doctor
 from datamount.storage.errors import (
     BackendNotInstalledError,
     DatamountError,
@@ -20,6 +27,7 @@ from datamount.storage.store import ObjectInfo, Store
 
 __all__ = [
     "BackendNotInstalledError",
+    "ContentCache",
     "DatamountError",
     "IntegrityError",
     "MountError",
@@ -38,4 +46,5 @@ __all__ = [
     "default_store_path",
     "load_config",
     "open_store",
+    "run_doctor",
 ]
