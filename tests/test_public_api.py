@@ -117,3 +117,11 @@ def test_the_import_walker_sees_a_crossing() -> None:
     assert private_owner("datamount.storage.store") is None
     assert private_owner("datamount.storage.store._grouped") == "datamount.storage"
     assert module_name(ROOT / "readers" / "master" / "dist.py") == "datamount.readers.master.dist"
+
+
+def test_every_package_folder_is_installed() -> None:
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {module_name(init) for folder in PACKAGES for init in (ROOT / folder).rglob("__init__.py")}
+    assert found == listed
