@@ -20,7 +20,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
-import sys
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,11 +28,6 @@ from typing import Any
 import platformdirs
 
 from datamount.storage.errors import StoreConfigError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on Python 3.10 only
-    import tomli as tomllib
 
 APP_NAME = "datamount"
 CONFIG_ENV = "DATAMOUNT_CONFIG"
