@@ -6,7 +6,7 @@ import dataclasses
 import json
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 from datamount.datasets.errors import ManifestError
@@ -18,7 +18,7 @@ FORMAT_VERSION = 2
 SPLITS_KEY = "splits"
 
 
-class Kind(str, Enum):
+class Kind(StrEnum):
     """What a version's rows are.
 
     ``image``: a file's exact bytes, then label strings (from a ``.list`` of ``path<TAB>label`` rows);
@@ -29,9 +29,6 @@ class Kind(str, Enum):
     IMAGE = "image"
     TEXT = "text"
     TABLE = "table"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass(frozen=True)
