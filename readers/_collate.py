@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from datamount.readers._processes import close_iterator
+from datamount.readers.workers import close_iterator
 
 Reader = Callable[[], Iterable[Any]]
 Column = np.ndarray | list[Any]

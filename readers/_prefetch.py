@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from datamount.readers._collate import Column
-from datamount.readers._processes import POLL_SECONDS, close_iterator, put_until_stopped
+from datamount.readers.workers import POLL_SECONDS, close_iterator, put_until_stopped
 
 THREAD_NAME = "datamount-dataloader-prefetch"
 # A reader stuck inside one item (a hung network read) cannot be interrupted; close() waits this long for it.

@@ -40,10 +40,9 @@ from datamount.readers._prefetch import (
     Formatter,
     ThreadEpoch,
 )
-from datamount.readers._processes import advance_epochs, close_iterator, exit_description
-from datamount.readers._remote import CarriedException
 from datamount.readers._shm import AttachedSegments, SegmentRing, Slot, Spec, plan_batch, write_batch
 from datamount.readers.errors import SharedMemoryError, WorkerDiedError
+from datamount.readers.workers import CarriedException, advance_epochs, close_iterator, exit_description
 
 PROCESS_NAME = "datamount-dataloader-worker"
 # How long a stopped worker gets to leave on its own (running the reader's ``finally`` blocks) before SIGTERM.

@@ -13,8 +13,8 @@ from typing import Any
 
 from datamount.readers._collate import Column, ReadyBatches, SampleBatches, SampleListBatches
 from datamount.readers._prefetch import BatchSource, Epoch, ThreadEpoch
-from datamount.readers._processes import check_reader, effective_start_method, require_picklable, start_method_of
 from datamount.readers._worker import ProcessEpoch
+from datamount.readers.workers import check_reader, effective_start_method, require_picklable, start_method_of
 
 Reader = Callable[[], Iterable[Any]]
 

@@ -18,7 +18,6 @@ from datamount.datasets import catalog
 from datamount.datasets.manifest import Manifest
 from datamount.datasets.public_splits import split_manifest
 from datamount.datasets.shards import ShardSource
-from datamount.readers._processes import close_iterator
 from datamount.readers.sharding import (
     DEFAULT_REMAINDER,
     DistributedConfigError,
@@ -33,6 +32,7 @@ from datamount.readers.sharding import (
     torch_worker,
     worker_runs,
 )
+from datamount.readers.workers import close_iterator
 from datamount.storage import Store, open_store
 from datamount.storage.cache import CACHE_DIR_ENV, ContentCache
 

@@ -1,20 +1,5 @@
-"""Paddle-compatible reader decorators.
-
-A *reader* is a zero-argument callable returning an iterable of samples; each call is one epoch. A *reader
-decorator* takes readers and returns a reader. Names, arguments and defaults follow ``paddle.reader`` and
-``paddle.batch``, so ported code only changes its import. Where Paddle misbehaves this module does not:
-
-- any sample value is data: ``None``, ``0``, ``""``, ``()`` and numpy arrays are never taken for an end or an
-  error;
-- an exception in a background thread or process is raised in the consumer, with its original type and the
-  worker's traceback chained as the cause, instead of hanging it;
-- stopping early (``break``, ``firstn``, ``close()``, dropping the generator) joins every thread and process;
-- randomness is per decorator and reproducible, never the global RNG;
-- every decorated reader pickles (given picklable inputs), so it can be handed to ``spawn`` worker processes.
-
-Every decorator calls its upstream readers lazily, on the first ``next()`` of its own iterator, and closes the
-upstream iterators when it stops, so that their ``finally`` blocks run at once.
-"""
+"""The Paddle-compatible decorators, each a small picklable reader class and the function that checks its
+arguments and builds it; the background stages' readers live in :mod:`._background`."""
 
 from __future__ import annotations
 
@@ -27,14 +12,11 @@ from itertools import islice, zip_longest
 from multiprocessing.context import BaseContext
 from typing import Any, Generic, TypeVar
 
-from datamount.readers._background import (
+from datamount.readers.decorators._background import BufferedReader, MultiprocessReader, XmapReader
+from datamount.readers.errors import ComposeNotAligned
+from datamount.readers.workers import (
     END_OF_STREAM,
-    BufferedReader,
-    MultiprocessReader,
     Reader,
-    XmapReader,
-)
-from datamount.readers._processes import (
     check_reader,
     close_iterator,
     effective_start_method,
@@ -42,21 +24,6 @@ from datamount.readers._processes import (
     split_among_workers,
     start_method_of,
 )
-from datamount.readers.errors import ComposeNotAligned
-
-__all__ = [
-    "Reader",
-    "batch",
-    "buffered",
-    "cache",
-    "chain",
-    "compose",
-    "firstn",
-    "map_readers",
-    "multiprocess_reader",
-    "shuffle",
-    "xmap_readers",
-]
 
 T = TypeVar("T")
 U = TypeVar("U")

@@ -1,0 +1,277 @@
+"""How items travel from workers to their consumer: the worker's side (a put or a send that gives up once the
+consumer asks it to stop) and the consumer's (an :class:`Inbox`, the one wait that never hangs on a dead worker).
+
+Three transports, each a sender and an inbox: a ``queue.Queue`` between threads; one pipe per worker process; and
+one ``multiprocessing.Queue`` shared by worker processes, whose items are pickled in the worker and tagged with its
+number. Every blocking call wakes at least every :data:`POLL_SECONDS`.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import queue
+import time
+from collections import deque
+from collections.abc import Iterator
+from multiprocessing.connection import Connection, wait
+from typing import Any, Protocol
+
+from datamount.readers.workers.carried import END_OF_STREAM, CarriedException
+from datamount.readers.workers.handles import WorkerHandle, worker_died
+
+#: How often a blocked put or get wakes up to check whether it should stop, or whether its workers are alive.
+POLL_SECONDS = 0.1
+
+
+class StopFlag(Protocol):
+    """A ``threading.Event``, a ``multiprocessing`` event, or anything else that tells a worker to stop."""
+
+    def is_set(self) -> bool: ...
+
+
+def put_until_stopped(channel: Any, item: object, stop: StopFlag) -> bool:
+    """Put ``item``, waiting while ``channel`` is full; False once ``stop`` is set (the consumer is gone)."""
+    while not stop.is_set():
+        try:
+            channel.put(item, timeout=POLL_SECONDS)
+            return True
+        except queue.Full:
+            pass
+    return False
+
+
+def get_until_stopped(channel: queue.Queue[Any], stop: StopFlag) -> Any:
+    """Take an item, waiting while ``channel`` is empty; :data:`END_OF_STREAM` once ``stop`` is set."""
+    while not stop.is_set():
+        try:
+            return channel.get(timeout=POLL_SECONDS)
+        except queue.Empty:
+            pass
+    return END_OF_STREAM
+
+
+# ----------------------------------------------------------------------------------------- the workers' side
+
+
+class QueueSender:
+    """Emit into a ``queue.Queue`` read by the consumer thread (a worker thread's ``emit``)."""
+
+    def __init__(self, channel: queue.Queue[Any], stop: StopFlag) -> None:
+        self.channel = channel
+        self.stop = stop
+
+    def __call__(self, item: object) -> bool:
+        return put_until_stopped(self.channel, item, self.stop)
+
+
+class PipeSender:
+    """Emit down the write end of a pipe (a worker process's ``emit``); pickling errors propagate."""
+
+    def __init__(self, conn: Connection, stop: StopFlag) -> None:
+        self.conn = conn
+        self.stop = stop
+
+    def __call__(self, item: object) -> bool:
+        if self.stop.is_set():
+            return False
+        try:
+            self.conn.send(item)
+        except (BrokenPipeError, ConnectionResetError):
+            return False  # the consumer has closed its end
+        return True
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class ProcessQueueSender:
+    """Emit into a ``multiprocessing.Queue`` shared by several worker processes, as ``(sender, pickled item)``.
+
+    Items are pickled here, not in the queue's feeder thread, so that an unpicklable item is reported to the consumer
+    instead of being printed and dropped. It stops when ``stop`` is set or the parent process has gone.
+    """
+
+    def __init__(self, channel: Any, stop: StopFlag, sender: int) -> None:
+        self.channel = channel
+        self.stop = stop
+        self.sender = sender
+        self.parent = os.getpid()  # made in the parent; used in the worker
+
+    def is_set(self) -> bool:
+        return self.stop.is_set() or os.getppid() != self.parent
+
+    def __call__(self, item: object) -> bool:
+        payload = pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL)
+        return put_until_stopped(self.channel, (self.sender, payload), self)
+
+    def close(self) -> None:
+        if self.is_set():
+            # Nobody reads the queue any more: exit without waiting to flush it.
+            self.channel.cancel_join_thread()
+
+
+# ---------------------------------------------------------------------------------------- the consumer's side
+
+
+class Inbox:
+    """What the watched workers send, in arrival order, until each has sent :data:`END_OF_STREAM`.
+
+    The one rule for a worker that is gone: it is an error (:class:`~datamount.readers.errors.WorkerDiedError`
+    ending in ``before {task}``) when it ends before its end marker arrives: at once if it ended with a non-zero
+    exit status or its pipe closed, otherwise once the inbox has found nothing waiting after seeing it ended (its
+    end marker could still have been on its way until then). Subclasses provide the transport.
+    """
+
+    def __init__(self, task: str) -> None:
+        self.task = task
+        self.senders: list[WorkerHandle] = []
+        self._ended: set[int] = set()
+        # End markers that do not say who sent them (several threads sharing one untagged queue).
+        self._unnamed_ends = 0
+        self._suspects: set[int] = set()
+
+    def watch(self, worker: WorkerHandle, conn: Connection | None = None) -> int:
+        """Expect items and an end marker from ``worker``; returns its sender number."""
+        self.senders.append(worker)
+        return len(self.senders) - 1
+
+    def items(self) -> Iterator[Any]:
+        """The items, end markers left out; a carried exception is raised when it arrives."""
+        check_at = time.monotonic() + POLL_SECONDS
+        while len(self._ended) + self._unnamed_ends < len(self.senders):
+            try:
+                sender, item = self._take(POLL_SECONDS)
+            except queue.Empty:
+                self._check_senders(idle=True)
+                continue
+            if item is END_OF_STREAM:
+                if sender is None:
+                    self._unnamed_ends += 1
+                else:
+                    self._ended.add(sender)
+                continue
+            if type(item) is CarriedException:
+                item.reraise()
+            yield item
+            if time.monotonic() >= check_at:
+                self._check_senders(idle=False)
+                check_at = time.monotonic() + POLL_SECONDS
+
+    def _check_senders(self, *, idle: bool) -> None:
+        senders = self.senders
+        gone = [index for index, worker in enumerate(senders) if index not in self._ended and not worker.is_alive()]
+        if len(gone) <= self._unnamed_ends:  # each may be one whose end marker has arrived
+            self._suspects.clear()
+            return
+        for index in gone:
+            if senders[index].failed:
+                raise worker_died(senders[index], self.task)
+        if idle and (late := self._suspects.intersection(gone)):
+            raise worker_died(senders[min(late)], self.task)
+        self._suspects = set(gone)
+
+    def _take(self, timeout: float) -> tuple[int | None, Any]:
+        """The next ``(sender or None, item)``; raises ``queue.Empty`` when nothing came within ``timeout``."""
+        raise NotImplementedError
+
+    def waitables(self) -> list[Any]:
+        """What ``multiprocessing.connection.wait`` can watch for items while the workers are stopping."""
+        return []
+
+    def drain(self) -> None:
+        """Drop what has been sent, without blocking, so that no worker stays blocked sending it."""
+
+    def close(self) -> None:
+        """Release the transport; the workers have been joined."""
+
+
+class QueueInbox(Inbox):
+    """A ``queue.Queue`` that worker threads put into."""
+
+    def __init__(self, channel: queue.Queue[Any], task: str) -> None:
+        super().__init__(task)
+        self.channel = channel
+
+    def _take(self, timeout: float) -> tuple[int | None, Any]:
+        item = self.channel.get(timeout=timeout)
+        return (0 if len(self.senders) == 1 else None), item
+
+    def drain(self) -> None:
+        while True:
+            try:
+                self.channel.get_nowait()
+            except queue.Empty:
+                return
+
+    def close(self) -> None:
+        self.drain()  # the items can be large batches; free them now
+
+
+class ProcessQueueInbox(Inbox):
+    """A ``multiprocessing.Queue`` that :class:`ProcessQueueSender` workers put into."""
+
+    def __init__(self, channel: Any, task: str) -> None:
+        super().__init__(task)
+        self.channel = channel
+
+    def _take(self, timeout: float) -> tuple[int | None, Any]:
+        sender, payload = self.channel.get(timeout=timeout)
+        return sender, pickle.loads(payload)
+
+    def close(self) -> None:
+        self.channel.close()
+        self.channel.join_thread()
+
+
+class PipeInbox(Inbox):
+    """One pipe per worker process; a pipe that ends before its end marker means the worker died."""
+
+    def __init__(self, task: str) -> None:
+        super().__init__(task)
+        self._conns: list[Connection] = []
+        self._open: dict[Connection, int] = {}  # pipes not yet at their end marker, and their senders
+        self._ready: deque[Connection] = deque()
+
+    def watch(self, worker: WorkerHandle, conn: Connection | None = None) -> int:
+        if conn is None:
+            raise TypeError("a PipeInbox watches a worker together with the read end of its pipe")
+        sender = super().watch(worker)
+        self._conns.append(conn)
+        self._open[conn] = sender
+        return sender
+
+    def _take(self, timeout: float) -> tuple[int | None, Any]:
+        if not self._ready:
+            # poll() first: when items are waiting, as they are in the steady state, no selector is built.
+            self._ready.extend(conn for conn in self._open if conn.poll())
+            if not self._ready:
+                sentinels = [self.senders[sender].sentinel for sender in self._open.values()]
+                ready = wait([*self._open, *sentinels], timeout=timeout)
+                self._ready.extend(conn for conn in ready if isinstance(conn, Connection))
+                if not self._ready:
+                    raise queue.Empty  # the wait timed out, or a worker ended: _check_senders looks at it
+        conn = self._ready.popleft()
+        sender = self._open[conn]
+        try:
+            item = conn.recv()
+        except (EOFError, OSError):
+            raise worker_died(self.senders[sender], self.task) from None
+        if item is END_OF_STREAM:
+            del self._open[conn]
+        return sender, item
+
+    def waitables(self) -> list[Any]:
+        return [conn for conn in self._conns if not conn.closed]
+
+    def drain(self) -> None:
+        for conn in self._conns:
+            try:
+                while not conn.closed and conn.poll():
+                    conn.recv_bytes()
+            except (EOFError, OSError):
+                conn.close()
+
+    def close(self) -> None:
+        for conn in self._conns:
+            conn.close()
