@@ -16,18 +16,8 @@ Every decorator calls its upstream readers lazily, on the first ``next()`` of it
 upstream iterators when it stops, so that their ``finally`` blocks run at once.
 """
 
-from datamount.readers.decorators._functions import (
-    batch,
-    buffered,
-    cache,
-    chain,
-    compose,
-    firstn,
-    map_readers,
-    multiprocess_reader,
-    shuffle,
-    xmap_readers,
-)
+from datamount.readers.decorators._background import buffered, multiprocess_reader, xmap_readers
+from datamount.readers.decorators._functions import batch, cache, chain, compose, firstn, map_readers, shuffle
 from datamount.readers.workers import Reader
 
 __all__ = [

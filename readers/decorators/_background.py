@@ -1,4 +1,4 @@
-"""The stages behind ``buffered``, ``xmap_readers`` and ``multiprocess_reader``, built on the worker toolkit.
+"""The background stages ``buffered``, ``xmap_readers`` and ``multiprocess_reader``, built on the worker toolkit.
 
 Each call of a stage is one epoch with its own :class:`~datamount.readers.workers.Crew`: workers start on the first
 ``next()`` (a generator that is never started owns nothing), what they send is read through the crew's inbox (a
@@ -12,29 +12,27 @@ from __future__ import annotations
 import multiprocessing
 import queue
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from multiprocessing.context import BaseContext
 from typing import Any, Generic, TypeVar
 
-from datamount.readers.workers import (
-    END_OF_STREAM,
-    POLL_SECONDS,
-    CarriedException,
-    Crew,
+from datamount.readers.decorators._functions import _check_int
+from datamount.readers.workers.carried import END_OF_STREAM, CarriedException
+from datamount.readers.workers.chains import Reader, advance_epochs, check_reader, split_among_workers
+from datamount.readers.workers.channels import (
+    Inbox,
     PipeInbox,
-    PipeSender,
     ProcessQueueInbox,
-    ProcessQueueSender,
     QueueInbox,
     QueueSender,
-    Reader,
-    StopFlag,
-    advance_epochs,
+    acquire_until_stopped,
     get_until_stopped,
-    produce,
     put_until_stopped,
-    serve,
 )
+from datamount.readers.workers.crew import Crew
+from datamount.readers.workers.produce import produce
+from datamount.readers.workers.start import effective_start_method, require_picklable, start_method_of
 
 T = TypeVar("T")
 U = TypeVar("U")
@@ -58,6 +56,27 @@ class BufferedReader(Generic[T]):
             yield from crew.items()
         finally:
             crew.shutdown()
+
+
+def buffered(reader: Reader[T], size: int) -> Reader[T]:
+    """Read ``reader`` ahead in a background thread, holding up to ``size`` samples.
+
+    Parameters
+    ----------
+    reader : Reader
+        The reader to read ahead.
+    size : int
+        Maximum samples held; ``size <= 0`` holds any number.
+
+    Returns
+    -------
+    Reader
+        A reader of the same samples in the same order. An exception in the thread is raised in the consumer;
+        the thread is joined when the iteration ends, fails or is abandoned (it stops after its current
+        sample).
+    """
+    check_reader(reader, "buffered(): reader")
+    return BufferedReader(reader, _check_int(size, "buffered(): size"))
 
 
 # ------------------------------------------------------------------------------------------------- xmap_readers
@@ -86,24 +105,16 @@ class _TaskFeed:
             return all(put_until_stopped(self.tasks, item, self.stop) for _ in range(self.mappers))
         if type(item) is CarriedException:
             return put_until_stopped(self.results, (self.fed, item), self.stop)
-        if (self.window is not None and not _acquire(self.window, self.stop)) or not put_until_stopped(
-            self.tasks, (self.fed, item), self.stop
-        ):
+        if self.window is not None and not acquire_until_stopped(self.window, self.stop):
+            return False
+        if not put_until_stopped(self.tasks, (self.fed, item), self.stop):
             return False
         self.fed += 1
         return True
 
 
-def _acquire(window: threading.Semaphore, stop: StopFlag) -> bool:
-    """Acquire a slot of ``window``; False once ``stop`` is set."""
-    while not stop.is_set():
-        if window.acquire(timeout=POLL_SECONDS):
-            return True
-    return False
-
-
 def _map_tasks(
-    mapper: Callable[[Any], Any], tasks: queue.Queue[Any], results: queue.Queue[Any], stop: threading.Event
+    mapper: Callable[[Any], Any], tasks: queue.Queue[Any], results: queue.Queue[Any], stop: threading.Event, label: str
 ) -> None:
     """Thread body: map numbered samples from ``tasks`` into ``results`` until an end marker or an error."""
     while (task := get_until_stopped(tasks, stop)) is not END_OF_STREAM:
@@ -111,8 +122,7 @@ def _map_tasks(
         try:
             result = mapper(sample)
         except BaseException as exc:
-            where = f"xmap_readers() mapper thread {threading.current_thread().name}"
-            put_until_stopped(results, (index, CarriedException.capture(exc, where)), stop)
+            put_until_stopped(results, (index, CarriedException.capture(exc, label)), stop)
             return
         if not put_until_stopped(results, (index, result), stop):
             return
@@ -137,13 +147,15 @@ class XmapReader(Generic[T, U]):
         window = threading.Semaphore(2 * self.buffer_size + self.process_num) if self.order else None
         try:
             feed = _TaskFeed(tasks, results, window, crew.stop, self.process_num)
-            args = (self.reader, feed, "xmap_readers() reader thread")
+            label = "xmap_readers() reader thread"
             # The reader thread sends its end to the mappers, not to the inbox: only the mappers are watched.
-            crew.start_thread(produce, args, name="datamount-xmap-reader", label=args[2], sends=False)
+            crew.start_thread(
+                produce, (self.reader, feed, label), name="datamount-xmap-reader", label=label, sends=False
+            )
             for number in range(self.process_num):
                 name = f"datamount-xmap-{number}"
-                args = (self.mapper, tasks, results, crew.stop)
-                crew.start_thread(_map_tasks, args, name=name, label=f"xmap_readers() mapper thread {name}")
+                label = f"xmap_readers() mapper thread {name}"
+                crew.start_thread(_map_tasks, (self.mapper, tasks, results, crew.stop, label), name=name, label=label)
             numbered: Iterator[tuple[int, Any]] = crew.items()
             if window is None:
                 for _, result in numbered:
@@ -175,6 +187,39 @@ def _in_input_order(numbered: Iterable[tuple[int, Any]], window: threading.Semap
             yield ready
 
 
+def xmap_readers(
+    mapper: Callable[[T], U], reader: Reader[T], process_num: int, buffer_size: int, order: bool = False
+) -> Reader[U]:
+    """Map the samples of ``reader`` with ``mapper`` in ``process_num`` threads.
+
+    Parameters
+    ----------
+    mapper : callable
+        Applied to each sample, in worker threads (so it should release the GIL to gain from them).
+    reader : Reader
+        The reader to map, read by one more thread.
+    process_num : int
+        Number of mapper threads (Paddle's name), at least 1.
+    buffer_size : int
+        Capacity of the input and of the output queue, at least 1.
+    order : bool
+        Yield results in input order. Results that finish early wait in the consumer (at most
+        ``2 * buffer_size + process_num`` samples are in flight); nobody spins while they wait.
+
+    Returns
+    -------
+    Reader
+        A reader of mapped samples. An exception in ``mapper`` or ``reader`` is raised in the consumer; all
+        threads are joined when the iteration ends, fails or is abandoned.
+    """
+    if not callable(mapper):
+        raise TypeError(f"xmap_readers(): mapper must be callable, got {type(mapper).__name__}")
+    check_reader(reader, "xmap_readers(): reader")
+    threads = _check_int(process_num, "xmap_readers(): process_num", minimum=1)
+    capacity = _check_int(buffer_size, "xmap_readers(): buffer_size", minimum=1)
+    return XmapReader(mapper, reader, threads, capacity, bool(order))
+
+
 # ------------------------------------------------------------------------------------------ multiprocess_reader
 
 
@@ -189,21 +234,70 @@ class MultiprocessReader(Generic[T]):
 
     def __call__(self) -> Iterator[T]:
         context = multiprocessing.get_context(self.start_method)
-        stop = context.Event()
-        channel = None if self.use_pipe else context.Queue(self.queue_size)
-        inbox = PipeInbox(_READER_FINISHED) if channel is None else ProcessQueueInbox(channel, _READER_FINISHED)
-        crew = Crew(inbox, stop)
+        inbox: Inbox
+        if self.use_pipe:
+            inbox = PipeInbox(_READER_FINISHED)
+        else:
+            inbox = ProcessQueueInbox(context.Queue(self.queue_size), _READER_FINISHED)
+        crew = Crew(inbox, context.Event())
         try:
             for index, reader in enumerate(self.readers):
                 name, label = f"datamount-multiprocess-reader-{index}", f"multiprocess_reader() worker {index}"
-                if channel is None:
-                    receiver, conn = context.Pipe(duplex=False)
-                    args = (reader, PipeSender(conn, stop), label)
-                    crew.start_process(context, serve, args, name=name, label=label, reply=receiver, hand_over=[conn])
-                else:
-                    args = (reader, ProcessQueueSender(channel, stop, index), label)
-                    crew.start_process(context, serve, args, name=name, label=label)
+                crew.start_server(context, reader, name=name, label=label)
             advance_epochs(self.readers)  # each worker has its copy: keep this process's readers in step
             yield from crew.items()
         finally:
             crew.shutdown()
+
+
+def multiprocess_reader(
+    readers: Sequence[Reader[T]],
+    use_pipe: bool = True,
+    queue_size: int = 1000,
+    *,
+    mp_context: str | BaseContext | None = None,
+) -> Reader[T]:
+    """Run each reader in its own process and merge their samples as they arrive.
+
+    Samples cross with pickle, so any picklable sample arrives intact (bytes, numpy arrays, tuples, ``None``).
+    The order within one reader is kept; across readers it depends on timing. A dataset reader
+    (:func:`~datamount.readers.reader`) that several of the readers contain, e.g. ``[samples] * 4`` or
+    ``[map_readers(decode, samples)] * 4``, is split among them: each worker reads its own part of the share,
+    together they read it once (see ``docs/sharding.md``).
+
+    Parameters
+    ----------
+    readers : sequence of Reader
+        One worker process each.
+    use_pipe : bool
+        One pipe per worker (True) or one shared ``multiprocessing.Queue`` (False).
+    queue_size : int
+        Capacity of the shared queue, at least 1; only used with ``use_pipe=False``.
+    mp_context : str or multiprocessing context, optional
+        Start method (``"fork"``, ``"spawn"``, ``"forkserver"``) or context; default: multiprocessing's
+        default. With anything but ``fork`` the readers are pickled, so they must be module-level functions,
+        decorated readers or ``functools.partial`` objects over them; this is checked here.
+
+    Returns
+    -------
+    Reader
+        The merged reader. An exception in a worker is raised in the consumer; a worker that dies raises
+        :class:`~datamount.readers.WorkerDiedError` naming its exit code or signal. Workers are daemonic (they
+        cannot start processes of their own) and are stopped and joined when the iteration ends, fails or is
+        abandoned.
+
+    Raises
+    ------
+    NotPicklableError
+        If a reader cannot be pickled for a start method other than ``fork``.
+    """
+    if not isinstance(readers, (list, tuple)) or not readers:
+        raise ValueError(f"multiprocess_reader(): readers must be a non-empty list or tuple, got {readers!r}")
+    for index, reader in enumerate(readers):
+        check_reader(reader, f"multiprocess_reader(): reader {index}")
+    size = _check_int(queue_size, "multiprocess_reader(): queue_size", minimum=1)
+    start_method = start_method_of(mp_context)
+    if (method := effective_start_method(start_method)) != "fork":
+        for index, reader in enumerate(readers):
+            require_picklable(reader, f"multiprocess_reader(): reader {index} ({reader!r})", method)
+    return MultiprocessReader(split_among_workers(readers), bool(use_pipe), size, start_method)

@@ -25,11 +25,14 @@ from datamount.readers.workers.channels import (
     ProcessQueueSender,
     QueueInbox,
     QueueSender,
+    Sender,
     StopFlag,
+    StopSignal,
+    acquire_until_stopped,
     get_until_stopped,
     put_until_stopped,
 )
-from datamount.readers.workers.crew import THREAD_JOIN_SECONDS, Crew, StopSignal, serve
+from datamount.readers.workers.crew import THREAD_JOIN_SECONDS, Crew, serve
 from datamount.readers.workers.handles import (
     GRACE_SECONDS,
     ProcessHandle,
@@ -60,11 +63,13 @@ __all__ = [
     "QueueSender",
     "Reader",
     "RemoteTraceback",
+    "Sender",
     "StopFlag",
     "StopSignal",
     "ThreadHandle",
     "WorkerHandle",
     "WorkerPart",
+    "acquire_until_stopped",
     "advance_epochs",
     "check_reader",
     "close_iterator",

@@ -11,10 +11,12 @@ from __future__ import annotations
 import os
 import pickle
 import queue
+import threading
 import time
 from collections import deque
 from collections.abc import Iterator
 from multiprocessing.connection import Connection, wait
+from multiprocessing.context import BaseContext
 from typing import Any, Protocol
 
 from datamount.readers.workers.carried import END_OF_STREAM, CarriedException
@@ -30,6 +32,27 @@ class StopFlag(Protocol):
     def is_set(self) -> bool: ...
 
 
+class Sender(Protocol):
+    """A worker process's ``emit``: what it holds of the transport is released by ``close()`` when the worker ends.
+
+    ``ends`` are the pipe ends it owns: the parent closes its copies once the worker has started, so that the
+    worker's death reads as the end of the pipe.
+    """
+
+    @property
+    def ends(self) -> tuple[Connection, ...]: ...
+
+    def __call__(self, item: object) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+class StopSignal(StopFlag, Protocol):
+    """The consumer's side of a :class:`StopFlag`: ``set()`` tells the workers to stop."""
+
+    def set(self) -> None: ...
+
+
 def put_until_stopped(channel: Any, item: object, stop: StopFlag) -> bool:
     """Put ``item``, waiting while ``channel`` is full; False once ``stop`` is set (the consumer is gone)."""
     while not stop.is_set():
@@ -38,6 +61,14 @@ def put_until_stopped(channel: Any, item: object, stop: StopFlag) -> bool:
             return True
         except queue.Full:
             pass
+    return False
+
+
+def acquire_until_stopped(semaphore: threading.Semaphore, stop: StopFlag) -> bool:
+    """Acquire ``semaphore``, waiting while it is taken; False once ``stop`` is set."""
+    while not stop.is_set():
+        if semaphore.acquire(timeout=POLL_SECONDS):
+            return True
     return False
 
 
@@ -71,6 +102,7 @@ class PipeSender:
     def __init__(self, conn: Connection, stop: StopFlag) -> None:
         self.conn = conn
         self.stop = stop
+        self.ends: tuple[Connection, ...] = (conn,)
 
     def __call__(self, item: object) -> bool:
         if self.stop.is_set():
@@ -92,14 +124,18 @@ class ProcessQueueSender:
     instead of being printed and dropped. It stops when ``stop`` is set or the parent process has gone.
     """
 
+    ends: tuple[Connection, ...] = ()
+
     def __init__(self, channel: Any, stop: StopFlag, sender: int) -> None:
         self.channel = channel
         self.stop = stop
         self.sender = sender
-        self.parent = os.getpid()  # made in the parent; used in the worker
+        self._parent: int | None = None  # the worker's parent process, as the worker first sees it
 
     def is_set(self) -> bool:
-        return self.stop.is_set() or os.getppid() != self.parent
+        if self._parent is None:
+            self._parent = os.getppid()
+        return self.stop.is_set() or os.getppid() != self._parent
 
     def __call__(self, item: object) -> bool:
         payload = pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL)
@@ -171,6 +207,10 @@ class Inbox:
             raise worker_died(senders[min(late)], self.task)
         self._suspects = set(gone)
 
+    def open_sender(self, context: BaseContext, stop: StopFlag) -> tuple[Sender, Connection | None]:
+        """The ``emit`` of the next worker process to be watched, and the read end of its pipe if it has one."""
+        raise TypeError(f"worker processes cannot send to a {type(self).__name__}")
+
     def _take(self, timeout: float) -> tuple[int | None, Any]:
         """The next ``(sender or None, item)``; raises ``queue.Empty`` when nothing came within ``timeout``."""
         raise NotImplementedError
@@ -215,6 +255,9 @@ class ProcessQueueInbox(Inbox):
         super().__init__(task)
         self.channel = channel
 
+    def open_sender(self, context: BaseContext, stop: StopFlag) -> tuple[Sender, Connection | None]:
+        return ProcessQueueSender(self.channel, stop, len(self.senders)), None
+
     def _take(self, timeout: float) -> tuple[int | None, Any]:
         sender, payload = self.channel.get(timeout=timeout)
         return sender, pickle.loads(payload)
@@ -240,6 +283,10 @@ class PipeInbox(Inbox):
         self._conns.append(conn)
         self._open[conn] = sender
         return sender
+
+    def open_sender(self, context: BaseContext, stop: StopFlag) -> tuple[Sender, Connection | None]:
+        receiver, conn = context.Pipe(duplex=False)
+        return PipeSender(conn, stop), receiver
 
     def _take(self, timeout: float) -> tuple[int | None, Any]:
         if not self._ready:

@@ -16,28 +16,14 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from multiprocessing.connection import Connection, wait
 from multiprocessing.context import BaseContext
-from typing import Any, Protocol
+from typing import Any
 
-from datamount.readers.workers.channels import Inbox
+from datamount.readers.workers.channels import Inbox, Sender, StopSignal
 from datamount.readers.workers.handles import GRACE_SECONDS, ProcessHandle, ThreadHandle, WorkerHandle
 from datamount.readers.workers.produce import Emit, produce
 
 #: How long closing waits for a thread that is still inside its reader (a hung network read cannot be interrupted).
 THREAD_JOIN_SECONDS = 30.0
-
-
-class StopSignal(Protocol):
-    """Tells the workers to stop: a threading or multiprocessing event, or an object that sends a stop message."""
-
-    def set(self) -> None: ...
-
-
-class Sender(Protocol):
-    """A worker process's ``emit`` that holds a transport to release when the worker ends."""
-
-    def __call__(self, item: object) -> bool: ...
-
-    def close(self) -> None: ...
 
 
 class Crew:
@@ -101,6 +87,14 @@ class Crew:
         self.workers.append(worker)
         self.inbox.watch(worker, reply)
         return worker
+
+    def start_server(
+        self, context: BaseContext, source: Callable[[], Iterable[Any]], *, name: str, label: str
+    ) -> ProcessHandle:
+        """Start a process that runs :func:`serve` over ``source``, sending through the inbox's transport."""
+        send, reply = self.inbox.open_sender(context, self.stop)
+        args = (source, send, label)
+        return self.start_process(context, serve, args, name=name, label=label, reply=reply, hand_over=send.ends)
 
     def items(self) -> Iterator[Any]:
         """What the workers send, until each has sent its end marker (see :meth:`Inbox.items`)."""
