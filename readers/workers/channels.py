@@ -162,6 +162,7 @@ class Inbox:
     def __init__(self, task: str) -> None:
         self.task = task
         self.senders: list[WorkerHandle] = []
+        self._running = 0  # senders whose end marker has not arrived
         self._ended: set[int] = set()
         # End markers that do not say who sent them (several threads sharing one untagged queue).
         self._unnamed_ends = 0
@@ -170,18 +171,20 @@ class Inbox:
     def watch(self, worker: WorkerHandle, conn: Connection | None = None) -> int:
         """Expect items and an end marker from ``worker``; returns its sender number."""
         self.senders.append(worker)
+        self._running += 1
         return len(self.senders) - 1
 
     def items(self) -> Iterator[Any]:
         """The items, end markers left out; a carried exception is raised when it arrives."""
-        check_at = time.monotonic() + POLL_SECONDS
-        while len(self._ended) + self._unnamed_ends < len(self.senders):
+        take = self._take
+        while self._running:
             try:
-                sender, item = self._take(POLL_SECONDS)
+                sender, item = take(POLL_SECONDS)
             except queue.Empty:
                 self._check_senders(idle=True)
                 continue
             if item is END_OF_STREAM:
+                self._running -= 1
                 if sender is None:
                     self._unnamed_ends += 1
                 else:
@@ -190,9 +193,6 @@ class Inbox:
             if type(item) is CarriedException:
                 item.reraise()
             yield item
-            if time.monotonic() >= check_at:
-                self._check_senders(idle=False)
-                check_at = time.monotonic() + POLL_SECONDS
 
     def _check_senders(self, *, idle: bool) -> None:
         senders = self.senders
@@ -232,10 +232,15 @@ class QueueInbox(Inbox):
     def __init__(self, channel: queue.Queue[Any], task: str) -> None:
         super().__init__(task)
         self.channel = channel
+        self._sender: int | None = None  # who sent an item: known only while there is one sender
+
+    def watch(self, worker: WorkerHandle, conn: Connection | None = None) -> int:
+        sender = super().watch(worker)
+        self._sender = 0 if len(self.senders) == 1 else None
+        return sender
 
     def _take(self, timeout: float) -> tuple[int | None, Any]:
-        item = self.channel.get(timeout=timeout)
-        return (0 if len(self.senders) == 1 else None), item
+        return self._sender, self.channel.get(timeout=timeout)
 
     def drain(self) -> None:
         while True:
@@ -254,11 +259,16 @@ class ProcessQueueInbox(Inbox):
     def __init__(self, channel: Any, task: str) -> None:
         super().__init__(task)
         self.channel = channel
+        self._check_at = time.monotonic() + POLL_SECONDS
 
     def open_sender(self, context: BaseContext, stop: StopFlag) -> tuple[Sender, Connection | None]:
         return ProcessQueueSender(self.channel, stop, len(self.senders)), None
 
     def _take(self, timeout: float) -> tuple[int | None, Any]:
+        # The other workers may keep the queue busy: look at the exit statuses while it is, too.
+        if time.monotonic() >= self._check_at:
+            self._check_senders(idle=False)
+            self._check_at = time.monotonic() + POLL_SECONDS
         sender, payload = self.channel.get(timeout=timeout)
         return sender, pickle.loads(payload)
 
