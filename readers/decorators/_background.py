@@ -9,6 +9,7 @@ of the generator all leave nothing running.
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import queue
 import threading
@@ -38,6 +39,7 @@ T = TypeVar("T")
 U = TypeVar("U")
 
 _READER_FINISHED = "its reader finished"
+_BUFFERED = "buffered() thread"
 
 
 @dataclass(frozen=True, eq=False)
@@ -50,12 +52,9 @@ class BufferedReader(Generic[T]):
     def __call__(self) -> Iterator[T]:
         channel: queue.Queue[Any] = queue.Queue(maxsize=max(self.size, 0))
         crew = Crew(QueueInbox(channel, _READER_FINISHED), threading.Event())
-        try:
-            emit = QueueSender(channel, crew.stop)
-            crew.start_producer(self.reader, emit, name="datamount-buffered", label="buffered() thread")
-            yield from crew.items()
-        finally:
-            crew.shutdown()
+        emit = QueueSender(channel, crew.stop)
+        start = functools.partial(crew.start_producer, self.reader, emit, name="datamount-buffered", label=_BUFFERED)
+        return crew.items(start)  # the thread starts on the first next()
 
 
 def buffered(reader: Reader[T], size: int) -> Reader[T]:
@@ -101,16 +100,20 @@ class _TaskFeed:
         self.fed = 0
 
     def __call__(self, item: object) -> bool:
-        if item is END_OF_STREAM:
-            return all(put_until_stopped(self.tasks, item, self.stop) for _ in range(self.mappers))
-        if type(item) is CarriedException:
-            return put_until_stopped(self.results, (self.fed, item), self.stop)
+        if item is END_OF_STREAM or type(item) is CarriedException:
+            return self._end(item)
         if self.window is not None and not acquire_until_stopped(self.window, self.stop):
             return False
-        if not put_until_stopped(self.tasks, (self.fed, item), self.stop):
+        fed = self.fed
+        if not put_until_stopped(self.tasks, (fed, item), self.stop):
             return False
-        self.fed += 1
+        self.fed = fed + 1
         return True
+
+    def _end(self, item: object) -> bool:
+        if item is END_OF_STREAM:
+            return all(put_until_stopped(self.tasks, item, self.stop) for _ in range(self.mappers))
+        return put_until_stopped(self.results, (self.fed, item), self.stop)
 
 
 def _map_tasks(
@@ -235,6 +238,7 @@ class MultiprocessReader(Generic[T]):
     def __call__(self) -> Iterator[T]:
         context = multiprocessing.get_context(self.start_method)
         inbox: Inbox
+        # Made on the first next(), like the workers: a generator that is never started owns no pipe or semaphore.
         if self.use_pipe:
             inbox = PipeInbox(_READER_FINISHED)
         else:

@@ -8,13 +8,14 @@ number. Every blocking call wakes at least every :data:`POLL_SECONDS`.
 
 from __future__ import annotations
 
+import functools
 import os
 import pickle
 import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection, wait
 from multiprocessing.context import BaseContext
 from typing import Any, Protocol
@@ -163,6 +164,7 @@ class Inbox:
         self.task = task
         self.senders: list[WorkerHandle] = []
         self._running = 0  # senders whose end marker has not arrived
+        self._last_sender: int | None = None  # who sent the item taken last, where the transport tells
         self._ended: set[int] = set()
         # End markers that do not say who sent them (several threads sharing one untagged queue).
         self._unnamed_ends = 0
@@ -174,25 +176,37 @@ class Inbox:
         self._running += 1
         return len(self.senders) - 1
 
-    def items(self) -> Iterator[Any]:
-        """The items, end markers left out; a carried exception is raised when it arrives."""
-        take = self._take
-        while self._running:
-            try:
-                sender, item = take(POLL_SECONDS)
-            except queue.Empty:
-                self._check_senders(idle=True)
-                continue
-            if item is END_OF_STREAM:
-                self._running -= 1
-                if sender is None:
-                    self._unnamed_ends += 1
-                else:
-                    self._ended.add(sender)
-                continue
-            if type(item) is CarriedException:
-                item.reraise()
-            yield item
+    def items(
+        self, start: Callable[[], object] | None = None, finish: Callable[[], object] | None = None
+    ) -> Iterator[Any]:
+        """The items, end markers left out; a carried exception is raised when it arrives.
+
+        ``start`` runs on the first ``next()``, ``finish`` when the iteration ends, fails, is closed or collected, so
+        that a generator over a crew can be this one generator (each generator around it costs every item a frame).
+        """
+        try:
+            if start is not None:
+                start()
+            take = self._taker()
+            while self._running:
+                try:
+                    item = take(POLL_SECONDS)
+                except queue.Empty:
+                    self._check_senders(idle=True)
+                    continue
+                if item is END_OF_STREAM:
+                    self._running -= 1
+                    if self._last_sender is None:
+                        self._unnamed_ends += 1
+                    else:
+                        self._ended.add(self._last_sender)
+                    continue
+                if type(item) is CarriedException:
+                    item.reraise()
+                yield item
+        finally:
+            if finish is not None:
+                finish()
 
     def _check_senders(self, *, idle: bool) -> None:
         senders = self.senders
@@ -211,9 +225,13 @@ class Inbox:
         """The ``emit`` of the next worker process to be watched, and the read end of its pipe if it has one."""
         raise TypeError(f"worker processes cannot send to a {type(self).__name__}")
 
-    def _take(self, timeout: float) -> tuple[int | None, Any]:
-        """The next ``(sender or None, item)``; raises ``queue.Empty`` when nothing came within ``timeout``."""
+    def _take(self, timeout: float) -> Any:
+        """The next item, its sender in ``_last_sender`` (None if the transport cannot tell); raises ``queue.Empty``
+        when nothing came within ``timeout``."""
         raise NotImplementedError
+
+    def _taker(self) -> Callable[[float], Any]:
+        return self._take
 
     def waitables(self) -> list[Any]:
         """What ``multiprocessing.connection.wait`` can watch for items while the workers are stopping."""
@@ -232,15 +250,15 @@ class QueueInbox(Inbox):
     def __init__(self, channel: queue.Queue[Any], task: str) -> None:
         super().__init__(task)
         self.channel = channel
-        self._sender: int | None = None  # who sent an item: known only while there is one sender
 
     def watch(self, worker: WorkerHandle, conn: Connection | None = None) -> int:
         sender = super().watch(worker)
-        self._sender = 0 if len(self.senders) == 1 else None
+        self._last_sender = 0 if len(self.senders) == 1 else None  # an untagged item names its sender if alone
         return sender
 
-    def _take(self, timeout: float) -> tuple[int | None, Any]:
-        return self._sender, self.channel.get(timeout=timeout)
+    def _taker(self) -> Callable[[float], Any]:
+        # The queue's own get, with no frame of ours around it: this is the path of every item.
+        return functools.partial(self.channel.get, True)
 
     def drain(self) -> None:
         while True:
@@ -264,13 +282,14 @@ class ProcessQueueInbox(Inbox):
     def open_sender(self, context: BaseContext, stop: StopFlag) -> tuple[Sender, Connection | None]:
         return ProcessQueueSender(self.channel, stop, len(self.senders)), None
 
-    def _take(self, timeout: float) -> tuple[int | None, Any]:
+    def _take(self, timeout: float) -> Any:
         # The other workers may keep the queue busy: look at the exit statuses while it is, too.
         if time.monotonic() >= self._check_at:
             self._check_senders(idle=False)
             self._check_at = time.monotonic() + POLL_SECONDS
         sender, payload = self.channel.get(timeout=timeout)
-        return sender, pickle.loads(payload)
+        self._last_sender = sender
+        return pickle.loads(payload)
 
     def close(self) -> None:
         self.channel.close()
@@ -298,7 +317,7 @@ class PipeInbox(Inbox):
         receiver, conn = context.Pipe(duplex=False)
         return PipeSender(conn, stop), receiver
 
-    def _take(self, timeout: float) -> tuple[int | None, Any]:
+    def _take(self, timeout: float) -> Any:
         if not self._ready:
             # poll() first: when items are waiting, as they are in the steady state, no selector is built.
             self._ready.extend(conn for conn in self._open if conn.poll())
@@ -316,7 +335,8 @@ class PipeInbox(Inbox):
             raise worker_died(self.senders[sender], self.task) from None
         if item is END_OF_STREAM:
             del self._open[conn]
-        return sender, item
+        self._last_sender = sender
+        return item
 
     def waitables(self) -> list[Any]:
         return [conn for conn in self._conns if not conn.closed]

@@ -96,9 +96,10 @@ class Crew:
         args = (source, send, label)
         return self.start_process(context, serve, args, name=name, label=label, reply=reply, hand_over=send.ends)
 
-    def items(self) -> Iterator[Any]:
-        """What the workers send, until each has sent its end marker (see :meth:`Inbox.items`)."""
-        return self.inbox.items()
+    def items(self, start: Callable[[], object] | None = None) -> Iterator[Any]:
+        """What the workers send, until each has sent its end marker (see :meth:`Inbox.items`); ``start`` runs on the
+        first ``next()`` (it starts the workers), and the crew is shut down when the iteration ends however it ends."""
+        return self.inbox.items(start, self.shutdown)
 
     def shutdown(self) -> None:
         """Stop every worker (grace, then terminate, then kill), join them all and close the inbox; idempotent."""
