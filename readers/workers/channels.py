@@ -155,9 +155,11 @@ class Inbox:
     """What the watched workers send, in arrival order, until each has sent :data:`END_OF_STREAM`.
 
     The one rule for a worker that is gone: it is an error (:class:`~datamount.readers.errors.WorkerDiedError`
-    ending in ``before {task}``) when it ends before its end marker arrives: at once if it ended with a non-zero
-    exit status or its pipe closed, otherwise once the inbox has found nothing waiting after seeing it ended (its
-    end marker could still have been on its way until then). Subclasses provide the transport.
+    ending in ``before {task}``) when it ends before its end marker arrives. Its pipe ending says so at once; a
+    non-zero exit status says so at the next look at the workers (whenever a wait of :data:`POLL_SECONDS` finds
+    nothing, and on a shared process queue every :data:`POLL_SECONDS` while it is busy); an exit without an error
+    says so when the inbox has found nothing waiting after seeing the worker ended, since until then its end marker
+    could still have been on its way. Subclasses provide the transport.
     """
 
     def __init__(self, task: str) -> None:
