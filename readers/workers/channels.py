@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection, wait
 from multiprocessing.context import BaseContext
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from datamount.readers.workers.carried import END_OF_STREAM, CarriedException
 from datamount.readers.workers.handles import WorkerHandle, worker_died
@@ -321,8 +321,9 @@ class PipeInbox(Inbox):
 
     def _take(self, timeout: float) -> Any:
         if not self._ready:
-            # poll() first: when items are waiting, as they are in the steady state, no selector is built.
-            self._ready.extend(conn for conn in self._open if conn.poll())
+            # One look at every pipe gives an item from each that has one; in the steady state all have, and the
+            # workers' exits need watching only when none has.
+            self._ready.extend(cast("list[Connection]", wait(list(self._open), timeout=0)))
             if not self._ready:
                 sentinels = [self.senders[sender].sentinel for sender in self._open.values()]
                 ready = wait([*self._open, *sentinels], timeout=timeout)
