@@ -12,7 +12,6 @@ from typing import Any
 from datamount.datasets import catalog
 from datamount.datasets.manifest import Manifest
 from datamount.datasets.rows import DEFAULT_ROWS_PER_SPAN, RowSource, open_rows
-from datamount.readers._processes import close_iterator
 from datamount.readers.sharding import (
     DEFAULT_REMAINDER,
     DistributedConfigError,
@@ -26,6 +25,7 @@ from datamount.readers.sharding import (
     torch_worker,
     worker_runs,
 )
+from datamount.readers.workers import close_iterator
 from datamount.storage import Store, arguments, open_store
 from datamount.storage.cache import ContentCache
 from datamount.storage.store import DEFAULT_MAX_BYTES_IN_FLIGHT
@@ -147,7 +147,7 @@ class DatasetReader:
 
     def _advance_epoch(self, by: int) -> None:
         """A copy of this reader runs the next pass in a worker process (``by=1``), or that pass is taken back to
-        run here after all (``by=-1``); see :func:`~datamount.readers._processes.advance_epochs`."""
+        run here after all (``by=-1``); see :func:`~datamount.readers.workers.advance_epochs`."""
         with self._lock:
             if by > 0:
                 self._begin_pass()

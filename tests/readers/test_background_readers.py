@@ -36,8 +36,8 @@ from datamount.readers import (
     shuffle,
     xmap_readers,
 )
-from datamount.readers._remote import RemoteTraceback
 from datamount.readers.decorators import Reader
+from datamount.readers.workers import RemoteTraceback
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -15,16 +15,15 @@ The batch sources are small module-level classes so that spawn workers can take 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from itertools import islice
 from operator import itemgetter
 from typing import Any
 
 import numpy as np
 
-from datamount.readers._processes import close_iterator
+from datamount.readers.workers import Reader, close_iterator
 
-Reader = Callable[[], Iterable[Any]]
 Column = np.ndarray | list[Any]
 
 # Kinds of dtype a column of numbers may end up with; anything else (strings, objects) means "keep a list".
@@ -142,35 +141,41 @@ class SampleBatches:
         return f"SampleBatches({self.reader!r}, batch_size={self.batch_size}, drop_last={self.drop_last})"
 
 
-class SampleListBatches:
+class _BatchPerItem:
+    """Batch source over a reader that yields one batch per item, each turned into columns by ``_columns``."""
+
+    def __init__(self, reader: Reader) -> None:
+        self.reader = reader
+
+    def __call__(self) -> Iterator[list[Column]]:
+        for number, item in enumerate(self.reader()):
+            yield self._columns(item, number)
+
+    @staticmethod
+    def _columns(item: Any, number: int) -> list[Column]:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.reader!r})"
+
+
+class SampleListBatches(_BatchPerItem):
     """Batch source over a reader that yields lists of samples, one list per batch."""
 
-    def __init__(self, reader: Reader) -> None:
-        self.reader = reader
-
-    def __call__(self) -> Iterator[list[Column]]:
-        for number, samples in enumerate(self.reader()):
-            if not isinstance(samples, (list, tuple)) or not samples:
-                found = f"a {type(samples).__name__}" if samples else "an empty list"
-                raise TypeError(
-                    f"item {number} of a sample-list reader is {found}; it must yield non-empty lists of "
-                    "samples, e.g. `yield [(image, label), (image, label)]`"
-                )
-            yield collate_samples(samples)
-
-    def __repr__(self) -> str:
-        return f"SampleListBatches({self.reader!r})"
+    @staticmethod
+    def _columns(item: Any, number: int) -> list[Column]:
+        if not isinstance(item, (list, tuple)) or not item:
+            found = f"a {type(item).__name__}" if item else "an empty list"
+            raise TypeError(
+                f"item {number} of a sample-list reader is {found}; it must yield non-empty lists of "
+                "samples, e.g. `yield [(image, label), (image, label)]`"
+            )
+        return collate_samples(item)
 
 
-class ReadyBatches:
+class ReadyBatches(_BatchPerItem):
     """Batch source over a reader that already yields batches (tuples of columns)."""
 
-    def __init__(self, reader: Reader) -> None:
-        self.reader = reader
-
-    def __call__(self) -> Iterator[list[Column]]:
-        for number, batch in enumerate(self.reader()):
-            yield batch_columns(batch, number)
-
-    def __repr__(self) -> str:
-        return f"ReadyBatches({self.reader!r})"
+    @staticmethod
+    def _columns(item: Any, number: int) -> list[Column]:
+        return batch_columns(item, number)

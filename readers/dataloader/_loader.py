@@ -5,18 +5,21 @@ from __future__ import annotations
 import multiprocessing
 import operator
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from multiprocessing.context import BaseContext
 from types import TracebackType
 from typing import Any
 
-from datamount.readers._collate import Column, ReadyBatches, SampleBatches, SampleListBatches
-from datamount.readers._prefetch import BatchSource, Epoch, ThreadEpoch
-from datamount.readers._processes import check_reader, effective_start_method, require_picklable, start_method_of
-from datamount.readers._worker import ProcessEpoch
-
-Reader = Callable[[], Iterable[Any]]
+from datamount.readers.dataloader._collate import Column, ReadyBatches, SampleBatches, SampleListBatches
+from datamount.readers.dataloader._epochs import BatchSource, Epoch, ProcessEpoch, ThreadEpoch
+from datamount.readers.workers import (
+    Reader,
+    check_reader,
+    effective_start_method,
+    require_picklable,
+    start_method_of,
+)
 
 
 class DataLoader:

@@ -1,31 +1,17 @@
-"""What the background machinery of decorators and the DataLoader shares: checks on readers, start methods,
-closing iterators early, and describing how a worker process ended."""
+"""What the workers need to know of the reader chains they run: what a reader is, the readers a chain holds, the
+per-epoch state a worker's copy leaves behind, and how dataset readers shared by several workers are split."""
 
 from __future__ import annotations
 
 import functools
-import multiprocessing
-import pickle
-import queue
-import signal
-import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from multiprocessing.context import BaseContext
-from multiprocessing.process import BaseProcess
-from multiprocessing.reduction import ForkingPickler
-from typing import Any
+from typing import Any, TypeVar
 
-from datamount.readers.errors import NotPicklableError
+T = TypeVar("T")
 
-#: How often a blocked put or get wakes up to check whether it should stop.
-POLL_SECONDS = 0.1
-
-#: Signals that usually have one cause, told to the user with the worker's death.
-_SIGNAL_HINTS = {
-    "SIGKILL": " (often the kernel's out-of-memory killer)",
-    "SIGBUS": " (often /dev/shm running out of space)",
-}
+Reader = Callable[[], Iterable[T]]
+"""A zero-argument callable returning a fresh iterable of samples (one epoch) on each call."""
 
 
 def check_reader(value: object, what: str) -> None:
@@ -35,60 +21,6 @@ def check_reader(value: object, what: str) -> None:
             f"{what} must be a reader (a zero-argument callable returning a fresh iterable each epoch), got "
             f"{type(value).__name__} {value!r}; pass the reader itself (`reader`), not its result (`reader()`)"
         )
-
-
-def close_iterator(iterator: object) -> None:
-    """Close ``iterator`` if it can be closed (a generator), so that the reader's ``finally`` blocks run now."""
-    close = getattr(iterator, "close", None)
-    if close is not None:
-        close()
-
-
-def put_until_stopped(channel: queue.Queue[Any], item: object, stop: threading.Event) -> bool:
-    """Put ``item``, waiting while ``channel`` is full; False once ``stop`` is set (the consumer is gone)."""
-    while not stop.is_set():
-        try:
-            channel.put(item, timeout=POLL_SECONDS)
-            return True
-        except queue.Full:
-            pass
-    return False
-
-
-def start_method_of(mp_context: str | BaseContext | None) -> str | None:
-    """The start method ``mp_context`` asks for; ``None`` means the interpreter's default, resolved when used."""
-    if mp_context is None:
-        return None
-    if isinstance(mp_context, BaseContext):
-        return mp_context.get_start_method()
-    if isinstance(mp_context, str) and mp_context in multiprocessing.get_all_start_methods():
-        return mp_context
-    raise ValueError(
-        f"mp_context must be None, a multiprocessing context or one of "
-        f"{multiprocessing.get_all_start_methods()}, got {mp_context!r}"
-    )
-
-
-def effective_start_method(start_method: str | None) -> str:
-    """The start method that will really be used, without fixing the global default as a side effect."""
-    if start_method is not None:
-        return start_method
-    return multiprocessing.get_start_method(allow_none=True) or multiprocessing.get_all_start_methods()[0]
-
-
-def require_picklable(value: object, what: str, method: str) -> None:
-    """Under ``fork`` a worker inherits ``value``; other start methods pickle it, so check that it pickles now."""
-    if method == "fork":
-        return
-    try:
-        ForkingPickler.dumps(value)
-    except (pickle.PicklingError, TypeError, AttributeError) as exc:
-        raise NotPicklableError(
-            f"{what} must be pickled to start a worker with the {method!r} method, and it cannot be ({exc}). "
-            "Make the reader a module-level function, a module-level class with __call__, a decorated reader or "
-            "a functools.partial of one (lambdas, closures and generator objects do not pickle), or choose "
-            "mp_context='fork' where it is available"
-        ) from exc
 
 
 def walk_readers(reader: object) -> Iterator[object]:
@@ -171,17 +103,3 @@ class WorkerPart:
 
     def __repr__(self) -> str:
         return repr(self.reader)
-
-
-def exit_description(process: BaseProcess) -> str:
-    """How ``process`` ended, for an error message: its exit code, or the signal that killed it and why."""
-    code = process.exitcode
-    if code is None:
-        return "closed its pipe but is still running"
-    if code >= 0:
-        return f"exited with code {code}"
-    try:
-        name = signal.Signals(-code).name
-    except ValueError:
-        name = str(-code)
-    return f"was killed by signal {name}{_SIGNAL_HINTS.get(name, '')}"

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from datamount.readers._collate import Column
+from datamount.readers.dataloader._collate import Column
 from datamount.readers.errors import SharedMemoryError
 
 SEGMENT_PREFIX = "datamount-"

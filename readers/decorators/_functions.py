@@ -1,20 +1,5 @@
-"""Paddle-compatible reader decorators.
-
-A *reader* is a zero-argument callable returning an iterable of samples; each call is one epoch. A *reader
-decorator* takes readers and returns a reader. Names, arguments and defaults follow ``paddle.reader`` and
-``paddle.batch``, so ported code only changes its import. Where Paddle misbehaves this module does not:
-
-- any sample value is data: ``None``, ``0``, ``""``, ``()`` and numpy arrays are never taken for an end or an
-  error;
-- an exception in a background thread or process is raised in the consumer, with its original type and the
-  worker's traceback chained as the cause, instead of hanging it;
-- stopping early (``break``, ``firstn``, ``close()``, dropping the generator) joins every thread and process;
-- randomness is per decorator and reproducible, never the global RNG;
-- every decorated reader pickles (given picklable inputs), so it can be handed to ``spawn`` worker processes.
-
-Every decorator calls its upstream readers lazily, on the first ``next()`` of its own iterator, and closes the
-upstream iterators when it stops, so that their ``finally`` blocks run at once.
-"""
+"""The Paddle-compatible decorators that run in the consumer's thread, each a small picklable reader class and the
+function that checks its arguments and builds it."""
 
 from __future__ import annotations
 
@@ -24,39 +9,15 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import islice, zip_longest
-from multiprocessing.context import BaseContext
 from typing import Any, Generic, TypeVar
 
-from datamount.readers._background import (
+from datamount.readers.errors import ComposeNotAligned
+from datamount.readers.workers import (
     END_OF_STREAM,
-    BufferedReader,
-    MultiprocessReader,
     Reader,
-    XmapReader,
-)
-from datamount.readers._processes import (
     check_reader,
     close_iterator,
-    effective_start_method,
-    require_picklable,
-    split_among_workers,
-    start_method_of,
 )
-from datamount.readers.errors import ComposeNotAligned
-
-__all__ = [
-    "Reader",
-    "batch",
-    "buffered",
-    "cache",
-    "chain",
-    "compose",
-    "firstn",
-    "map_readers",
-    "multiprocess_reader",
-    "shuffle",
-    "xmap_readers",
-]
 
 T = TypeVar("T")
 U = TypeVar("U")
@@ -446,113 +407,3 @@ def cache(reader: Reader[T]) -> Reader[T]:
     """
     check_reader(reader, "cache(): reader")
     return _CacheReader(reader)
-
-
-# --------------------------------------------------------------------------------------- background readers
-
-
-def buffered(reader: Reader[T], size: int) -> Reader[T]:
-    """Read ``reader`` ahead in a background thread, holding up to ``size`` samples.
-
-    Parameters
-    ----------
-    reader : Reader
-        The reader to read ahead.
-    size : int
-        Maximum samples held; ``size <= 0`` holds any number.
-
-    Returns
-    -------
-    Reader
-        A reader of the same samples in the same order. An exception in the thread is raised in the consumer;
-        the thread is joined when the iteration ends, fails or is abandoned (it stops after its current
-        sample).
-    """
-    check_reader(reader, "buffered(): reader")
-    return BufferedReader(reader, _check_int(size, "buffered(): size"))
-
-
-def xmap_readers(
-    mapper: Callable[[T], U], reader: Reader[T], process_num: int, buffer_size: int, order: bool = False
-) -> Reader[U]:
-    """Map the samples of ``reader`` with ``mapper`` in ``process_num`` threads.
-
-    Parameters
-    ----------
-    mapper : callable
-        Applied to each sample, in worker threads (so it should release the GIL to gain from them).
-    reader : Reader
-        The reader to map, read by one more thread.
-    process_num : int
-        Number of mapper threads (Paddle's name), at least 1.
-    buffer_size : int
-        Capacity of the input and of the output queue, at least 1.
-    order : bool
-        Yield results in input order. Results that finish early wait in the consumer (at most
-        ``2 * buffer_size + process_num`` samples are in flight); nobody spins while they wait.
-
-    Returns
-    -------
-    Reader
-        A reader of mapped samples. An exception in ``mapper`` or ``reader`` is raised in the consumer; all
-        threads are joined when the iteration ends, fails or is abandoned.
-    """
-    if not callable(mapper):
-        raise TypeError(f"xmap_readers(): mapper must be callable, got {type(mapper).__name__}")
-    check_reader(reader, "xmap_readers(): reader")
-    threads = _check_int(process_num, "xmap_readers(): process_num", minimum=1)
-    capacity = _check_int(buffer_size, "xmap_readers(): buffer_size", minimum=1)
-    return XmapReader(mapper, reader, threads, capacity, bool(order))
-
-
-def multiprocess_reader(
-    readers: Sequence[Reader[T]],
-    use_pipe: bool = True,
-    queue_size: int = 1000,
-    *,
-    mp_context: str | BaseContext | None = None,
-) -> Reader[T]:
-    """Run each reader in its own process and merge their samples as they arrive.
-
-    Samples cross with pickle, so any picklable sample arrives intact (bytes, numpy arrays, tuples, ``None``).
-    The order within one reader is kept; across readers it depends on timing. A dataset reader
-    (:func:`~datamount.readers.reader`) that several of the readers contain, e.g. ``[samples] * 4`` or
-    ``[map_readers(decode, samples)] * 4``, is split among them: each worker reads its own part of the share,
-    together they read it once (see ``docs/sharding.md``).
-
-    Parameters
-    ----------
-    readers : sequence of Reader
-        One worker process each.
-    use_pipe : bool
-        One pipe per worker (True) or one shared ``multiprocessing.Queue`` (False).
-    queue_size : int
-        Capacity of the shared queue, at least 1; only used with ``use_pipe=False``.
-    mp_context : str or multiprocessing context, optional
-        Start method (``"fork"``, ``"spawn"``, ``"forkserver"``) or context; default: multiprocessing's
-        default. With anything but ``fork`` the readers are pickled, so they must be module-level functions,
-        decorated readers or ``functools.partial`` objects over them; this is checked here.
-
-    Returns
-    -------
-    Reader
-        The merged reader. An exception in a worker is raised in the consumer; a worker that dies raises
-        :class:`~datamount.readers.WorkerDiedError` naming its exit code or signal. Workers are daemonic (they
-        cannot start processes of their own) and are stopped and joined when the iteration ends, fails or is
-        abandoned.
-
-    Raises
-    ------
-    NotPicklableError
-        If a reader cannot be pickled for a start method other than ``fork``.
-    """
-    if not isinstance(readers, (list, tuple)) or not readers:
-        raise ValueError(f"multiprocess_reader(): readers must be a non-empty list or tuple, got {readers!r}")
-    for index, reader in enumerate(readers):
-        check_reader(reader, f"multiprocess_reader(): reader {index}")
-    size = _check_int(queue_size, "multiprocess_reader(): queue_size", minimum=1)
-    start_method = start_method_of(mp_context)
-    if (method := effective_start_method(start_method)) != "fork":
-        for index, reader in enumerate(readers):
-            require_picklable(reader, f"multiprocess_reader(): reader {index} ({reader!r})", method)
-    return MultiprocessReader(split_among_workers(readers), bool(use_pipe), size, start_method)
