@@ -14,9 +14,9 @@ from datamount.cli.progress import ProgressBar
 from datamount.cli.removal import confirm_removal, echo_removed, yes_option
 from datamount.datasets import DatasetNotFoundError, catalog, layout, pack_ray, parse_ref
 from datamount.datasets import pack as pack_version
+from datamount.datasets import repair as repair_version
 from datamount.datasets import upload as upload_list
 from datamount.datasets import verify as verify_version
-from datamount.datasets.verify import repair as repair_version
 from datamount.readers import reader
 from datamount.storage import Store
 

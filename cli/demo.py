@@ -11,8 +11,8 @@ import click
 from datamount.cli.formatting import describe, format_size
 from datamount.cli.options import store_options
 from datamount.cli.progress import ProgressBar
+from datamount.datasets import upload
 from datamount.datasets.demo import write_demo_lists
-from datamount.datasets.upload import upload
 from datamount.readers import reader
 from datamount.storage import Store
 

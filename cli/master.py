@@ -9,7 +9,7 @@ import click
 
 from datamount.cli.formatting import echo_fields
 from datamount.cli.options import store_options
-from datamount.readers.dataset import DEFAULT_ROWS_PER_SPAN
+from datamount.datasets.rows import DEFAULT_ROWS_PER_SPAN
 from datamount.readers.master import (
     DEFAULT_LEASE_TIMEOUT,
     DEFAULT_MAX_FAILURES,

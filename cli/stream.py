@@ -10,8 +10,7 @@ import click
 from datamount.cli.formatting import describe
 from datamount.cli.options import shard_size_option, store_options
 from datamount.cli.progress import ProgressBar
-from datamount.readers import reader
-from datamount.readers.stream import import_stream, read_from, write_to
+from datamount.readers import import_stream, read_from, reader, write_to
 from datamount.storage import Store
 
 

@@ -10,6 +10,7 @@ shards. Reading them: :mod:`.rows`. The public area: :mod:`.public`.
 from datamount.datasets import catalog, layout, public
 from datamount.datasets.catalog import commit, dataset_names, latest, remove, resolve, versions
 from datamount.datasets.errors import (
+    CommitConflictError,
     DatasetNotFoundError,
     DownloadError,
     DownloadNotFoundError,
@@ -35,9 +36,10 @@ from datamount.datasets.progress import Progress, Silent
 from datamount.datasets.public import imagenet, imdb, mnist, wmt14
 from datamount.datasets.rows import RowSource, open_rows
 from datamount.datasets.upload import UploadResult, upload
-from datamount.datasets.verify import VerifyReport, verify
+from datamount.datasets.verify import RepairReport, VerifyReport, repair, verify
 
 __all__ = [
+    "CommitConflictError",
     "DatasetNotFoundError",
     "DatasetRef",
     "DownloadError",
@@ -55,6 +57,7 @@ __all__ = [
     "Progress",
     "PublicConfigError",
     "RayUnreachableError",
+    "RepairReport",
     "RowSource",
     "ShardEntry",
     "Silent",
@@ -79,6 +82,7 @@ __all__ = [
     "parse_ref",
     "public",
     "remove",
+    "repair",
     "resolve",
     "upload",
     "validate_name",

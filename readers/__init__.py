@@ -1,4 +1,10 @@
-"""How samples reach training: ``reader(name)``, Paddle-compatible reader decorators and the DataLoader."""
+"""How samples reach training: ``reader(name)``, Paddle-compatible reader decorators, the DataLoader, streams for
+pipes and the task master.
+
+``reader`` and :class:`DatasetReader` are in ``dataset.py`` (their plans in ``sharding.py``); the decorators in
+``decorators/``; :class:`DataLoader` in ``dataloader/``; the threads and processes behind both in ``workers/``;
+the stream format in ``stream.py``; the task master and :func:`dist_reader` in ``master/``.
+"""
 
 from datamount.readers.dataloader import DataLoader
 from datamount.readers.dataset import DatasetReader, reader
@@ -17,32 +23,53 @@ from datamount.readers.decorators import (
 from datamount.readers.errors import (
     ComposeNotAligned,
     DistributedConfigError,
+    MasterExistsError,
+    MasterFinishedError,
+    MasterNotFoundError,
+    MasterUnavailableError,
     NotPicklableError,
     ReaderStateError,
     SharedMemoryError,
+    StreamFormatError,
+    TaskQueueSnapshotError,
     WorkerDiedError,
 )
-from datamount.readers.master import dist_reader
+from datamount.readers.master import DistReader, connect, dist_reader, start_master, stop_master
+from datamount.readers.stream import import_stream, read_from, stream_reader, write_to
 
 __all__ = [
     "ComposeNotAligned",
     "DataLoader",
     "DatasetReader",
+    "DistReader",
     "DistributedConfigError",
+    "MasterExistsError",
+    "MasterFinishedError",
+    "MasterNotFoundError",
+    "MasterUnavailableError",
     "NotPicklableError",
     "ReaderStateError",
     "SharedMemoryError",
+    "StreamFormatError",
+    "TaskQueueSnapshotError",
     "WorkerDiedError",
     "batch",
     "buffered",
     "cache",
     "chain",
     "compose",
+    "connect",
     "dist_reader",
     "firstn",
+    "import_stream",
     "map_readers",
     "multiprocess_reader",
+    "read_from",
     "reader",
     "shuffle",
+    "start_master",
+    "stop_master",
+    "stream_reader",
+    "write_to",
     "xmap_readers",
 ]
