@@ -25,7 +25,7 @@ from datamount.readers.sharding import (
     torch_worker,
     worker_runs,
 )
-from datamount.readers.workers import close_iterator
+from datamount.readers.workers import EpochLock, close_iterator
 from datamount.storage import Store, arguments, open_store
 from datamount.storage.cache import ContentCache
 from datamount.storage.store import DEFAULT_MAX_BYTES_IN_FLIGHT
@@ -53,7 +53,7 @@ class _PassProgress:
     yielded: int = 0
 
 
-class DatasetReader:
+class DatasetReader(EpochLock):
     """A reader creator over the rows of one dataset version: each call returns a fresh iterator over one pass.
 
     It reads through a :class:`~datamount.datasets.rows.RowSource` (made by :func:`reader`), whose version was fixed
@@ -114,15 +114,6 @@ class DatasetReader:
         sharded = f", rank {self.rank} of {self.world_size}" if self.world_size > 1 else ""
         shuffled = f", shuffle seed {self.seed}" if self.shuffle else ""
         return f"DatasetReader({self.manifest.ref!r}, {self.store.url!r}, rows={len(self)}{packed}{sharded}{shuffled})"
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        del state["_lock"]
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
 
     # --------------------------------------------------------------------------------------------------- passes
 

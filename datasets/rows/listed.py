@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 from collections.abc import Iterable, Iterator
@@ -94,14 +95,11 @@ class ListRows:
         self.split = ""
         self.layout = f"lines:{rows_per_span}"
         self.rows_per_span = rows_per_span
-        self._read_lines: list[Line] | None = None
 
-    @property
+    @functools.cached_property
     def _lines(self) -> list[Line]:
         """The list's lines, read on first use (spans and lengths need only the manifest)."""
-        if self._read_lines is None:
-            self._read_lines = read_lines(self.store, self.manifest)
-        return self._read_lines
+        return read_lines(self.store, self.manifest)
 
     def __len__(self) -> int:
         return self.manifest.rows
@@ -144,14 +142,11 @@ class ObjectRows(ListRows):
         self.max_requests = max_requests
         self.max_bytes = max_bytes
         self.verify = verify
-        self._object_locations: list[ObjectLocation] | None = None
 
-    @property
+    @functools.cached_property
     def _located(self) -> list[ObjectLocation]:
-        """Each row's object path and size, found on first use."""
-        if self._object_locations is None:
-            self._object_locations = object_locations(self.manifest, self._lines)
-        return self._object_locations
+        """Each row's object, found on first use."""
+        return object_locations(self.manifest, self._lines)
 
     def rows(self, start: int, stop: int) -> Iterator[Row]:
         start, stop = clip(start, stop, len(self))

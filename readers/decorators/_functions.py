@@ -14,6 +14,7 @@ from typing import Any, Generic, TypeVar
 from datamount.readers.errors import ComposeNotAligned
 from datamount.readers.workers import (
     END_OF_STREAM,
+    EpochLock,
     Reader,
     check_reader,
     close_iterator,
@@ -119,7 +120,7 @@ def _shuffled(reader: Reader[T], buf_size: int, rng: random.Random) -> Iterator[
         close_iterator(iterator)
 
 
-class _ShuffleReader(Generic[T]):
+class _ShuffleReader(EpochLock, Generic[T]):
     """Reader returned by :func:`shuffle`; ``seed`` and ``epoch`` (the next epoch's number) are public."""
 
     def __init__(self, reader: Reader[T], buf_size: int, seed: int) -> None:
@@ -138,15 +139,6 @@ class _ShuffleReader(Generic[T]):
     def _advance_epoch(self, by: int) -> None:
         with self._lock:
             self.epoch += by
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        del state["_lock"]
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"shuffle({self.reader!r}, {self.buf_size}, seed={self.seed})"

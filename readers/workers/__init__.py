@@ -9,6 +9,7 @@ reader passes before it goes to a worker process.
 
 from datamount.readers.workers.carried import END_OF_STREAM, CarriedException, EndOfStream, RemoteTraceback
 from datamount.readers.workers.chains import (
+    EpochLock,
     Reader,
     WorkerPart,
     advance_epochs,
@@ -53,6 +54,7 @@ __all__ = [
     "Crew",
     "Emit",
     "EndOfStream",
+    "EpochLock",
     "Inbox",
     "PipeInbox",
     "PipeSender",

@@ -4,6 +4,7 @@ per-epoch state a worker's copy leaves behind, and how dataset readers shared by
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -12,6 +13,22 @@ T = TypeVar("T")
 
 Reader = Callable[[], Iterable[T]]
 """A zero-argument callable returning a fresh iterable of samples (one epoch) on each call."""
+
+
+class EpochLock:
+    """For readers whose per-epoch state a lock guards (``self._lock``): the lock stays out of their pickle, so that
+    worker processes can take them, and each copy makes its own."""
+
+    _lock: threading.Lock
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
 
 def check_reader(value: object, what: str) -> None:
