@@ -26,7 +26,8 @@ class ComposeNotAligned(DatamountError, ValueError):
 
 
 class WorkerDiedError(DatamountError, RuntimeError):
-    """A background worker process ended without finishing its work (killed, crashed, out of memory)."""
+    """A background worker (a thread, or a process: killed, crashed, out of memory) ended without finishing its
+    work."""
 
 
 class NotPicklableError(DatamountError, TypeError):
