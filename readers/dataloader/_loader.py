@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import multiprocessing
-import operator
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from datamount.readers.workers import (
     require_picklable,
     start_method_of,
 )
+from datamount.storage import arguments
 
 
 class DataLoader:
@@ -319,18 +319,10 @@ class _BatchFormatter:
 
 
 def _count(value: Any, name: str, meaning: str) -> int:
-    """``value`` as an int >= 1, or an error naming ``name`` and what it means."""
+    """``value`` as a whole number >= 1, or an error naming ``name`` and what it means."""
     if value is None:
         raise ValueError(f"{name} is required: {meaning}")
-    if isinstance(value, bool):
-        raise TypeError(f"{name} must be an int >= 1 ({meaning}), got {value!r}")
-    try:
-        number = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be an int >= 1 ({meaning}), got {type(value).__name__} {value!r}") from None
-    if number < 1:
-        raise ValueError(f"{name} must be >= 1 ({meaning}), got {number}")
-    return number
+    return arguments.whole_number(value, f"{name} ({meaning})", minimum=1)
 
 
 def _feed_names(feed_list: Sequence[Any] | None) -> tuple[str, ...] | None:

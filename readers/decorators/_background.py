@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from multiprocessing.context import BaseContext
 from typing import Any, Generic, TypeVar
 
-from datamount.readers.decorators._functions import _check_int
 from datamount.readers.workers.carried import END_OF_STREAM, CarriedException
 from datamount.readers.workers.chains import Reader, advance_epochs, check_reader, split_among_workers
 from datamount.readers.workers.channels import (
@@ -34,6 +33,7 @@ from datamount.readers.workers.channels import (
 from datamount.readers.workers.crew import Crew
 from datamount.readers.workers.produce import produce
 from datamount.readers.workers.start import effective_start_method, require_picklable, start_method_of
+from datamount.storage import arguments
 
 T = TypeVar("T")
 U = TypeVar("U")
@@ -75,7 +75,7 @@ def buffered(reader: Reader[T], size: int) -> Reader[T]:
         sample).
     """
     check_reader(reader, "buffered(): reader")
-    return BufferedReader(reader, _check_int(size, "buffered(): size"))
+    return BufferedReader(reader, arguments.whole_number(size, "buffered(): size"))
 
 
 # ------------------------------------------------------------------------------------------------- xmap_readers
@@ -218,8 +218,8 @@ def xmap_readers(
     if not callable(mapper):
         raise TypeError(f"xmap_readers(): mapper must be callable, got {type(mapper).__name__}")
     check_reader(reader, "xmap_readers(): reader")
-    threads = _check_int(process_num, "xmap_readers(): process_num", minimum=1)
-    capacity = _check_int(buffer_size, "xmap_readers(): buffer_size", minimum=1)
+    threads = arguments.whole_number(process_num, "xmap_readers(): process_num", minimum=1)
+    capacity = arguments.whole_number(buffer_size, "xmap_readers(): buffer_size", minimum=1)
     return XmapReader(mapper, reader, threads, capacity, bool(order))
 
 
@@ -299,7 +299,7 @@ def multiprocess_reader(
         raise ValueError(f"multiprocess_reader(): readers must be a non-empty list or tuple, got {readers!r}")
     for index, reader in enumerate(readers):
         check_reader(reader, f"multiprocess_reader(): reader {index}")
-    size = _check_int(queue_size, "multiprocess_reader(): queue_size", minimum=1)
+    size = arguments.whole_number(queue_size, "multiprocess_reader(): queue_size", minimum=1)
     start_method = start_method_of(mp_context)
     if (method := effective_start_method(start_method)) != "fork":
         for index, reader in enumerate(readers):

@@ -3,7 +3,6 @@ function that checks its arguments and builds it."""
 
 from __future__ import annotations
 
-import numbers
 import random
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -19,17 +18,10 @@ from datamount.readers.workers import (
     check_reader,
     close_iterator,
 )
+from datamount.storage import arguments
 
 T = TypeVar("T")
 U = TypeVar("U")
-
-
-def _check_int(value: object, name: str, minimum: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
-    if minimum is not None and value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return int(value)
 
 
 def _open_all(readers: Sequence[Reader[Any]]) -> list[Iterator[Any]]:
@@ -93,7 +85,7 @@ def batch(reader: Reader[T], batch_size: int, drop_last: bool = False) -> Reader
         At decoration time, if ``batch_size`` is not a positive integer.
     """
     check_reader(reader, "batch(): reader")
-    size = _check_int(batch_size, "batch(): batch_size", minimum=1)
+    size = arguments.whole_number(batch_size, "batch(): batch_size", minimum=1)
     return _BatchReader(reader, size, bool(drop_last))
 
 
@@ -173,10 +165,10 @@ def shuffle(reader: Reader[T], buf_size: int, *, seed: int | None = None) -> Rea
         A reader of the same samples in shuffled order.
     """
     check_reader(reader, "shuffle(): reader")
-    size = _check_int(buf_size, "shuffle(): buf_size")
+    size = arguments.whole_number(buf_size, "shuffle(): buf_size")
     if seed is None:
         seed = random.SystemRandom().getrandbits(64)
-    return _ShuffleReader(reader, size, _check_int(seed, "shuffle(): seed"))
+    return _ShuffleReader(reader, size, arguments.whole_number(seed, "shuffle(): seed"))
 
 
 # ---------------------------------------------------------------------------------------- compose and chain
@@ -344,7 +336,7 @@ def firstn(reader: Reader[T], n: int) -> Reader[T]:
         A reader of at most ``n`` samples.
     """
     check_reader(reader, "firstn(): reader")
-    return _FirstNReader(reader, _check_int(n, "firstn(): n", minimum=0))
+    return _FirstNReader(reader, arguments.whole_number(n, "firstn(): n", minimum=0))
 
 
 class _CacheReader(Generic[T]):

@@ -366,9 +366,11 @@ def test_xmap_joins_every_thread_on_break(order: bool, running: Running) -> None
     assert upstream.closed.is_set()
 
 
-@pytest.mark.parametrize(("threads", "size"), [(0, 1), (1, 0), (2, "4")], ids=str)
-def test_xmap_rejects_bad_counts(threads: object, size: object) -> None:
-    with pytest.raises(ValueError, match="xmap_readers"):
+@pytest.mark.parametrize(
+    ("threads", "size", "error"), [(0, 1, ValueError), (1, 0, ValueError), (2, "4", TypeError)], ids=str
+)
+def test_xmap_rejects_bad_counts(threads: object, size: object, error: type[Exception]) -> None:
+    with pytest.raises(error, match="xmap_readers"):
         xmap_readers(operator.neg, functools.partial(range, 3), threads, size)
 
 
