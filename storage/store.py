@@ -12,6 +12,7 @@ import posixpath
 import tempfile
 import time
 import uuid
+import weakref
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -47,8 +48,27 @@ READ_GROUP_ITEMS = 16
 READ_GROUP_BYTES = 4 << 20
 #: An upload task on the thread pool copies up to this many files.
 PUT_GROUP_ITEMS = 8
-#: Filesystems a forked child inherited from its parent: kept alive so that nothing ever closes their connections.
+#: Every store of this process, and (in a forked child) every filesystem it inherited, held so that none is
+#: collected there: their finalizers would close connections the parent still uses, or wait for an event loop
+#: that does not exist in the child.
+_LIVE_STORES: weakref.WeakSet[Store] = weakref.WeakSet()
 _INHERITED_FILESYSTEMS: list[Any] = []
+
+
+def _hold_filesystems_across_fork() -> None:
+    """Just before a fork, in the parent: the child will hold every filesystem fsspec has cached (its own handler
+    empties the cache in the child) and every store's."""
+    cached = getattr(fsspec.spec, "_registered_classes", ())
+    _INHERITED_FILESYSTEMS.extend(instance for cls in list(cached) for instance in list(cls._cache.values()))
+    _INHERITED_FILESYSTEMS.extend(store._fs for store in list(_LIVE_STORES))
+
+
+def _forget_held_filesystems() -> None:
+    """Just after a fork, in the parent: it holds its filesystems itself."""
+    _INHERITED_FILESYSTEMS.clear()
+
+
+os.register_at_fork(before=_hold_filesystems_across_fork, after_in_parent=_forget_held_filesystems)
 #: Files up to this size are read into memory to be checked and sent; larger ones are checked on a local copy.
 CHECKED_IN_MEMORY = 64 << 20
 
@@ -124,6 +144,7 @@ class Store:
         name: str | None = None,
     ) -> None:
         self.fs = fs
+        _LIVE_STORES.add(self)
         self.root = root.rstrip("/") or "/"
         self.url = redact.redact_url(url.rstrip("/") or url)
         self.name = name
@@ -149,15 +170,15 @@ class Store:
 
     def _filesystem_after_fork(self, inherited: fsspec.AbstractFileSystem) -> fsspec.AbstractFileSystem:
         """A new filesystem like ``inherited``, for a forked child: fsspec's own recipe (as for pickling), the same
-        class with the same arguments, never the cached instance. The inherited one is kept, never closed: its
-        connections are the parent's too, and closing them here would break the parent's next requests."""
-        _INHERITED_FILESYSTEMS.append(inherited)
+        class with the same arguments, never the cached instance. The inherited one is kept, never closed (see
+        ``_hold_filesystems_across_fork``): its connections are the parent's too."""
         return type(inherited)(*inherited.storage_args, **{**inherited.storage_options, "skip_instance_cache": True})
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         # Unpickled in a spawned process: the filesystem was made there, by the unpickling.
         self.__dict__.update(state)
         self._fs_pid = os.getpid()
+        _LIVE_STORES.add(self)
 
     @classmethod
     def from_url(cls, url: str, *, name: str | None = None, **options: Any) -> Store:

@@ -7,9 +7,7 @@ otherwise fsspec falls back to pyarrow's ``HadoopFileSystem``, which needs ``lib
 from __future__ import annotations
 
 import errno
-import os
 import re
-import weakref
 from collections.abc import Iterable
 from typing import IO, Any
 
@@ -31,19 +29,6 @@ FAILOVER_DEFAULTS = {
     "dfs.client.failover.sleep.max.millis": "2000",
 }
 _OS_ERROR = re.compile(r"os error (\d+)")
-
-#: hdfs-native runs its I/O on a runtime whose threads do not survive fork(): in a forked child every client of it
-#: hangs, even when dropped. A child keeps the clients it inherited (so that none is ever dropped) and refuses to use
-#: them with a clear error instead.
-_INHERITED_CLIENTS: list[Any] = []
-_OPEN_STORES: weakref.WeakSet[HDFSStore] = weakref.WeakSet()
-
-
-def _keep_inherited_clients() -> None:
-    _INHERITED_CLIENTS.extend(store._fs for store in list(_OPEN_STORES))
-
-
-os.register_at_fork(after_in_child=_keep_inherited_clients)
 
 
 class HDFSStore(Store):
@@ -69,22 +54,14 @@ class HDFSStore(Store):
             # Without hdfs-native, fsspec tries pyarrow's libhdfs binding, which fails with an OSError here.
             raise BackendNotInstalledError(f"cannot open {redact_url(url)}: {exc}; {INSTALL_HINT}") from exc
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        _OPEN_STORES.add(self)
-
     def _filesystem_after_fork(self, inherited: Any) -> Any:
         """hdfs-native's runtime does not survive fork(): no client works in a forked child, and dropping the
-        inherited one hangs it. The child keeps it (see ``_keep_inherited_clients``) and is told to use spawn."""
+        inherited one hangs it. The child keeps it (as every store does) and is told to use spawn."""
         raise StoreIOError(
             f"cannot use {self.url} in a process forked from the one that opened it: the hdfs-native client "
             "does not survive fork(); start worker processes with the 'spawn' method (e.g. "
             "DataLoader(..., mp_context='spawn'), multiprocess_reader(..., start_method='spawn'))"
         )
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        super().__setstate__(state)
-        _OPEN_STORES.add(self)
 
     def _classify(self, exc: BaseException) -> Failure | None:
         # hdfs-native raises OSError with the errno only in its message ("Connection refused (os error 111)").

@@ -5,6 +5,7 @@ from __future__ import annotations
 import multiprocessing
 from typing import Any
 
+import fsspec
 import pytest
 
 from datamount.storage import Store, StoreIOError
@@ -53,3 +54,12 @@ def test_a_forked_worker_leaves_the_parents_connections_alone(store: Store) -> N
     for _ in range(3):
         assert in_a_worker(store, "fork", paths[0])[0] == "read"
         assert list(store.read_many(paths)) == [path.encode() for path in paths]
+
+
+@pytest.mark.hdfs
+@pytest.mark.timeout(60)  # a hang guard: a child that drops an inherited hdfs-native client never starts its work
+def test_a_forked_child_never_drops_a_client_its_parent_cached(hdfs_server: Any, local_store: Store) -> None:
+    fsspec.core.url_to_fs(hdfs_server.url)[0].ls("/")  # only fsspec's instance cache keeps this client
+    local_store.write("shared/a.bin", b"payload")
+    # fsspec empties its cache in a forked child: the client would be dropped there, and hdfs-native hangs then.
+    assert in_a_worker(local_store, "fork", "shared/a.bin") == ("read", b"payload", ["shared/a.bin"])
