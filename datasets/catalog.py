@@ -118,7 +118,8 @@ def commit(store: Store, draft: Manifest) -> Manifest:
     """Make ``draft`` the next version of its dataset; return the committed manifest.
 
     Everything the draft names (list, objects, shards) must already be stored: it is checked here, from a listing,
-    right before the manifest is created (:class:`DatasetNotFoundError` names what is missing). The version number,
+    right before the manifest is created (:class:`DatasetNotFoundError` names what is missing), and made durable
+    (:meth:`~datamount.storage.Store.make_durable`): a committed version survives a crash. The version number,
     the time and the datamount version are filled in here, and the manifest is created exclusively: when another
     writer takes the number first, this one takes the next. From the moment the manifest exists the version exists
     for every reader, and it never changes.
@@ -131,6 +132,7 @@ def commit(store: Store, draft: Manifest) -> Manifest:
             f"cannot commit a new version of {draft.name} in {store.url}: {len(gone)} of the files it names are not "
             f"stored (removed meanwhile?), e.g. {store.url_for(gone[0])}; run the same command again"
         )
+    store.make_durable(named_files(draft))
     for _ in range(COMMIT_ATTEMPTS):
         manifest = dataclasses.replace(
             draft,
@@ -149,14 +151,20 @@ def commit(store: Store, draft: Manifest) -> Manifest:
     )
 
 
+def named_files(draft: Manifest) -> dict[str, int]:
+    """The store path and size of everything ``draft`` names: its list, objects and shards."""
+    named: dict[str, int] = {}
+    if draft.has_list:
+        named[layout.list_path(draft)] = draft.list_size
+    named.update((layout.object_path(draft.name, entry.sha256), entry.size) for entry in draft.files)
+    named.update((layout.shard_path(draft.name, shard), shard.size) for shard in draft.shards)
+    return named
+
+
 def missing(store: Store, draft: Manifest) -> list[str]:
     """The store paths of what ``draft`` names that are not stored (or not at the size it says)."""
     folder = layout.dataset_folder(draft.name)
-    wanted: dict[str, int] = {}
-    if draft.has_list:
-        wanted[layout.list_path(draft)] = draft.list_size
-    wanted.update((layout.object_path(draft.name, entry.sha256), entry.size) for entry in draft.files)
-    wanted.update((layout.shard_path(draft.name, shard), shard.size) for shard in draft.shards)
+    wanted = named_files(draft)
     areas = {path[len(folder) + 1 :].split("/")[0] for path in wanted}
     present: dict[str, int] = {}
     for area in sorted(areas):
@@ -171,6 +179,7 @@ def add_shards(store: Store, manifest: Manifest, shards: list[ShardEntry]) -> Ma
     written over. When another pack of the version recorded its shards first, those are the version's shards.
     """
     manifest_bytes = store.read(layout.manifest_path(manifest.name, manifest.version))
+    store.make_durable(layout.shard_path(manifest.name, shard) for shard in shards)
     record = {
         "format": PACK_RECORD_FORMAT,
         "manifest_sha256": hashlib.sha256(manifest_bytes).hexdigest(),

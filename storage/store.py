@@ -417,6 +417,18 @@ class Store:
             self.fs.pipe_file(tmp, data)
             self._replace(tmp, full)
 
+    def make_durable(self, paths: Iterable[str]) -> None:
+        """Make the objects at ``paths``, and their names, survive a crash of the machine.
+
+        Writes do not wait for the disk one by one: the files of a version are made durable together, right before
+        its manifest is created (:func:`datamount.datasets.catalog.commit`). On object stores and HDFS a finished
+        write is as durable as the service makes it, and this does nothing.
+        """
+        self._make_durable([self.full_path(path) for path in paths])
+
+    def _make_durable(self, fulls: builtins.list[str]) -> None:
+        """Make the objects at the full paths ``fulls`` durable (nothing to do unless a backend says otherwise)."""
+
     def remove_stale_temporaries(self, prefix: str, *, older_than: float) -> int:
         """Remove the temporary objects under ``prefix`` that writers left more than ``older_than`` seconds ago
         (killed before they could rename them); return how many. Writers that are still running are left alone."""

@@ -209,6 +209,15 @@ class StoreBatchTests:
         for src in sources:
             assert store.read(f"up/{src.name}") == src.read_bytes()
 
+    def test_make_durable_keeps_what_was_written(self, store: Store, tmp_path: Path) -> None:
+        sources = _local_files(tmp_path, 5)
+        store.put_many([(src, f"durable/{i}/{src.name}") for i, src in enumerate(sources)])
+        store.make_durable(f"durable/{i}/{src.name}" for i, src in enumerate(sources))
+        store.make_durable([])
+        assert [store.read(f"durable/{i}/{src.name}") for i, src in enumerate(sources)] == [
+            src.read_bytes() for src in sources
+        ]
+
     def test_put_of_a_missing_local_file_fails_and_stores_nothing(self, store: Store, tmp_path: Path) -> None:
         with pytest.raises(FileNotFoundError):
             store.put_file(tmp_path / "absent.bin", "target.bin")
@@ -358,6 +367,7 @@ class StorePathTests:
             lambda: store.create(path, b"x"),
             lambda: store.put_file(local, path),
             lambda: store.put_many([(local, path)]),
+            lambda: store.make_durable([path]),
             lambda: store.list(path),
             lambda: store.exists(path),
             lambda: store.info(path),
