@@ -59,9 +59,14 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def server_process(command: list[str], ready_url: str, *, timeout: float = 30) -> Iterator[subprocess.Popen[bytes]]:
-    """A server run from ``command`` in its own process, yielded once ``ready_url`` answers (any HTTP status)."""
-    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+def server_process(
+    command: list[str], ready_url: str, *, timeout: float = 30, cwd: Path | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A server run from ``command`` in its own process (in ``cwd``), yielded once ``ready_url`` answers (any HTTP
+    status)."""
+    server = subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, cwd=cwd
+    )
     try:
         deadline = time.monotonic() + timeout
         while not _answers(ready_url):

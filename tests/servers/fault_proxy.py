@@ -7,8 +7,11 @@ so a fault can hit one request among many on the same connection. Faults are set
     proxy.inject(Fault.reset_after(), methods={"PUT"})   # every PUT from now on: stored upstream, then reset
     proxy.inject(Fault.cut(100), skip=2, times=1)        # the 3rd request from now: its body cut after 100 bytes
     proxy.inject(Fault.stall(), containing="shard-")     # requests naming a shard (in the URL or the body)
+    proxy.inject(Fault.delay(0.020))                     # every request answered 20 ms later, as far-away S3 is
 
 Every request is logged with what the proxy did to it (:attr:`FaultProxy.requests`, :meth:`FaultProxy.count`).
+For benchmarks, ``python -m tests.servers.fault_proxy UPSTREAM --delay-ms 20`` runs a delaying proxy in a process of
+its own (so that its work is not the measured process's) and prints its endpoint.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ class Action(enum.Enum):
     STALL = "stall"
     CUT = "cut"
     STATUS = "status"
+    DELAY = "delay"
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,7 @@ class Fault:
     action: Action
     body_bytes: int = 0
     status_code: int = 0
+    seconds: float = 0.0
 
     @classmethod
     def reset_before(cls) -> Fault:
@@ -82,6 +87,14 @@ class Fault:
         if not 400 <= code <= 599:
             raise ValueError(f"an error status is 4xx or 5xx, got {code}")
         return cls(Action.STATUS, status_code=code)
+
+    @classmethod
+    def delay(cls, seconds: float) -> Fault:
+        """Hold the request ``seconds`` before forwarding it (a server that far away); the answer goes through
+        whole. Other requests are not held meanwhile, as on a real network."""
+        if not seconds >= 0:
+            raise ValueError(f"a delay is >= 0 seconds, got {seconds}")
+        return cls(Action.DELAY, seconds=seconds)
 
 
 @dataclass
@@ -153,14 +166,17 @@ class FaultProxy:
         The server to forward to.
     flavour
         Which error bodies :meth:`Fault.status` answers with: S3's XML (``SlowDown`` for 503) or GCS's JSON.
+    port
+        The port to listen on (default: any free one).
     """
 
-    def __init__(self, upstream_url: str, *, flavour: Flavour = "s3") -> None:
+    def __init__(self, upstream_url: str, *, flavour: Flavour = "s3", port: int = 0) -> None:
         parts = urlsplit(upstream_url)
         if parts.scheme != "http" or not parts.hostname or not parts.port:
             raise ValueError(f"the upstream must be http://HOST:PORT, got {upstream_url!r}")
         self.upstream = (parts.hostname, parts.port)
         self.flavour = flavour
+        self._port = port
         self._rules: list[Rule] = []
         self._records: list[RequestRecord] = []
         self._connections = 0
@@ -283,7 +299,7 @@ class FaultProxy:
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
-        self._server = self._loop.run_until_complete(asyncio.start_server(self._accept, "127.0.0.1", 0))
+        self._server = self._loop.run_until_complete(asyncio.start_server(self._accept, "127.0.0.1", self._port))
         self._ready.set()
         self._loop.run_forever()
 
@@ -354,6 +370,10 @@ class FaultProxy:
             writer.write(_error_answer(fault.status_code, request, self.flavour))
             await writer.drain()
             return True
+        if fault.action is Action.DELAY:
+            await asyncio.sleep(fault.seconds)
+            _, reusable = await self._forward(connection, request)
+            return reusable
         if fault.action is Action.RESET_AFTER:
             await self._forward(connection, request, send=False)
             _reset(writer)
@@ -602,3 +622,25 @@ def fault_proxy() -> Iterator[FaultProxyFactory]:
     yield start
     for proxy in proxies:
         proxy.close()
+
+
+def main() -> None:
+    """Run a proxy in front of an endpoint until interrupted, delaying every request: for benchmarks."""
+    import argparse
+    import signal
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("upstream", help="http://HOST:PORT of the server")
+    parser.add_argument("--delay-ms", type=float, default=0.0, help="added to every request (default 0)")
+    parser.add_argument("--flavour", choices=["s3", "gcs"], default="s3")
+    parser.add_argument("--port", type=int, default=0, help="to listen on (default: any free one)")
+    options = parser.parse_args()
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})  # for sigwait, in every thread
+    with FaultProxy(options.upstream, flavour=options.flavour, port=options.port) as proxy:
+        proxy.inject(Fault.delay(options.delay_ms / 1000))
+        print(proxy.endpoint_url, flush=True)
+        signal.sigwait({signal.SIGINT, signal.SIGTERM})
+
+
+if __name__ == "__main__":
+    main()

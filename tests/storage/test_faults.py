@@ -11,6 +11,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -190,6 +191,19 @@ def test_a_read_survives_one_fault(backend: ProxiedBackend, fault: Fault) -> Non
     assert store.read_range("blob", 1_000, 250_000) == data[1_000:250_000]
     assert backend.proxy.count(fault.action) == 1
     assert backend.proxy.count(Action.PASS, method="GET", path_contains="root/blob") == 2
+
+
+def test_delayed_requests_are_answered_whole_and_no_sooner(backend: ProxiedBackend) -> None:
+    """The benchmarks' far-away server: every request held, its answer intact."""
+    store = backend.open()
+    blobs = {f"slow/{i}": os.urandom(50_000 + i) for i in range(8)}
+    for path, data in blobs.items():
+        store.write(path, data)
+    backend.proxy.inject(Fault.delay(0.2), methods={"GET"}, containing="root/slow/")
+    started = time.monotonic()
+    assert list(store.read_many(list(blobs), max_requests=8)) == list(blobs.values())
+    assert time.monotonic() - started >= 0.2
+    assert backend.proxy.count(Action.DELAY) == 8
 
 
 def test_reads_survive_new_connections_being_reset(backend: ProxiedBackend) -> None:
