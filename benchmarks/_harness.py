@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import socket
 import statistics
@@ -12,7 +13,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -50,6 +51,58 @@ def interleaved_medians(
             action()
             times[name].append(time.perf_counter() - started)
     return {name: statistics.median(found) for name, found in times.items()}
+
+
+@dataclass(frozen=True)
+class Cost:
+    """The median wall time of an action, and the CPU seconds it took in this process (all threads) and in the
+    server processes watched (their median over the same runs)."""
+
+    seconds: float
+    cpu_seconds: float
+    server_cpu_seconds: float | None
+
+
+def interleaved_costs(
+    actions: dict[str, Callable[[], object]],
+    runs: int,
+    *,
+    server_pids: Collection[int] = (),
+    setup: Callable[[], object] | None = None,
+) -> dict[str, Cost]:
+    """Like :func:`interleaved_medians`, with the CPU time each action took here and in ``server_pids``; ``setup``
+    runs untimed before each round."""
+    found: dict[str, list[tuple[float, float, float]]] = {name: [] for name in actions}
+    for _ in range(runs):
+        if setup is not None:
+            setup()
+        for name, action in actions.items():
+            server_before = processes_cpu_seconds(server_pids)
+            cpu_before = time.process_time()
+            started = time.perf_counter()
+            action()
+            wall = time.perf_counter() - started
+            cpu = time.process_time() - cpu_before
+            found[name].append((wall, cpu, processes_cpu_seconds(server_pids) - server_before))
+    return {
+        name: Cost(
+            statistics.median(t[0] for t in times),
+            statistics.median(t[1] for t in times),
+            statistics.median(t[2] for t in times) if server_pids else None,
+        )
+        for name, times in found.items()
+    }
+
+
+def processes_cpu_seconds(pids: Collection[int]) -> float:
+    """User and system CPU seconds the processes ``pids`` (and the children they waited for) have used so far."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += sum(int(value) for value in fields[11:15])  # utime, stime, cutime, cstime
+    return total / ticks
 
 
 def free_port() -> int:
@@ -142,20 +195,28 @@ S3_SERVERS: dict[str, Callable[[], contextlib.AbstractContextManager[tuple[str, 
 StoreOpener = Callable[[str], "Store"]
 
 
+@dataclass(frozen=True)
+class Backend:
+    """A running backend: how to open a fresh store on it, and the server processes whose CPU time counts."""
+
+    open: StoreOpener
+    server_pids: list[int]
+
+
 @contextlib.contextmanager
-def local_backend() -> Iterator[StoreOpener]:
+def local_backend() -> Iterator[Backend]:
     from datamount.storage import open_store
 
     with tempfile.TemporaryDirectory(prefix="datamount-bench-store-") as root:
-        yield lambda prefix: open_store(f"{root}/{prefix}")
+        yield Backend(lambda prefix: open_store(f"{root}/{prefix}"), [])
 
 
-def _s3_backend(server: str) -> Callable[[], contextlib.AbstractContextManager[StoreOpener]]:
+def _s3_backend(server: str) -> Callable[[], contextlib.AbstractContextManager[Backend]]:
     @contextlib.contextmanager
-    def backend() -> Iterator[StoreOpener]:
-        with S3_SERVERS[server]() as (endpoint, _):
+    def backend() -> Iterator[Backend]:
+        with S3_SERVERS[server]() as (endpoint, pid):
             options = {"endpoint_url": endpoint, "key": "bench", "secret": "bench-secret"}
-            yield _bucket_opener("s3", options)
+            yield Backend(_bucket_opener("s3", options), [pid])
 
     return backend
 
@@ -177,7 +238,7 @@ def _test_servers() -> None:
 
 
 @contextlib.contextmanager
-def gluster_backend() -> Iterator[StoreOpener]:
+def gluster_backend() -> Iterator[Backend]:
     """A private GlusterFS volume mounted through FUSE (root, /dev/fuse, glusterfs-server)."""
     _test_servers()
     from datamount.storage import open_store
@@ -186,13 +247,14 @@ def gluster_backend() -> Iterator[StoreOpener]:
     _require(why_gluster_cannot_run())
     server = start_gluster_server()
     try:
-        yield lambda prefix: open_store(server.mount_point / prefix, mount="glusterfs")
+        pids = [server.glusterd.pid, *server.brick_pids]
+        yield Backend(lambda prefix: open_store(server.mount_point / prefix, mount="glusterfs"), pids)
     finally:
         server.stop()
 
 
 @contextlib.contextmanager
-def hdfs_backend() -> Iterator[StoreOpener]:
+def hdfs_backend() -> Iterator[Backend]:
     """HDFS 2.7.3 (NameNode and DataNode) on loopback."""
     _test_servers()
     from datamount.storage import open_store
@@ -201,13 +263,14 @@ def hdfs_backend() -> Iterator[StoreOpener]:
     _require(why_hdfs_cannot_run())
     server = start_hdfs_server()
     try:
-        yield lambda prefix: open_store(f"{server.url}/{prefix}")
+        pids = [process.pid for process in server.processes.values()]
+        yield Backend(lambda prefix: open_store(f"{server.url}/{prefix}"), pids)
     finally:
         server.stop()
 
 
 @contextlib.contextmanager
-def ceph_backend() -> Iterator[StoreOpener]:
+def ceph_backend() -> Iterator[Backend]:
     """A one-node Ceph cluster with its RADOS Gateway on loopback."""
     _test_servers()
     from tests.servers.ceph import start_ceph_server, why_ceph_cannot_run
@@ -216,13 +279,13 @@ def ceph_backend() -> Iterator[StoreOpener]:
     server = start_ceph_server()
     try:
         options = {"endpoint_url": server.endpoint_url, "key": server.key, "secret": server.secret}
-        yield _bucket_opener("s3", options)
+        yield Backend(_bucket_opener("s3", options), [process.pid for process in server.processes.values()])
     finally:
         server.stop()
 
 
 @contextlib.contextmanager
-def gcs_backend() -> Iterator[StoreOpener]:
+def gcs_backend() -> Iterator[Backend]:
     """The fake-gcs-server GCS emulator (in memory) on loopback."""
     _test_servers()
     from datamount.storage import open_store
@@ -233,7 +296,7 @@ def gcs_backend() -> Iterator[StoreOpener]:
     try:
         server.create_bucket("bench-datasets")
         options = {"endpoint_url": server.endpoint_url, "token": "anon"}
-        yield lambda prefix: open_store(f"gs://bench-datasets/{prefix}", **options)
+        yield Backend(lambda prefix: open_store(f"gs://bench-datasets/{prefix}", **options), [server.process.pid])
     finally:
         server.stop()
 
@@ -243,8 +306,8 @@ def _require(reason: str | None) -> None:
         raise SystemExit(f"cannot run this backend here: {reason}")
 
 
-#: Backends the store benchmarks can run on, by name: each a context yielding a :data:`StoreOpener`.
-BACKENDS: dict[str, Callable[[], contextlib.AbstractContextManager[StoreOpener]]] = {
+#: Backends the store benchmarks can run on, by name: each a context yielding a :class:`Backend`.
+BACKENDS: dict[str, Callable[[], contextlib.AbstractContextManager[Backend]]] = {
     "local": local_backend,
     "moto": _s3_backend("moto"),
     "seaweedfs": _s3_backend("seaweedfs"),
@@ -257,7 +320,8 @@ BACKENDS: dict[str, Callable[[], contextlib.AbstractContextManager[StoreOpener]]
 
 @dataclass(frozen=True)
 class Row:
-    """One line of a comparison: our figure and the reference's, same units."""
+    """One line of a comparison: our figure and the reference's, same units; optionally the CPU seconds each took
+    per ``cpu_per`` (e.g. "1k obj", "GB"), in the client and in the server."""
 
     setup: str
     operation: str
@@ -265,6 +329,11 @@ class Row:
     reference: float
     unit: str
     reference_name: str
+    cpu_per: str = ""
+    ours_cpu: float | None = None
+    reference_cpu: float | None = None
+    ours_server_cpu: float | None = None
+    reference_server_cpu: float | None = None
 
     @property
     def ratio(self) -> float:
@@ -281,3 +350,18 @@ def print_rows(rows: list[Row], title: str) -> None:
             f"{row.setup:<12} {row.operation:<26} {row.ours:>12.1f} {row.reference:>12.1f} {row.unit:<10} "
             f"{row.ratio:>6.2f}  {row.reference_name}"
         )
+    costed = [row for row in rows if row.cpu_per]
+    if costed:
+        print("\nCPU seconds (client / server), datamount vs reference")
+        for row in costed:
+            ours = _cpu(row.ours_cpu, row.ours_server_cpu)
+            reference = _cpu(row.reference_cpu, row.reference_server_cpu)
+            per = f"per {row.cpu_per}"
+            print(f"{row.setup:<12} {row.operation:<26} {per:<12} {ours:>15} vs {reference:<15} {row.reference_name}")
+
+
+def _cpu(client: float | None, server: float | None) -> str:
+    def shown(value: float | None) -> str:
+        return "n/a" if value is None else f"{value:.3f}"
+
+    return f"{shown(client)} / {shown(server)}"

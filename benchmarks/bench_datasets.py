@@ -9,7 +9,9 @@ backend (``local``; S3 on ``moto`` or SeaweedFS's ``weed mini`` (``seaweedfs``);
 - read: ``reader(name)`` over every sample vs the filesystem's ``cat`` of the same objects (many in flight where the
   filesystem is asynchronous), and vs a loop of ``cat_file`` one object at a time (on the first 500 objects);
 - upload: ``upload`` vs the filesystem's ``put`` of the same files, each timed run to a fresh prefix so that
-  everything is really sent.
+  everything is really sent (on file systems also vs ``put`` then one ``syncfs``: an upload is durable, a put is not).
+
+CPU seconds per GB are shown for each side, in this process (all threads) and in the server's processes.
 
 Ratios above 1 mean datamount is faster. Medians of several runs, the compared operations taking turns.
 """
@@ -26,12 +28,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _harness import BACKENDS, Row, StoreOpener, interleaved_medians, print_rows
+from _harness import BACKENDS, Backend, Cost, Row, interleaved_costs, print_rows
 
 from datamount.datasets import layout
 from datamount.datasets.rows import read_lines
 from datamount.datasets.upload import upload
 from datamount.readers.dataset import DatasetReader, reader
+from datamount.storage import Store
 
 DATASET = "bench-images"
 CLASSES = 10
@@ -73,7 +76,7 @@ def mb_per_second(total_bytes: int, seconds: float) -> float:
     return total_bytes / 1e6 / seconds
 
 
-def bench_reads(setup: str, samples: DatasetReader, unchecked: DatasetReader, runs: int) -> list[Row]:
+def bench_reads(setup: str, samples: DatasetReader, unchecked: DatasetReader, runs: int, pids: list[int]) -> list[Row]:
     """``reader`` vs the filesystem's ``cat`` of the same objects, vs a loop reading one object at a time, and vs
     ``reader(..., verify=False)`` (the cost of checking each object's sha256)."""
     fs = samples.store.fs
@@ -86,7 +89,7 @@ def bench_reads(setup: str, samples: DatasetReader, unchecked: DatasetReader, ru
         for path in few:
             fs.cat_file(path)
 
-    seconds = interleaved_medians(
+    costs = interleaved_costs(
         {
             "ours": lambda: read_samples(samples),
             "cat": lambda: fs.cat(paths),
@@ -94,55 +97,93 @@ def bench_reads(setup: str, samples: DatasetReader, unchecked: DatasetReader, ru
             "unchecked": lambda: read_samples(unchecked),
         },
         runs,
+        server_pids=pids,
     )
-    name = type(fs).__name__
+    moved = {"ours": total, "cat": total, "cat_file": few_bytes, "unchecked": total}
+    operation = f"read {len(paths)} images"
     return [
-        Row(setup, f"read {len(paths)} images", mb_per_second(total, seconds["ours"]),
-            mb_per_second(total, seconds["cat"]), "MB/s", f"{name}.cat"),
-        Row(setup, f"read {len(paths)} images", mb_per_second(total, seconds["ours"]),
-            mb_per_second(few_bytes, seconds["cat_file"]), "MB/s", f"cat_file loop ({len(few)})"),
-        Row(setup, f"read {len(paths)} images", mb_per_second(total, seconds["ours"]),
-            mb_per_second(total, seconds["unchecked"]), "MB/s", "reader(verify=False)"),
-    ]  # fmt: skip
+        costed_row(setup, operation, costs, moved, "ours", "cat", f"{type(fs).__name__}.cat"),
+        costed_row(setup, operation, costs, moved, "ours", "cat_file", f"cat_file loop ({len(few)})"),
+        costed_row(setup, operation, costs, moved, "ours", "unchecked", "reader(verify=False)"),
+    ]
 
 
-def bench_uploads(setup: str, list_file: Path, open_at: StoreOpener, runs: int) -> Row:
-    """``upload`` vs the filesystem's ``put`` of the same files, each run to a prefix that holds nothing yet."""
+def costed_row(
+    setup: str, operation: str, costs: dict[str, Cost], moved: dict[str, int], ours: str, reference: str, name: str
+) -> Row:
+    """A row of MB/s, with the CPU seconds per GB of each side, here and in the server."""
+
+    def per_gb(label: str, seconds: float | None) -> float | None:
+        return None if seconds is None else seconds * 1e9 / moved[label]
+
+    mine, theirs = costs[ours], costs[reference]
+    return Row(
+        setup, operation, mb_per_second(moved[ours], mine.seconds), mb_per_second(moved[reference], theirs.seconds),
+        "MB/s", name, "GB", per_gb(ours, mine.cpu_seconds), per_gb(reference, theirs.cpu_seconds),
+        per_gb(ours, mine.server_cpu_seconds), per_gb(reference, theirs.server_cpu_seconds),
+    )  # fmt: skip
+
+
+def bench_uploads(setup: str, list_file: Path, backend: Backend, runs: int) -> list[Row]:
+    """``upload`` vs the filesystem's ``put`` of the same files, each run to a prefix that holds nothing yet. On a
+    file system also vs ``put`` followed by one ``syncfs`` (``Store.make_durable``): an upload's files are durable
+    when it returns, ``put``'s are not."""
     relative = [line.split("\t")[0] for line in list_file.read_text(encoding="utf-8").splitlines()]
     local = [str(list_file.parent / path) for path in relative]
     total = sum(os.path.getsize(path) for path in local)
     counter = itertools.count()
-    current = []
+    ready: dict[str, Store] = {}
 
-    def fresh_prefix() -> None:
-        for store in current:
-            store.remove("", recursive=True, missing_ok=True)
-        current[:] = [open_at(f"upload-{next(counter)}")]
-        store = current[0]
-        for folder in sorted({os.path.dirname(path) for path in relative}):  # put() of a list makes no folders
+    def fresh(label: str) -> Store:
+        """A store under a prefix of its own, with its folders made (``put`` of a list makes none)."""
+        store = backend.open(f"upload-{next(counter)}")
+        for folder in sorted({os.path.dirname(path) for path in relative}):
             store.fs.makedirs(store.full_path(folder), exist_ok=True)
+        previous = ready.pop(label, None)
+        if previous is not None:
+            previous.remove("", recursive=True, missing_ok=True)
+        ready[label] = store
+        return store
 
-    def ours() -> None:
-        upload(list_file, DATASET, store=current[0])
-
-    def reference() -> None:
-        store = current[0]
+    def put(store: Store) -> None:
         store.fs.put(local, [store.full_path(path) for path in relative])
 
-    seconds = interleaved_medians({"ours": ours, "put": reference}, runs, setup=fresh_prefix)
-    fresh_prefix()
-    name = type(current[0].fs).__name__
-    return Row(setup, f"upload {len(local)} images", mb_per_second(total, seconds["ours"]),
-               mb_per_second(total, seconds["put"]), "MB/s", f"{name}.put")  # fmt: skip
+    def put_durable(store: Store) -> None:
+        put(store)
+        store.make_durable(relative)
+
+    actions = {
+        "ours": lambda: upload(list_file, DATASET, store=ready["ours"]),
+        "put": lambda: put(ready["put"]),
+    }
+    on_disk = backend.open("probe").local_path() is not None
+    if on_disk:
+        actions["put_durable"] = lambda: put_durable(ready["put_durable"])
+
+    def prepare() -> None:
+        for label in actions:
+            fresh(label)
+
+    costs = interleaved_costs(actions, runs, server_pids=backend.server_pids, setup=prepare)
+    name = type(ready["put"].fs).__name__
+    for store in ready.values():
+        store.remove("", recursive=True, missing_ok=True)
+    moved = dict.fromkeys(actions, total)
+    operation = f"upload {len(local)} images"
+    rows = [costed_row(setup, operation, costs, moved, "ours", "put", f"{name}.put")]
+    if on_disk:
+        rows.append(costed_row(setup, operation, costs, moved, "ours", "put_durable", f"{name}.put + syncfs"))
+    return rows
 
 
-def bench_backend(backend: str, list_file: Path, runs: int) -> list[Row]:
-    """Reads, then uploads, on a fresh server (or folder) of ``backend``."""
-    with BACKENDS[backend]() as open_at:
-        store = open_at("read")
+def bench_backend(name: str, list_file: Path, runs: int) -> list[Row]:
+    """Reads, then uploads, on a fresh server (or folder) of backend ``name``."""
+    with BACKENDS[name]() as backend:
+        store = backend.open("read")
         upload(list_file, DATASET, store=store)
-        rows = bench_reads(backend, reader(DATASET, store), reader(DATASET, store, verify=False), runs)
-        rows.append(bench_uploads(backend, list_file, open_at, runs))
+        unchecked = reader(DATASET, store, verify=False)
+        rows = bench_reads(name, reader(DATASET, store), unchecked, runs, backend.server_pids)
+        rows += bench_uploads(name, list_file, backend, runs)
     return rows
 
 

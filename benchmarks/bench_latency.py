@@ -28,7 +28,7 @@ from fsspec import AbstractFileSystem
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _harness import S3_SERVERS, Row, free_port, interleaved_medians, print_rows, server_process
+from _harness import S3_SERVERS, Row, free_port, interleaved_costs, print_rows, server_process
 from bench_datasets import DATASET, make_image_list, object_paths
 
 from datamount.datasets import pack
@@ -42,8 +42,8 @@ NAIVE_OBJECTS = 200
 
 
 @contextlib.contextmanager
-def s3_endpoint(server: str) -> Iterator[tuple[str, dict[str, str]]]:
-    """An S3 server of the given kind: its endpoint and the credentials to use."""
+def s3_endpoint(server: str) -> Iterator[tuple[str, dict[str, str], list[int]]]:
+    """An S3 server of the given kind: its endpoint, the credentials to use, and its processes."""
     if server == "ceph":
         sys.path.insert(0, str(ROOT))
         from tests.servers.ceph import start_ceph_server, why_ceph_cannot_run
@@ -53,12 +53,13 @@ def s3_endpoint(server: str) -> Iterator[tuple[str, dict[str, str]]]:
             raise SystemExit(f"cannot run Ceph here: {reason}")
         ceph = start_ceph_server()
         try:
-            yield ceph.endpoint_url, {"key": ceph.key, "secret": ceph.secret}
+            pids = [process.pid for process in ceph.processes.values()]
+            yield ceph.endpoint_url, {"key": ceph.key, "secret": ceph.secret}, pids
         finally:
             ceph.stop()
         return
-    with S3_SERVERS[server]() as (endpoint, _):
-        yield endpoint, {"key": "bench", "secret": "bench-secret"}
+    with S3_SERVERS[server]() as (endpoint, pid):
+        yield endpoint, {"key": "bench", "secret": "bench-secret"}, [pid]
 
 
 @contextlib.contextmanager
@@ -82,7 +83,8 @@ def main() -> None:
         parser.error("--runs must be at least 1")
     count = args.count or (300 if args.quick else 4000)
 
-    with tempfile.TemporaryDirectory(prefix="datamount-bench-") as tmp, s3_endpoint(args.server) as (endpoint, keys):
+    with tempfile.TemporaryDirectory(prefix="datamount-bench-") as tmp, s3_endpoint(args.server) as server:
+        endpoint, keys, pids = server
         list_file = make_image_list(Path(tmp) / "source", count)
         direct = open_store(f"s3://{BUCKET}", check=False, endpoint_url=endpoint, **keys)
         direct.fs.mkdir(BUCKET)
@@ -94,12 +96,13 @@ def main() -> None:
                 "far": open_store(url, endpoint_url=far, **keys),
                 "near": open_store(url, endpoint_url=near, **keys),
             }
-            rows = bench(stores, count, args.runs, args.latency_ms)
+            rows = bench(stores, count, args.runs, args.latency_ms, pids)
     print_rows(rows, f"Reads with {args.latency_ms:g} ms added per request, {args.server}, {count} images of ~110 KB")
 
 
-def bench(stores: dict[str, Store], count: int, runs: int, latency_ms: float) -> list[Row]:
-    """Each path on each store, taking turns; samples/s."""
+def bench(stores: dict[str, Store], count: int, runs: int, latency_ms: float, server_pids: list[int]) -> list[Row]:
+    """Each path on each store, taking turns: samples/s, and CPU seconds per 1,000 samples in this process and in
+    the server."""
     actions: dict[str, Callable[[], object]] = {}
     items: dict[str, int] = {}
     for where, store in stores.items():
@@ -110,16 +113,27 @@ def bench(stores: dict[str, Store], count: int, runs: int, latency_ms: float) ->
         actions[f"packed {where}"] = lambda samples=packed: _drain(samples(), count)
         actions[f"naive {where}"] = lambda fs=store.fs, few=few: _drain(_naive_loop(fs, few), len(few))
         items.update({f"unpacked {where}": count, f"packed {where}": count, f"naive {where}": len(few)})
-    seconds = interleaved_medians(actions, runs)
-    rate = {label: items[label] / seconds[label] for label in actions}
-    setup = f"+{latency_ms:g} ms"
+    costs = interleaved_costs(actions, runs, server_pids=server_pids)
+
+    def row(operation: str, ours: str, reference: str, reference_name: str) -> Row:
+        def per_thousand(label: str, seconds: float | None) -> float | None:
+            return None if seconds is None else seconds * 1000 / items[label]
+
+        mine, theirs = costs[ours], costs[reference]
+        return Row(
+            f"+{latency_ms:g} ms", operation, items[ours] / mine.seconds, items[reference] / theirs.seconds,
+            "samples/s", reference_name, "1k obj",
+            per_thousand(ours, mine.cpu_seconds), per_thousand(reference, theirs.cpu_seconds),
+            per_thousand(ours, mine.server_cpu_seconds), per_thousand(reference, theirs.server_cpu_seconds),
+        )  # fmt: skip
+
     return [
-        Row(setup, "reader, unpacked", rate["unpacked far"], rate["unpacked near"], "samples/s", "same, no latency"),
-        Row(setup, "reader, packed", rate["packed far"], rate["packed near"], "samples/s", "same, no latency"),
-        Row(setup, "reader, unpacked", rate["unpacked far"], rate["naive far"], "samples/s", "open().read() loop"),
-        Row(setup, "reader, packed", rate["packed far"], rate["naive far"], "samples/s", "open().read() loop"),
-        Row(setup, "open().read() loop", rate["naive far"], rate["naive near"], "samples/s", "same, no latency"),
-    ]  # fmt: skip
+        row("reader, unpacked", "unpacked far", "unpacked near", "same, no latency"),
+        row("reader, packed", "packed far", "packed near", "same, no latency"),
+        row("reader, unpacked", "unpacked far", "naive far", "open().read() loop"),
+        row("reader, packed", "packed far", "naive far", "open().read() loop"),
+        row("open().read() loop", "naive far", "naive near", "same, no latency"),
+    ]
 
 
 def _naive_loop(fs: AbstractFileSystem, paths: list[str]) -> Iterator[bytes]:

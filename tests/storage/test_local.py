@@ -35,6 +35,20 @@ def test_a_link_inside_the_root_is_followed(tmp_path: Path) -> None:
     assert store.read("alias/obj") == b"data"
 
 
+def test_a_listing_never_goes_through_a_link_to_a_folder(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret").write_bytes(b"secret")
+    store = open_store(tmp_path / "store")
+    store.write("real/obj", b"data")
+    os.symlink(outside, tmp_path / "store" / "escape")
+    os.symlink(tmp_path / "store" / "real", tmp_path / "store" / "alias")
+    assert store.list() == {"real/obj": 4}
+    assert store.list("alias") == {"alias/obj": 4}  # named on purpose, a link inside the root is followed
+    with pytest.raises(UnsafePathError):
+        store.list("escape")
+
+
 def test_a_local_store_names_its_files_and_is_shareable(tmp_path: Path) -> None:
     store = open_store(tmp_path / "store")
     store.write("a/b", b"on disk")
