@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import ctypes
+import io
 import itertools
 import os
 import shutil
@@ -119,38 +120,44 @@ class LocalStore(Store):
         return dict(sorted(listing.items()))
 
     def _read_many(self, items: Iterable[tuple[str, int]], max_requests: int | None, max_bytes: int) -> Iterator[bytes]:
-        """On a local disk the files are read one after the other in this thread, the next ones announced to the
-        kernel (``POSIX_FADV_WILLNEED``) so that it reads them ahead on its own: threads would only fight over the
-        GIL for data that is, or soon will be, in the page cache. Shared filesystems (``mount=``), and an explicit
-        ``max_requests``, keep many reads in flight on threads."""
+        """On a local disk the files are read one after the other in this thread, the next ones opened and
+        announced to the kernel (``POSIX_FADV_WILLNEED``) so that it reads them ahead on its own: threads would only
+        fight over the GIL for data that is, or soon will be, in the page cache. Shared filesystems (``mount=``),
+        and an explicit ``max_requests``, keep many reads in flight on threads."""
         if self.mount or max_requests is not None or not hasattr(os, "posix_fadvise"):
             yield from super()._read_many(items, max_requests, max_bytes)
             return
         pending = (path for path, _ in items)
-        ahead: collections.deque[str] = collections.deque()
-        for path in itertools.islice(pending, READ_AHEAD_FILES):
-            self._announce(path)
-            ahead.append(path)
-        while ahead:
-            path = ahead.popleft()
-            following = next(pending, None)
-            if following is not None:
-                self._announce(following)
-                ahead.append(following)
-            yield self.read(path)
-
-    def _announce(self, path: str) -> None:
-        """Ask the kernel to start reading ``path`` (a hint: a problem with it shows when the file is read)."""
+        ahead: collections.deque[tuple[str, io.FileIO | None]] = collections.deque()
         try:
-            fd = os.open(self.full_path(path), os.O_RDONLY)
-        except (OSError, ValueError):
-            return
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
-        except OSError:
-            pass
+            for path in itertools.islice(pending, READ_AHEAD_FILES):
+                ahead.append((path, self._open_ahead(path)))
+            while ahead:
+                path, opened = ahead.popleft()
+                following = next(pending, None)
+                if following is not None:
+                    ahead.append((following, self._open_ahead(following)))
+                if opened is None:
+                    yield self.read(path)
+                    continue
+                with self._errors("read", path), opened:
+                    data = opened.readall()
+                yield data
         finally:
-            os.close(fd)
+            for _, opened in ahead:
+                if opened is not None:
+                    opened.close()
+
+    def _open_ahead(self, path: str) -> io.FileIO | None:
+        """``path`` opened, and announced to the kernel so that it reads it ahead; ``None`` when it cannot be opened
+        (reading it then raises the error)."""
+        try:
+            opened = io.FileIO(self.full_path(path), "r")
+        except (OSError, ValueError):
+            return None
+        with contextlib.suppress(OSError):
+            os.posix_fadvise(opened.fileno(), 0, 0, os.POSIX_FADV_WILLNEED)
+        return opened
 
     def read(self, path: str) -> bytes:
         full = self.full_path(path)

@@ -148,3 +148,17 @@ def test_mount_table_fields_are_unescaped(tmp_path: Path) -> None:
 def test_unknown_local_option_names_the_known_ones(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"unknown option.*endpoint_url.*known: mount"):
         open_store(tmp_path, endpoint_url="http://x")
+
+
+def test_reads_ahead_keep_no_file_open_once_done_or_abandoned(tmp_path: Path) -> None:
+    store = open_store(tmp_path / "store")
+    paths = [f"objs/{i}" for i in range(40)]
+    for path in paths:
+        store.write(path, path.encode())
+    before = len(os.listdir("/proc/self/fd"))
+    assert list(store.read_many(paths)) == [path.encode() for path in paths]
+    abandoned = store.read_many(paths)
+    assert next(abandoned) == b"objs/0"
+    assert len(os.listdir("/proc/self/fd")) > before  # the next files are open, read ahead
+    abandoned.close()
+    assert len(os.listdir("/proc/self/fd")) == before
