@@ -68,7 +68,15 @@ class ShardRows:
         return self._spans
 
     def rows(self, start: int, stop: int) -> Iterator[Row]:
+        """Rows ``start`` to ``stop - 1`` in order. Shards on this machine (or in the cache) are read whole; remote
+        ones are streamed row group by row group, several ranged reads in flight, so that the first rows come as
+        soon as their row group has and memory holds a few row groups, never whole shards."""
         start, stop = clip(start, stop, len(self))
+        if self.store.local_path() is None and self.cache is None:
+            spans = self.spans()
+            first = bisect.bisect_right([span.start for span in spans], start) - 1
+            wanted = itertools.takewhile(lambda span: span.start < stop, spans[max(first, 0) :])
+            return self.pieces(Piece(span, range(max(start, span.start), min(stop, span.stop))) for span in wanted)
         return self._segment_rows(list(self._segments(start, stop)))
 
     def row(self, index: int) -> Row:
@@ -156,7 +164,10 @@ class ShardRows:
 
     def _decode(self, shard: ShardEntry, parquet: pq.ParquetFile, group: int) -> pa.Table:
         with self._damage(shard, group):
-            return parquet.read_row_group(group, columns=self._columns)
+            table = parquet.read_row_group(group, columns=self._columns)
+            if table.num_rows != shard.row_groups[group]:
+                raise OSError(f"it holds {table.num_rows} rows, not the {shard.row_groups[group]} of the manifest")
+            return table
 
     @contextlib.contextmanager
     def _damage(self, shard: ShardEntry, group: int | None = None) -> Iterator[None]:

@@ -137,6 +137,8 @@ class RequestRecord:
     target: str
     action: Action
     connection: int
+    #: The request's ``Range`` header (``bytes=START-END``), if it had one.
+    range: str | None = None
 
 
 @dataclass
@@ -146,6 +148,7 @@ class _Request:
     head: bytes
     body: bytes
     close: bool
+    range: str | None = None
 
 
 @dataclass
@@ -293,7 +296,9 @@ class FaultProxy:
 
     def _record(self, request: _Request, action: Action, connection: _Connection) -> None:
         with self._lock:
-            self._records.append(RequestRecord(request.method, request.target, action, connection.number))
+            self._records.append(
+                RequestRecord(request.method, request.target, action, connection.number, request.range)
+            )
 
     # -- the event loop ------------------------------------------------------------------------------------------
 
@@ -454,7 +459,7 @@ async def _read_request(connection: _Connection) -> _Request | None:
         head = _drop_header(head, b"expect")
     body = b"".join([piece async for piece in _request_body(reader, headers)])
     close = headers.get("connection", "").lower() == "close" or request_line[2] == "HTTP/1.0"
-    return _Request(method.upper(), target, head, body, close)
+    return _Request(method.upper(), target, head, body, close, headers.get("range"))
 
 
 async def _request_body(reader: asyncio.StreamReader, headers: dict[str, str]) -> AsyncIterator[bytes]:

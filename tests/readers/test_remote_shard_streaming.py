@@ -1,0 +1,78 @@
+"""A pass over a packed version on a remote store streams its shards row group by row group: the first sample comes
+before the shard has, and every byte still arrives checked."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import unquote
+
+import pytest
+
+from datamount.datasets import layout, pack, upload
+from datamount.readers import reader
+from datamount.storage import IntegrityError, Store, open_store
+from tests.generated import MakeImageList
+from tests.servers.fault_proxy import FaultProxy, FaultProxyFactory
+from tests.servers.moto import S3_TEST_KEY, S3_TEST_SECRET, S3Server
+
+pytestmark = pytest.mark.s3
+
+
+def samples_of(list_file: Path) -> list[tuple[bytes, str]]:
+    rows = [line.split("\t") for line in list_file.read_text().splitlines()]
+    return [((list_file.parent / path).read_bytes(), label) for path, label in rows]
+
+
+def bytes_asked(ranges: list[str | None]) -> int:
+    """The bytes ``Range: bytes=START-END`` headers asked for (END included)."""
+    total = 0
+    for header in ranges:
+        assert header is not None and header.startswith("bytes="), f"a GET of the whole shard ({header})"
+        start, end = header.removeprefix("bytes=").split("-")
+        total += int(end) - int(start) + 1
+    return total
+
+
+@dataclass
+class Packed:
+    """A one-shard version of 30 row groups on moto: its list, a store through a proxy and the proxy, a store that
+    talks to moto directly, and the shard's path."""
+
+    list_file: Path
+    far: Store
+    proxy: FaultProxy
+    direct: Store
+    shard: str
+
+
+@pytest.fixture
+def packed(
+    s3_server: S3Server, s3_bucket: str, fault_proxy: FaultProxyFactory, make_image_list: MakeImageList
+) -> Packed:
+    list_file = make_image_list(60, size=20_000)
+    keys = {"key": S3_TEST_KEY, "secret": S3_TEST_SECRET}
+    direct = open_store(f"s3://{s3_bucket}/root", endpoint_url=s3_server.endpoint_url, **keys)
+    upload(list_file, "d", store=direct)
+    [shard] = pack("d", store=direct, row_group_bytes=40_000).shards
+    assert len(shard.row_groups) == 30
+    proxy = fault_proxy(s3_server.endpoint_url)
+    far = open_store(f"s3://{s3_bucket}/root", endpoint_url=proxy.endpoint_url, **keys)
+    return Packed(list_file, far, proxy, direct, layout.shard_path("d", shard))
+
+
+def test_the_first_sample_comes_before_the_shard_has(packed: Packed) -> None:
+    size = packed.direct.info(packed.shard).size
+    samples = reader("d", packed.far)()
+    first = next(samples)
+    asked = [r.range for r in packed.proxy.requests if r.method == "GET" and packed.shard in unquote(r.target)]
+    assert bytes_asked(asked) < size / 2  # the footer and the first row groups, read ahead
+    assert [first, *samples] == samples_of(packed.list_file)
+
+
+def test_a_flipped_byte_in_a_streamed_shard_is_an_integrity_error(packed: Packed) -> None:
+    data = bytearray(packed.direct.read(packed.shard))
+    data[len(data) // 3] ^= 0x01  # inside a data page of a middle row group
+    packed.direct.write(packed.shard, bytes(data))
+    with pytest.raises(IntegrityError, match=r"row group \d+ of shard .* is damaged"):
+        list(reader("d", packed.far)())
