@@ -6,6 +6,8 @@ from __future__ import annotations
 import ast
 import importlib
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -125,3 +127,11 @@ def test_every_package_folder_is_installed() -> None:
     listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     found = {module_name(init) for folder in PACKAGES for init in (ROOT / folder).rglob("__init__.py")}
     assert found == listed
+
+
+def test_reading_loads_no_download_client() -> None:
+    """A training job's ``from datamount.readers import reader`` pays for what reading needs, not for requests
+    (downloads of public datasets import it when they start)."""
+    code = "import sys; from datamount.readers import reader; print('requests' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.strip() == "False"

@@ -18,27 +18,29 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-
-import requests
-import urllib3
+from typing import TYPE_CHECKING
 
 from datamount.datasets.errors import DownloadError, DownloadNotFoundError
 from datamount.datasets.progress import Progress, Silent
 from datamount.storage.errors import DatamountError, IntegrityError
 from datamount.storage.redact import redact_url
 
+if TYPE_CHECKING:  # requests is imported by the first download: reading datasets never needs it
+    import requests
+
 CHUNK = 1 << 20
 #: Answers worth another attempt: the server or a proxy is busy or failing for now.
 TRANSIENT_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
 _CONTENT_RANGE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)")
 _TOTAL_ONLY = re.compile(r"bytes\s+\*/(\d+)")
-_NETWORK_FAILURES = (
-    requests.RequestException,
-    urllib3.exceptions.HTTPError,
-    http.client.HTTPException,
-    ConnectionError,
-    TimeoutError,
-)
+
+
+def _network_failures() -> tuple[type[BaseException], ...]:
+    import requests
+    import urllib3
+
+    return (requests.RequestException, urllib3.exceptions.HTTPError, http.client.HTTPException, ConnectionError,
+            TimeoutError)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -216,7 +218,7 @@ def _attempt(client: requests.Session, url: str, part: Path, policy: RetryPolicy
             written = _receive(response, part, append=append, start=offset, meter=meter)
     except DatamountError:
         raise
-    except _NETWORK_FAILURES as exc:  # a local write failing (a full disk) is not worth another attempt
+    except _network_failures() as exc:  # a local write failing (a full disk) is not worth another attempt
         raise _Transient(_reason(exc)) from exc
     if expected is not None and offset + written < expected:
         raise _Transient(f"the connection closed after {offset + written:,} of {expected:,} bytes")
@@ -265,6 +267,9 @@ def _receive(response: requests.Response, part: Path, *, append: bool, start: in
 
 def _reason(exc: BaseException) -> str:
     """A short reason for a failed attempt, without the URL (the caller names it)."""
+    import requests
+    import urllib3
+
     if isinstance(exc, (requests.Timeout, urllib3.exceptions.TimeoutError, TimeoutError)):
         return "the server stopped answering (timeout)"
     if isinstance(exc, (urllib3.exceptions.ProtocolError, requests.exceptions.ChunkedEncodingError)):
@@ -279,6 +284,8 @@ def _session(given: requests.Session | None) -> Iterator[requests.Session]:
     if given is not None:
         yield given
         return
+    import requests
+
     with requests.Session() as session:
         yield session
 
