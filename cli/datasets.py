@@ -12,7 +12,7 @@ from datamount.cli.formatting import describe, echo_fields, format_size, plain_t
 from datamount.cli.options import shard_size_option, store_options
 from datamount.cli.progress import ProgressBar
 from datamount.cli.removal import confirm_removal, echo_removed, yes_option
-from datamount.datasets import DatasetNotFoundError, catalog, layout, pack_ray, parse_ref
+from datamount.datasets import DatasetNotFoundError, Manifest, catalog, layout, pack_ray, parse_ref
 from datamount.datasets import pack as pack_version
 from datamount.datasets import repair as repair_version
 from datamount.datasets import upload as upload_list
@@ -27,7 +27,12 @@ from datamount.storage import Store
 @store_options
 @click.option("--kind", type=click.Choice(["image", "text"]), help="Force the list's kind (detected otherwise).")
 @click.option("--root", type=click.Path(file_okay=False), help="Folder that image paths are relative to.")
-@click.option("--pack", "then_pack", is_flag=True, help="Also pack the new version into Parquet shards.")
+@click.option(
+    "--pack",
+    "then_pack",
+    is_flag=True,
+    help="Store the version as Parquet shards: an image list's files go straight into them (no object per file).",
+)
 @shard_size_option("With --pack: bytes per shard.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 def upload(
@@ -46,15 +51,22 @@ def upload(
     after an interruption sends only what is missing.
     """
     with ProgressBar(quiet=quiet) as bar:
-        result = upload_list(list_file, name, store=store, kind=kind, root=root, progress=bar)
-        if then_pack:
-            packed = pack_version(result.manifest.ref, store=store, shard_bytes=shard_bytes, progress=bar)
+        result = upload_list(
+            list_file, name, store=store, kind=kind, root=root, progress=bar, packed=then_pack, shard_bytes=shard_bytes
+        )
     m = result.manifest
     if then_pack:
-        click.echo(f"{m.ref} is packed in {len(packed.shards)} shard(s)")
+        stored = "" if m.objects else ", its files stored only there"
+        click.echo(f"{m.ref} is packed in {len(m.shards)} shard(s){stored}")
     if not result.created:
         repaired = f"; {result.repaired_files} missing file(s) sent again" if result.repaired_files else ""
         click.echo(f"{m.ref} is up to date: it already holds exactly this list ({m.rows} rows{repaired})")
+        return
+    if not m.objects:
+        click.echo(
+            f"uploaded {m.ref}: {m.kind}, {m.rows} rows, {len(m.files)} files in "
+            f"{format_size(result.sent_bytes)} of shards to {store.url}"
+        )
         return
     click.echo(
         f"uploaded {m.ref}: {m.kind}, {m.rows} rows, {len(m.files)} files "
@@ -132,11 +144,17 @@ def info(name: str, store: Store) -> None:
         ("files", f"{len(manifest.files):,}"),
         ("size", format_size(manifest.total_bytes)),
         ("versions", ", ".join(str(v) for v in all_versions)),
-        ("packed", f"{len(manifest.shards)} shard(s)" if manifest.shards else "no (datamount pack NAME)"),
+        ("packed", _packed(manifest)),
         ("created", manifest.created),
         ("source", manifest.source),
     ]
     echo_fields(fields)
+
+
+def _packed(manifest: Manifest) -> str:
+    if not manifest.shards:
+        return "no (datamount pack NAME)"
+    return f"{len(manifest.shards)} shard(s)" + ("" if manifest.objects else ", the files stored only there")
 
 
 @click.command()

@@ -156,7 +156,8 @@ def named_files(draft: Manifest) -> dict[str, int]:
     named: dict[str, int] = {}
     if draft.has_list:
         named[layout.list_path(draft)] = draft.list_size
-    named.update((layout.object_path(draft.name, entry.sha256), entry.size) for entry in draft.files)
+    if draft.objects:
+        named.update((layout.object_path(draft.name, entry.sha256), entry.size) for entry in draft.files)
     named.update((layout.shard_path(draft.name, shard), shard.size) for shard in draft.shards)
     return named
 
@@ -309,7 +310,7 @@ def remove_unused(store: Store, name: str, kept: list[Manifest]) -> None:
         if pack not in used_packs:
             store.remove(pack, recursive=True, missing_ok=True)
     used = {layout.list_path(m) for m in kept if m.has_list}
-    used.update(layout.object_path(name, entry.sha256) for m in kept for entry in m.files)
+    used.update(layout.object_path(name, entry.sha256) for m in kept if m.objects for entry in m.files)
     used.update(layout.pack_record_path(name, m.version) for m in kept)
     stored = [
         path for area in (layout.LISTS, layout.OBJECTS) for path in store.list(f"{folder}/{area}") if path not in used

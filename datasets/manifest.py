@@ -12,8 +12,12 @@ from typing import Any
 from datamount.datasets.errors import ManifestError
 
 #: Format 2 keeps a version's list and shards under names that do not depend on its number (the number is given by
-#: the commit); format 1 kept them under ``lists/N.list`` and ``packs/N/``, and is still read.
-FORMAT_VERSION = 2
+#: the commit); format 1 kept them under ``lists/N.list`` and ``packs/N/``, and is still read. Format 3 is format 2
+#: for an image version whose files are stored only in its shards (``objects: false``, from ``upload --pack``): an
+#: older datamount, which would look for their objects, refuses it. The newest format this datamount reads:
+FORMAT_VERSION = 3
+#: The format of a manifest that needs nothing format 3 adds.
+OBJECTS_FORMAT_VERSION = 2
 #: Where a manifest says which rows and shards each split holds: ``{"train": {"rows": N, "shards": [a, b]}}``.
 SPLITS_KEY = "splits"
 
@@ -59,8 +63,8 @@ class Manifest:
 
     Image and text versions have a normalised list (``list_sha256``, ``list_size``): one row per sample,
     TAB-separated; for image versions its first column is the file's path relative to the original list's root,
-    which :attr:`files` maps to stored objects. Any version may have :attr:`shards` (packed); a ``table`` version
-    has only shards.
+    which :attr:`files` maps to stored objects (unless :attr:`objects` is false: then the files' bytes are only in
+    the shards). Any version may have :attr:`shards` (packed); a ``table`` version has only shards.
     """
 
     name: str
@@ -73,19 +77,26 @@ class Manifest:
     shards: list[ShardEntry] = field(default_factory=list)
     source: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    #: Whether :attr:`files` are stored as objects; false for an image version uploaded straight into shards.
+    objects: bool = True
     #: Set by the commit: the version number, when it was committed, and by which datamount.
     version: int = 0
     created: str = ""
     datamount_version: str = ""
-    format_version: int = FORMAT_VERSION
+    format_version: int = OBJECTS_FORMAT_VERSION
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", Kind(self.kind))
+        if not self.objects:
+            if not self.shards:
+                raise ManifestError(f"{self.ref}: a version whose files are not stored as objects needs shards")
+            object.__setattr__(self, "format_version", max(self.format_version, FORMAT_VERSION))
 
     @property
     def total_bytes(self) -> int:
-        """Bytes of all stored files, the list and the shards."""
-        return sum(entry.size for entry in self.files) + self.list_size + sum(shard.size for shard in self.shards)
+        """Bytes of everything stored: the files' objects, the list and the shards."""
+        objects = sum(entry.size for entry in self.files) if self.objects else 0
+        return objects + self.list_size + sum(shard.size for shard in self.shards)
 
     @property
     def ref(self) -> str:

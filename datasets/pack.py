@@ -93,6 +93,22 @@ def plan_pack(store: Store, manifest: Manifest, shard_bytes: int, row_group_byte
         sizes = [o.size + sum(len(value) for value in row[1:]) for row, o in zip(rows, objects, strict=True)]
     else:
         sizes = [sum(len(value) for value in row) for row in rows]
+    folder = layout.version_pack_folder(manifest.version, shard_bytes, row_group_bytes)
+    return [
+        PackUnit(
+            folder,
+            number,
+            tuple(groups),
+            (starts[groups[0][0]], starts[groups[-1][1]]),
+            objects[groups[0][0] : groups[-1][1]],
+        )
+        for number, groups in enumerate(cut_shards(sizes, shard_bytes, row_group_bytes))
+    ]
+
+
+def cut_shards(sizes: list[int], shard_bytes: int, row_group_bytes: int) -> list[list[tuple[int, int]]]:
+    """Rows of ``sizes`` bytes each, cut into row groups of at least ``row_group_bytes`` (the last may hold less)
+    and those into shards of at least ``shard_bytes``: each shard's row groups as ``(start, stop)`` row numbers."""
     plans: list[list[tuple[int, int]]] = [[]]
     group_start = group_bytes = shard_data = 0
     for index, size in enumerate(sizes):
@@ -105,17 +121,7 @@ def plan_pack(store: Store, manifest: Manifest, shard_bytes: int, row_group_byte
         plans[-1].append((group_start, index + 1))
         shard_data += group_bytes
         group_start, group_bytes = index + 1, 0
-    folder = layout.version_pack_folder(manifest.version, shard_bytes, row_group_bytes)
-    return [
-        PackUnit(
-            folder,
-            number,
-            tuple(groups),
-            (starts[groups[0][0]], starts[groups[-1][1]]),
-            objects[groups[0][0] : groups[-1][1]],
-        )
-        for number, groups in enumerate(plan for plan in plans if plan)
-    ]
+    return [plan for plan in plans if plan]
 
 
 def write_unit(store: Store, manifest: Manifest, unit: PackUnit, report: Progress | None = None) -> ShardEntry:

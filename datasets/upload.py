@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 from collections.abc import Iterator
@@ -12,7 +13,10 @@ from datamount.datasets import catalog, layout
 from datamount.datasets.listfile import ParsedList, parse_list
 from datamount.datasets.manifest import FileEntry, Kind, Manifest
 from datamount.datasets.names import validate_name
+from datamount.datasets.pack import pack
 from datamount.datasets.progress import Progress, Silent
+from datamount.datasets.shard_writer import DEFAULT_ROW_GROUP_BYTES, DEFAULT_SHARD_BYTES, check_sizes
+from datamount.datasets.upload_shards import write_shards
 from datamount.storage import Store, open_store
 from datamount.storage.checksums import sha256_file
 
@@ -43,6 +47,9 @@ def upload(
     root: str | None = None,
     progress: Progress | None = None,
     max_requests: int | None = None,
+    packed: bool = False,
+    shard_bytes: int = DEFAULT_SHARD_BYTES,
+    row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES,
 ) -> UploadResult:
     """Upload the samples of ``list_file`` as a new version of dataset ``name``.
 
@@ -50,6 +57,10 @@ def upload(
     concurrently; the manifest is written last, so the version exists only once all of it is stored. Running the
     same upload again after a failure sends only what is missing; running it after success creates nothing (the
     latest version already holds exactly this list).
+
+    With ``packed``, the version is stored as Parquet shards: an image list's files go straight from the local disk
+    into shards (:mod:`.upload_shards`; no object per file, ``Manifest.objects`` false), a text list is packed from
+    its list.
 
     Parameters
     ----------
@@ -67,8 +78,12 @@ def upload(
         Receives the ``hash`` and ``upload`` phases.
     max_requests
         Uploads in flight at most.
+    packed, shard_bytes, row_group_bytes
+        Store the version as shards of these sizes (as ``pack`` cuts them).
     """
     validate_name(name)
+    if packed:
+        check_sizes(shard_bytes, row_group_bytes)
     report = progress or Silent()
     parsed = parse_list(list_file, kind=kind, root=root)
     target = open_store(store)
@@ -91,8 +106,16 @@ def upload(
     )
     latest = catalog.latest(target, name)
     if latest is not None and latest.list_sha256 == list_sha and latest.files == entries:
-        repaired = _send_missing(target, latest, parsed, list_bytes, report, max_requests)
-        return UploadResult(latest, repaired, 0, len(entries), created=False, repaired_files=repaired)
+        if latest.objects:
+            repaired = _send_missing(target, latest, parsed, list_bytes, report, max_requests)
+            if packed:
+                latest = pack(latest.ref, store=target, shard_bytes=shard_bytes, row_group_bytes=row_group_bytes)
+            return UploadResult(latest, repaired, 0, len(entries), created=False, repaired_files=repaired)
+        if not catalog.missing(target, latest):
+            return UploadResult(latest, 0, 0, len(entries), created=False)
+        # Shards of it are lost: what is stored only in them comes back as a new version.
+    if packed and parsed.kind is Kind.IMAGE:
+        return _upload_shards(target, draft, parsed, list_bytes, report, shard_bytes, row_group_bytes)
 
     present = target.list(f"{folder}/{layout.OBJECTS}")
     missing = list({e.sha256: e for e in entries if present.get(layout.object_path(name, e.sha256)) != e.size}.values())
@@ -101,8 +124,39 @@ def upload(
     # Right before the commit: whatever a removal racing this upload took away is sent again.
     again = _send_missing(target, draft, parsed, list_bytes, report, max_requests)
     manifest = catalog.commit(target, draft)
+    if packed:
+        manifest = pack(manifest.ref, store=target, shard_bytes=shard_bytes, row_group_bytes=row_group_bytes)
     reused = len({e.sha256 for e in entries}) - len(missing)
     return UploadResult(manifest, len(missing) + again, sent, reused, created=True)
+
+
+def _upload_shards(
+    store: Store,
+    draft: Manifest,
+    parsed: ParsedList,
+    list_bytes: bytes,
+    report: Progress,
+    shard_bytes: int,
+    row_group_bytes: int,
+) -> UploadResult:
+    """Commit ``draft`` with its files written straight into shards (no objects); the shards go if it fails."""
+    store.write(layout.list_path(draft), list_bytes)
+    shards = write_shards(
+        store,
+        draft.name,
+        parsed,
+        draft.files,
+        shard_bytes=shard_bytes,
+        row_group_bytes=row_group_bytes,
+        progress=report,
+    )
+    try:
+        manifest = catalog.commit(store, dataclasses.replace(draft, shards=shards, objects=False))
+    except BaseException:  # never committed: its shards would only take space
+        for folder in {layout.pack_folder_of(shard) for shard in shards}:
+            store.remove(f"{layout.dataset_folder(draft.name)}/{folder}", recursive=True, missing_ok=True)
+        raise
+    return UploadResult(manifest, len(draft.files), sum(shard.size for shard in shards), 0, created=True)
 
 
 def _send_missing(

@@ -60,7 +60,8 @@ def verify(store: Store, manifest: Manifest, *, on_checked: Callable[[int], None
     targets: list[tuple[str, int, str, str, FileEntry | ShardEntry | None]] = []
     if manifest.has_list:
         targets.append((layout.list_path(manifest), manifest.list_size, manifest.list_sha256, "the list", None))
-    targets += [(layout.object_path(manifest.name, e.sha256), e.size, e.sha256, e.path, e) for e in manifest.files]
+    if manifest.objects:
+        targets += [(layout.object_path(manifest.name, e.sha256), e.size, e.sha256, e.path, e) for e in manifest.files]
     targets += [(layout.shard_path(manifest.name, s), s.size, s.sha256, f"shard {s.path}", s) for s in manifest.shards]
     present: dict[str, int] = {}
     packs = {layout.pack_folder_of(shard) for shard in manifest.shards}
@@ -187,6 +188,8 @@ def _from_shards(store: Store, manifest: Manifest, entry: FileEntry) -> bytes | 
 
 def _put_back_shard(store: Store, manifest: Manifest, shard: ShardEntry) -> str | None:
     folder = _PACK_FOLDER.match(layout.pack_folder_of(shard))
+    if not manifest.objects:
+        return f"shard {shard.path} holds files stored nowhere else: upload the list again (a new version)"
     if folder is None or not manifest.has_list:
         return f"shard {shard.path} was written by an import or an install, not by pack: nothing can make it again"
     unbuilt = manifest.with_shards([])

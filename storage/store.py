@@ -24,9 +24,9 @@ from fsspec.asyn import AsyncFileSystem
 
 from datamount.storage import redact
 from datamount.storage._window import ordered_window
+from datamount.storage.checksums import read_checked, require_unchanged
 from datamount.storage.errors import (
     DatamountError,
-    IntegrityError,
     ObjectExistsError,
     ObjectNotFoundError,
     StoreIOError,
@@ -725,10 +725,7 @@ class _Upload:
 
 
 def _read_checked(item: _Upload) -> bytes:
-    with open(item.local, "rb", buffering=0) as source:
-        data = source.readall()
-    _require_unchanged(item, hashlib.sha256(data).hexdigest())
-    return data
+    return read_checked(item.local, item.sha256 or "")
 
 
 def _copy_checked(item: _Upload, write: Callable[[bytes], object]) -> int:
@@ -740,16 +737,8 @@ def _copy_checked(item: _Upload, write: Callable[[bytes], object]) -> int:
             digest.update(chunk)
             write(chunk)
             size += len(chunk)
-    _require_unchanged(item, digest.hexdigest())
+    require_unchanged(item.local, digest.hexdigest(), item.sha256 or "")
     return size
-
-
-def _require_unchanged(item: _Upload, found: str) -> None:
-    if found != item.sha256:
-        raise IntegrityError(
-            f"{item.local} changed while it was being uploaded: its sha256 is now {found}, not the {item.sha256} it "
-            "had when it was hashed; nothing was stored for it: upload again"
-        )
 
 
 def _grouped(items: Iterable[tuple[T, int]], max_items: int, max_bytes: int) -> Iterator[list[tuple[T, int]]]:

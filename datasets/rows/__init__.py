@@ -78,7 +78,7 @@ def open_rows(
     source: RowSource
     if use_shards and manifest.shards:
         source = ShardRows(store, manifest, cache=shard_cache(cache))
-    elif not manifest.has_list:
+    elif not manifest.has_list or not manifest.objects:
         raise ValueError(f"{manifest.ref} is stored only as Parquet shards; read it with use_shards=True")
     elif manifest.kind is Kind.IMAGE:
         source = ObjectRows(

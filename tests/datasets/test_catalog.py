@@ -70,7 +70,8 @@ def test_a_damaged_manifest_is_named(local_store: Store, text_list: Path) -> Non
 
 def test_a_manifest_from_a_newer_datamount_asks_for_an_upgrade(local_store: Store, text_list: Path) -> None:
     manifest = upload(text_list, "d", store=local_store).manifest
-    newer = manifest.to_json().replace(b'"format_version":%d' % FORMAT_VERSION, b'"format_version":99')
+    newer = manifest.to_json().replace(b'"format_version":%d' % manifest.format_version, b'"format_version":99')
+    assert newer != manifest.to_json() and FORMAT_VERSION < 99
     local_store.write("datasets/d/versions/1.json", newer)
     with pytest.raises(ManifestError, match="newer datamount"):
         catalog.resolve(local_store, "d")

@@ -1,0 +1,112 @@
+"""``upload --pack`` of an image list: the files go straight into shards, with no object per file, and every
+promise of an upload holds (the bytes read are the bytes uploaded, checked; nothing half-made is committed; running
+it again creates nothing)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from datamount.cli.main import cli
+from datamount.datasets import catalog, layout, upload, verify
+from datamount.datasets.manifest import FORMAT_VERSION
+from datamount.readers import reader
+from datamount.storage import IntegrityError, Store
+from tests.generated import MakeImageList
+
+
+class ChangeWhilePacking:
+    """Progress that rewrites a source file once the hash phase is over, before its bytes are read into a shard."""
+
+    def __init__(self, victim: Path) -> None:
+        self.victim = victim
+        self.phase = ""
+
+    def start(self, phase: str, *, items: int, size: int) -> None:
+        self.phase = phase
+        if phase == "pack":
+            self.victim.write_bytes(b"\xff\xd8\xff" + b"changed after hashing" * 20)
+
+    def advance(self, *, items: int = 1, size: int = 0) -> None:
+        pass
+
+    def finish(self) -> None:
+        pass
+
+
+def rows_of(list_file: Path) -> list[tuple[bytes, str]]:
+    rows = []
+    for line in list_file.read_text().splitlines():
+        path, label = line.split("\t")
+        rows.append(((list_file.parent / path).read_bytes(), label))
+    return rows
+
+
+def test_the_files_go_straight_into_shards_and_read_back_exactly(store: Store, make_image_list: MakeImageList) -> None:
+    list_file = make_image_list(40, size=3_000)
+    result = upload(list_file, "d", store=store, packed=True, row_group_bytes=20_000, shard_bytes=60_000)
+    manifest = result.manifest
+    assert result.created and not manifest.objects and len(manifest.shards) >= 2
+    assert store.list(f"{layout.dataset_folder('d')}/{layout.OBJECTS}") == {}
+    assert json.loads(store.read(layout.manifest_path("d", 1)))["format_version"] == FORMAT_VERSION == 3
+    assert list(reader("d", store)()) == rows_of(list_file)
+    samples = reader("d", store, shuffle=True, seed=3)
+    assert sorted(samples()) == sorted(rows_of(list_file))
+    assert reader("d", store)[17] == rows_of(list_file)[17]
+    assert verify(store, manifest).ok
+
+
+def test_running_it_again_creates_nothing_packed_or_not(local_store: Store, make_image_list: MakeImageList) -> None:
+    list_file = make_image_list(12)
+    first = upload(list_file, "d", store=local_store, packed=True)
+    for packed in (True, False):  # the latest version already holds exactly this list
+        again = upload(list_file, "d", store=local_store, packed=packed)
+        assert not again.created and again.manifest.version == first.manifest.version and again.sent_files == 0
+    assert catalog.versions(local_store, "d") == [1]
+
+
+def test_a_file_changed_after_hashing_fails_the_upload_and_leaves_nothing(
+    local_store: Store, make_image_list: MakeImageList
+) -> None:
+    list_file = make_image_list(30, size=2_000)
+    victim = list_file.parent / list_file.read_text().splitlines()[20].split("\t")[0]
+    with pytest.raises(IntegrityError, match=r"changed while it was being uploaded"):
+        changing = ChangeWhilePacking(victim)
+        upload(list_file, "d", store=local_store, packed=True, row_group_bytes=10_000, progress=changing)
+    assert catalog.versions(local_store, "d") == []
+    assert local_store.list(f"{layout.dataset_folder('d')}/{layout.PACKS}") == {}
+
+
+def test_reading_its_objects_is_refused_with_the_way_out(local_store: Store, make_image_list: MakeImageList) -> None:
+    upload(make_image_list(5), "d", store=local_store, packed=True)
+    with pytest.raises(ValueError, match=r"d@1 is stored only as Parquet shards; read it with use_shards=True"):
+        reader("d", local_store, use_shards=False)
+
+
+def test_a_lost_shard_is_reported_and_a_new_upload_brings_the_files_back(
+    local_store: Store, make_image_list: MakeImageList
+) -> None:
+    list_file = make_image_list(20, size=2_000)
+    sizes = {"row_group_bytes": 8_000, "shard_bytes": 16_000}
+    manifest = upload(list_file, "d", store=local_store, packed=True, **sizes).manifest
+    lost = manifest.shards[1]
+    local_store.remove(layout.shard_path("d", lost))
+    done = CliRunner().invoke(cli, ["verify", "d", "--repair", "--store", local_store.url, "-q"])
+    assert done.exit_code == 1
+    assert f"shard {lost.path} holds files stored nowhere else: upload the list again" in done.output
+    again = upload(list_file, "d", store=local_store, packed=True)
+    assert again.created and again.manifest.version == 2
+    assert list(reader("d", local_store)()) == rows_of(list_file)
+
+
+def test_the_command_says_where_the_files_went(local_store: Store, make_image_list: MakeImageList) -> None:
+    list_file = make_image_list(8)
+    done = CliRunner().invoke(cli, ["upload", str(list_file), "d", "--pack", "--store", local_store.url, "-q"])
+    assert done.exit_code == 0, done.output
+    assert "d@1 is packed in 1 shard(s), its files stored only there" in done.output
+    assert "uploaded d@1: image, 8 rows, 8 files in" in done.output
+    info = CliRunner().invoke(cli, ["info", "d", "--store", local_store.url])
+    assert "1 shard(s), the files stored only there" in info.output
