@@ -14,6 +14,7 @@ from pathlib import Path
 
 from datamount.datasets.errors import ListFormatError, ListProblem
 from datamount.datasets.manifest import Kind
+from datamount.storage.paths import LinkGuard
 
 
 @dataclass(frozen=True)
@@ -173,11 +174,11 @@ def _names_a_file(value: str, root: str) -> bool:
 def _resolve_files(
     rows: list[tuple[str, ...]], numbers: list[int], root: str, files: dict[str, SourceFile]
 ) -> list[ListProblem]:
-    real_root = os.path.realpath(root)
+    links = LinkGuard(root)
     problems = []
     for row, number in zip(rows, numbers, strict=True):
         value = row[0]
-        relative, problem = _relative_file(value, root, real_root)
+        relative, problem = _relative_file(value, root, links)
         if problem:
             problems.append(ListProblem(number, problem))
             continue
@@ -202,7 +203,7 @@ def _resolve_files(
     return problems
 
 
-def _relative_file(value: str, root: str, real_root: str) -> tuple[str, str | None]:
+def _relative_file(value: str, root: str, links: LinkGuard) -> tuple[str, str | None]:
     """The file's path relative to the root, normalised, or a problem."""
     if not value.strip():
         return "", "the file path (first column) is empty"
@@ -213,7 +214,6 @@ def _relative_file(value: str, root: str, real_root: str) -> tuple[str, str | No
     relative = os.path.normpath(value)
     if relative == ".." or relative.startswith("../"):
         return "", f"path {value!r} leaves the root folder {root}"
-    real = os.path.realpath(os.path.join(root, relative))
-    if real != real_root and not real.startswith(real_root.rstrip("/") + "/"):
+    if not links.leads_inside(os.path.join(links.root, relative)):
         return "", f"path {value!r} leads outside the root folder {root} (through a link)"
     return relative, None

@@ -1,7 +1,8 @@
-"""Validation of store-relative paths: nothing may climb out of a store's root."""
+"""Validation of paths: nothing may climb out of a store's root, or out of a folder through a link."""
 
 from __future__ import annotations
 
+import os
 import re
 
 from datamount.storage.errors import UnsafePathError
@@ -35,3 +36,39 @@ def clean_relpath(path: str, *, allow_root: bool = False) -> str:
 def join(*parts: str) -> str:
     """Join store-relative path pieces with '/', validating the result."""
     return clean_relpath("/".join(p for p in parts if p), allow_root=True)
+
+
+class LinkGuard:
+    """Tells whether paths below a local folder stay inside it once links are followed.
+
+    Each folder on the way is resolved once and remembered while it exists, so that checking a new path costs an
+    ``lstat`` of its own name (and of any new folder), not a ``realpath`` of every part.
+    """
+
+    def __init__(self, root: str) -> None:
+        self.root = root.rstrip("/") or "/"
+        self._real_root = os.path.realpath(self.root)
+        self._inside: set[str] = set()
+
+    def leads_inside(self, full: str) -> bool:
+        """Whether ``full`` (a normalised path below the root, as ``os.path.join(root, relative)`` makes it) leads
+        to the root or inside it, every link on the way followed."""
+        return self._folder_inside(os.path.dirname(full)) and (not os.path.islink(full) or self._resolves_inside(full))
+
+    def _folder_inside(self, folder: str) -> bool:
+        if folder in self._inside or folder == self.root:
+            return True
+        parent = os.path.dirname(folder)
+        if parent == folder or not folder.startswith(self.root):  # not written below the root: resolve it whole
+            return self._resolves_inside(folder)
+        if not self._folder_inside(parent):
+            return False
+        if os.path.islink(folder) and not self._resolves_inside(folder):
+            return False
+        if os.path.isdir(folder):
+            self._inside.add(folder)
+        return True
+
+    def _resolves_inside(self, path: str) -> bool:
+        real = os.path.realpath(path)
+        return real == self._real_root or real.startswith(self._real_root.rstrip("/") + "/")

@@ -17,6 +17,7 @@ from fsspec.implementations.local import LocalFileSystem, make_path_posix
 
 from datamount.storage.errors import StoreConfigError, UnsafePathError
 from datamount.storage.mounts import require_mount
+from datamount.storage.paths import LinkGuard
 from datamount.storage.redact import redact_url
 from datamount.storage.store import CHECKED_IN_MEMORY, TEMP_PREFIX, Store, _copy_checked, _read_checked, _Upload
 
@@ -41,8 +42,7 @@ class LocalStore(Store):
         options = {"mount": mount} if mount else {}
         super().__init__(LocalFileSystem(), root, url=url, options=options, name=name)
         self.mount = mount
-        self._real_root = os.path.realpath(self.root)
-        self._inside_dirs: set[str] = set()  # folders already resolved and found inside the root
+        self._links = LinkGuard(self.root)
 
     @classmethod
     def from_url(cls, url: str, *, name: str | None = None, **options: Any) -> LocalStore:
@@ -68,29 +68,12 @@ class LocalStore(Store):
         full = super().full_path(path, allow_root=allow_root)
         if full == self.root:
             return full
-        self._require_folder_inside(os.path.dirname(full), path)
-        if os.path.islink(full):
-            self._require_inside(full, path)
+        if not self._links.leads_inside(full):
+            raise UnsafePathError(f"store path {path!r} leads outside the store root {self.root} (through a link)")
         return full
-
-    def _require_folder_inside(self, folder: str, path: str) -> None:
-        """``folder`` (below the root) leads nowhere outside it: each of its parts not yet known to be a folder
-        inside the root is checked on its own (a link is resolved), and remembered once it exists."""
-        if folder in self._inside_dirs or folder == self.root:
-            return
-        self._require_folder_inside(os.path.dirname(folder), path)
-        if os.path.islink(folder):
-            self._require_inside(folder, path)
-        if os.path.isdir(folder):
-            self._inside_dirs.add(folder)
 
     def local_path(self, path: str = "") -> str:
         return self.full_path(path, allow_root=True)
-
-    def _require_inside(self, full: str, path: str) -> None:
-        real = os.path.realpath(full)
-        if real != self._real_root and not real.startswith(self._real_root.rstrip("/") + "/"):
-            raise UnsafePathError(f"store path {path!r} leads outside the store root {self.root} (through a link)")
 
     def list(self, prefix: str = "", *, recursive: bool = True) -> dict[str, int]:
         # os.scandir directly: fsspec's find builds an info dict per file (several stat calls and string rewrites),

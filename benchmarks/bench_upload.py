@@ -1,0 +1,102 @@
+"""``upload --pack`` (files straight into shards) against the unpacked upload of the same small files (one object
+each), on any backend.
+
+    python benchmarks/bench_upload.py [--quick] [--runs N] [--count N] [--backend NAME ...]
+
+The files are MNIST-sized (784 random bytes, 60,000 of them; 3,000 with ``--quick``). Each timed run uploads to a
+prefix that holds nothing yet, so that everything is really sent. Reported: files/s of each, their ratio (target on
+S3: >= 20x), and CPU seconds per 1,000 files in this process and in the server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _harness import BACKENDS, Row, interleaved_costs, print_rows
+
+from datamount.datasets.upload import upload
+from datamount.storage import Store
+
+SIZE = 784
+DATASET = "bench-small"
+
+
+def make_small_files(folder: Path, count: int) -> Path:
+    """``count`` files of 784 random bytes under ``folder`` and the ``.list`` naming them; the list's path."""
+    lines = []
+    for i in range(count):
+        relative = f"data/{i // 1000:03d}/{i:06d}.bin"
+        path = folder / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(os.urandom(SIZE))
+        lines.append(f"{relative}\t{i % 10}\n")
+    list_file = folder / "small.list"
+    list_file.write_text("".join(lines), encoding="utf-8")
+    return list_file
+
+
+def bench_backend(name: str, list_file: Path, count: int, runs: int) -> list[Row]:
+    with BACKENDS[name]() as backend:
+        counter = itertools.count()
+        ready: dict[str, Store] = {}
+
+        def prepare() -> None:
+            for label in ("packed", "objects"):
+                previous = ready.pop(label, None)
+                if previous is not None:
+                    previous.remove("", recursive=True, missing_ok=True)
+                ready[label] = backend.open(f"upload-{next(counter)}")
+
+        costs = interleaved_costs(
+            {
+                "packed": lambda: upload(list_file, DATASET, store=ready["packed"], packed=True),
+                "objects": lambda: upload(list_file, DATASET, store=ready["objects"]),
+            },
+            runs,
+            server_pids=backend.server_pids,
+            setup=prepare,
+        )
+        for store in ready.values():
+            store.remove("", recursive=True, missing_ok=True)
+
+    def per_thousand(seconds: float | None) -> float | None:
+        return None if seconds is None else seconds * 1000 / count
+
+    packed, objects = costs["packed"], costs["objects"]
+    return [
+        Row(name, f"upload {count} x {SIZE} B", count / packed.seconds, count / objects.seconds, "files/s",
+            "upload, one object per file", "1k files", per_thousand(packed.cpu_seconds),
+            per_thousand(objects.cpu_seconds), per_thousand(packed.server_cpu_seconds),
+            per_thousand(objects.server_cpu_seconds)),
+    ]  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="3,000 files, for a smoke run")
+    parser.add_argument("--runs", type=int, default=3, help="timed runs per figure (median reported)")
+    parser.add_argument("--count", type=int, help="files (default 60,000; 3,000 with --quick)")
+    parser.add_argument(
+        "--backend", action="append", choices=sorted(BACKENDS), help="backends to run on (default: moto and local)"
+    )
+    args = parser.parse_args()
+    if args.runs < 1:
+        parser.error("--runs must be at least 1")
+    count = args.count or (3000 if args.quick else 60000)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="datamount-bench-") as tmp:
+        list_file = make_small_files(Path(tmp) / "source", count)
+        for backend in args.backend or ["moto", "local"]:
+            rows += bench_backend(backend, list_file, count, args.runs)
+    print_rows(rows, f"upload --pack vs upload, {count} files of {SIZE} B, median of {args.runs} runs")
+
+
+if __name__ == "__main__":
+    main()
