@@ -87,10 +87,8 @@ def upload(
     report = progress or Silent()
     parsed = parse_list(list_file, kind=kind, root=root)
     target = open_store(store)
-    entries = hash_files(parsed, report)
     list_bytes = normalised_list(parsed)
     list_sha = hashlib.sha256(list_bytes).hexdigest()
-
     folder = layout.dataset_folder(name)
     if not target.atomic_put:  # temporary files of writers killed long ago
         target.remove_stale_temporaries(folder, older_than=STALE_TEMPORARY_SECONDS)
@@ -99,24 +97,29 @@ def upload(
         kind=parsed.kind,
         columns=parsed.columns(),
         rows=len(parsed.rows),
-        files=entries,
         list_sha256=list_sha,
         list_size=len(list_bytes),
         source=os.path.basename(os.fspath(list_file)),
     )
     latest = catalog.latest(target, name)
-    if latest is not None and latest.list_sha256 == list_sha and latest.files == entries:
+    # The files are hashed first unless they go straight into shards, where they are hashed as they are read (then
+    # only a latest version of the same list needs them hashed first, to tell whether it holds these very files).
+    direct = packed and parsed.kind is Kind.IMAGE
+    if not direct or (latest is not None and latest.list_sha256 == list_sha):
+        draft = dataclasses.replace(draft, files=hash_files(parsed, report))
+    if latest is not None and latest.list_sha256 == list_sha and latest.files == draft.files:
         if latest.objects:
             repaired = _send_missing(target, latest, parsed, list_bytes, report, max_requests)
             if packed:
                 latest = pack(latest.ref, store=target, shard_bytes=shard_bytes, row_group_bytes=row_group_bytes)
-            return UploadResult(latest, repaired, 0, len(entries), created=False, repaired_files=repaired)
+            return UploadResult(latest, repaired, 0, len(draft.files), created=False, repaired_files=repaired)
         if not catalog.missing(target, latest):
-            return UploadResult(latest, 0, 0, len(entries), created=False)
+            return UploadResult(latest, 0, 0, len(draft.files), created=False)
         # Shards of it are lost: what is stored only in them comes back as a new version.
-    if packed and parsed.kind is Kind.IMAGE:
+    if direct:
         return _upload_shards(target, draft, parsed, list_bytes, report, shard_bytes, row_group_bytes)
 
+    entries = draft.files
     present = target.list(f"{folder}/{layout.OBJECTS}")
     missing = list({e.sha256: e for e in entries if present.get(layout.object_path(name, e.sha256)) != e.size}.values())
     sent = _send(target, name, parsed, missing, report, max_requests)
@@ -139,24 +142,19 @@ def _upload_shards(
     shard_bytes: int,
     row_group_bytes: int,
 ) -> UploadResult:
-    """Commit ``draft`` with its files written straight into shards (no objects); the shards go if it fails."""
+    """Commit ``draft`` with its files written straight into shards, hashed as they are read (no objects); the
+    shards go if it fails."""
     store.write(layout.list_path(draft), list_bytes)
-    shards = write_shards(
-        store,
-        draft.name,
-        parsed,
-        draft.files,
-        shard_bytes=shard_bytes,
-        row_group_bytes=row_group_bytes,
-        progress=report,
+    shards, entries = write_shards(
+        store, draft.name, parsed, shard_bytes=shard_bytes, row_group_bytes=row_group_bytes, progress=report
     )
     try:
-        manifest = catalog.commit(store, dataclasses.replace(draft, shards=shards, objects=False))
+        manifest = catalog.commit(store, dataclasses.replace(draft, files=entries, shards=shards, objects=False))
     except BaseException:  # never committed: its shards would only take space
         for folder in {layout.pack_folder_of(shard) for shard in shards}:
             store.remove(f"{layout.dataset_folder(draft.name)}/{folder}", recursive=True, missing_ok=True)
         raise
-    return UploadResult(manifest, len(draft.files), sum(shard.size for shard in shards), 0, created=True)
+    return UploadResult(manifest, len(entries), sum(shard.size for shard in shards), 0, created=True)
 
 
 def _send_missing(

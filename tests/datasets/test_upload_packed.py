@@ -4,7 +4,9 @@ it again creates nothing)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -18,20 +20,20 @@ from datamount.storage import IntegrityError, Store
 from tests.generated import MakeImageList
 
 
-class ChangeWhilePacking:
-    """Progress that rewrites a source file once the hash phase is over, before its bytes are read into a shard."""
+class ChangeOnceWritingStarts:
+    """Progress that rewrites a source file when the first row group has been written to a shard."""
 
     def __init__(self, victim: Path) -> None:
         self.victim = victim
-        self.phase = ""
+        self.changed = False
 
     def start(self, phase: str, *, items: int, size: int) -> None:
-        self.phase = phase
-        if phase == "pack":
-            self.victim.write_bytes(b"\xff\xd8\xff" + b"changed after hashing" * 20)
+        pass
 
     def advance(self, *, items: int = 1, size: int = 0) -> None:
-        pass
+        if not self.changed:
+            self.victim.write_bytes(b"\xff\xd8\xff" + b"changed while it was uploaded" * 20)
+            self.changed = True
 
     def finish(self) -> None:
         pass
@@ -68,16 +70,26 @@ def test_running_it_again_creates_nothing_packed_or_not(local_store: Store, make
     assert catalog.versions(local_store, "d") == [1]
 
 
-def test_a_file_changed_after_hashing_fails_the_upload_and_leaves_nothing(
+def test_the_bytes_stored_are_the_bytes_hashed_even_when_a_file_changes(
     local_store: Store, make_image_list: MakeImageList
 ) -> None:
     list_file = make_image_list(30, size=2_000)
-    victim = list_file.parent / list_file.read_text().splitlines()[20].split("\t")[0]
+    lines = list_file.read_text().splitlines()
+    first = lines[0].split("\t")[0]
+    victim = list_file.parent / first
+    result = upload(list_file, "d", store=local_store, packed=True, row_group_bytes=10_000)
+    stored = {entry.path: entry.sha256 for entry in result.manifest.files}
+    assert stored[os.path.normpath(first)] == hashlib.sha256(victim.read_bytes()).hexdigest()
+    # The same file named twice, changed between its two reads (rows 0 and 25, five row groups apart): refused.
+    lines[25] = f"{first}\t{lines[25].split(chr(9))[1]}"
+    list_file.write_text("\n".join(lines) + "\n")
     with pytest.raises(IntegrityError, match=r"changed while it was being uploaded"):
-        changing = ChangeWhilePacking(victim)
-        upload(list_file, "d", store=local_store, packed=True, row_group_bytes=10_000, progress=changing)
-    assert catalog.versions(local_store, "d") == []
-    assert local_store.list(f"{layout.dataset_folder('d')}/{layout.PACKS}") == {}
+        upload(
+            list_file, "e", store=local_store, packed=True, row_group_bytes=10_000,
+            progress=ChangeOnceWritingStarts(victim),
+        )  # fmt: skip
+    assert catalog.versions(local_store, "e") == []
+    assert local_store.list(f"{layout.dataset_folder('e')}/{layout.PACKS}") == {}
 
 
 def test_reading_its_objects_is_refused_with_the_way_out(local_store: Store, make_image_list: MakeImageList) -> None:
