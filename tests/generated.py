@@ -36,6 +36,15 @@ def write_image_list(
     return list_file
 
 
+def image_rows(list_file: Path) -> list[tuple[bytes, str]]:
+    """What a reader of the image list ``list_file`` must yield: each file's bytes and its label, in list order."""
+    rows = []
+    for line in list_file.read_text(encoding="utf-8").splitlines():
+        path, label = line.split("\t")
+        rows.append(((list_file.parent / path).read_bytes(), label))
+    return rows
+
+
 @pytest.fixture
 def make_image_list(tmp_path: Path) -> MakeImageList:
     """Write ``count`` files of distinct random bytes under ``data/`` and a list naming them with labels."""

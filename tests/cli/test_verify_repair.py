@@ -2,27 +2,17 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from click.testing import CliRunner, Result
 
 from datamount.cli.main import cli
 from datamount.datasets import catalog, layout, pack, upload, verify
 from datamount.readers import reader
 from datamount.storage import Store
-from tests.generated import MakeImageList
+from tests.generated import MakeImageList, image_rows
 
 
 def run(*args: str) -> Result:
     return CliRunner().invoke(cli, list(args))
-
-
-def rows_of(list_file: Path) -> list[tuple[bytes, str]]:
-    rows = []
-    for line in list_file.read_text().splitlines():
-        path, label = line.split("\t")
-        rows.append(((list_file.parent / path).read_bytes(), label))
-    return rows
 
 
 def test_repair_puts_back_lost_and_damaged_objects_from_the_source_list(
@@ -40,7 +30,7 @@ def test_repair_puts_back_lost_and_damaged_objects_from_the_source_list(
     assert f"repaired: {lost.path}" in done.output and f"repaired: {damaged.path}" in done.output
     assert "repaired: the list" in done.output and "all match now" in done.output
     assert verify(local_store, manifest).ok
-    assert list(reader("d", local_store)()) == rows_of(list_file)
+    assert list(reader("d", local_store)()) == image_rows(list_file)
 
 
 def test_repair_names_what_it_cannot_put_back_and_writes_nothing_wrong(
@@ -73,5 +63,5 @@ def test_repair_of_a_packed_version_needs_no_source(s3_store: Store, make_image_
     assert done.exit_code == 0, done.output
     assert f"repaired: {lost.path}" in done.output and f"repaired: shard {manifest.shards[1].path}" in done.output
     assert verify(s3_store, catalog.resolve(s3_store, "d")).ok
-    assert list(reader("d", s3_store)()) == rows_of(list_file)
-    assert list(reader("d", s3_store, use_shards=False)()) == rows_of(list_file)
+    assert list(reader("d", s3_store)()) == image_rows(list_file)
+    assert list(reader("d", s3_store, use_shards=False)()) == image_rows(list_file)

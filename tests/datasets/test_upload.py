@@ -15,15 +15,7 @@ from datamount.datasets.errors import DatasetNotFoundError, InvalidDatasetNameEr
 from datamount.datasets.upload import upload
 from datamount.readers.dataset import reader
 from datamount.storage import Store
-from tests.generated import MakeImageList
-
-
-def image_rows(list_file: Path) -> list[tuple[bytes, str]]:
-    rows = []
-    for line in list_file.read_text(encoding="utf-8").splitlines():
-        path, label = line.split("\t")
-        rows.append(((list_file.parent / path).read_bytes(), label))
-    return rows
+from tests.generated import MakeImageList, image_rows
 
 
 def test_image_round_trip_on_every_backend(store: Store, make_image_list: MakeImageList) -> None:

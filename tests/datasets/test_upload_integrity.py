@@ -13,7 +13,7 @@ from datamount.datasets.upload import STALE_TEMPORARY_SECONDS
 from datamount.readers import reader
 from datamount.storage import IntegrityError, Store
 from datamount.storage.store import TEMP_PREFIX
-from tests.generated import MakeImageList
+from tests.generated import MakeImageList, image_rows
 
 
 class ChangeAfterHashing:
@@ -34,14 +34,6 @@ class ChangeAfterHashing:
             self.victim.write_bytes(b"\xff\xd8\xff" + b"changed after hashing" * 20)
 
 
-def expected_rows(list_file: Path) -> list[tuple[bytes, str]]:
-    rows = []
-    for line in list_file.read_text().splitlines():
-        path, label = line.split("\t")
-        rows.append(((list_file.parent / path).read_bytes(), label))
-    return rows
-
-
 @pytest.mark.parametrize("backend", ["local", "s3"])
 def test_a_file_changed_between_hashing_and_sending_is_never_stored_under_its_old_hash(
     request: pytest.FixtureRequest, backend: str, make_image_list: MakeImageList
@@ -56,7 +48,7 @@ def test_a_file_changed_between_hashing_and_sending_is_never_stored_under_its_ol
     victim.write_bytes(original)
     result = upload(list_file, "d", store=store)
     assert result.created
-    assert list(reader("d", store)()) == expected_rows(list_file)
+    assert list(reader("d", store)()) == image_rows(list_file)
     assert verify(store, result.manifest).ok
 
 
@@ -75,7 +67,7 @@ def test_the_documented_repair_sends_again_what_the_store_lost(
     assert not again.created and again.manifest.version == 1
     assert again.repaired_files == len(lost)
     assert verify(store, manifest).ok
-    assert list(reader("d", store)()) == expected_rows(list_file)
+    assert list(reader("d", store)()) == image_rows(list_file)
     assert upload(list_file, "d", store=store).repaired_files == 0
 
 

@@ -17,7 +17,7 @@ from datamount.datasets import catalog, layout, upload, verify
 from datamount.datasets.manifest import FORMAT_VERSION
 from datamount.readers import reader
 from datamount.storage import IntegrityError, Store
-from tests.generated import MakeImageList
+from tests.generated import MakeImageList, image_rows
 
 
 class ChangeOnceWritingStarts:
@@ -39,14 +39,6 @@ class ChangeOnceWritingStarts:
         pass
 
 
-def rows_of(list_file: Path) -> list[tuple[bytes, str]]:
-    rows = []
-    for line in list_file.read_text().splitlines():
-        path, label = line.split("\t")
-        rows.append(((list_file.parent / path).read_bytes(), label))
-    return rows
-
-
 def test_the_files_go_straight_into_shards_and_read_back_exactly(store: Store, make_image_list: MakeImageList) -> None:
     list_file = make_image_list(40, size=3_000)
     result = upload(list_file, "d", store=store, packed=True, row_group_bytes=20_000, shard_bytes=60_000)
@@ -54,10 +46,10 @@ def test_the_files_go_straight_into_shards_and_read_back_exactly(store: Store, m
     assert result.created and not manifest.objects and len(manifest.shards) >= 2
     assert store.list(f"{layout.dataset_folder('d')}/{layout.OBJECTS}") == {}
     assert json.loads(store.read(layout.manifest_path("d", 1)))["format_version"] == FORMAT_VERSION == 3
-    assert list(reader("d", store)()) == rows_of(list_file)
+    assert list(reader("d", store)()) == image_rows(list_file)
     samples = reader("d", store, shuffle=True, seed=3)
-    assert sorted(samples()) == sorted(rows_of(list_file))
-    assert reader("d", store)[17] == rows_of(list_file)[17]
+    assert sorted(samples()) == sorted(image_rows(list_file))
+    assert reader("d", store)[17] == image_rows(list_file)[17]
     assert verify(store, manifest).ok
 
 
@@ -111,7 +103,7 @@ def test_a_lost_shard_is_reported_and_a_new_upload_brings_the_files_back(
     assert f"shard {lost.path} holds files stored nowhere else: upload the list again" in done.output
     again = upload(list_file, "d", store=local_store, packed=True)
     assert again.created and again.manifest.version == 2
-    assert list(reader("d", local_store)()) == rows_of(list_file)
+    assert list(reader("d", local_store)()) == image_rows(list_file)
 
 
 def test_the_command_says_where_the_files_went(local_store: Store, make_image_list: MakeImageList) -> None:

@@ -12,16 +12,11 @@ import pytest
 from datamount.datasets import layout, pack, upload
 from datamount.readers import reader
 from datamount.storage import IntegrityError, Store, open_store
-from tests.generated import MakeImageList
+from tests.generated import MakeImageList, image_rows
 from tests.servers.fault_proxy import FaultProxy, FaultProxyFactory
 from tests.servers.moto import S3_TEST_KEY, S3_TEST_SECRET, S3Server
 
 pytestmark = pytest.mark.s3
-
-
-def samples_of(list_file: Path) -> list[tuple[bytes, str]]:
-    rows = [line.split("\t") for line in list_file.read_text().splitlines()]
-    return [((list_file.parent / path).read_bytes(), label) for path, label in rows]
 
 
 def bytes_asked(ranges: list[str | None]) -> int:
@@ -67,7 +62,7 @@ def test_the_first_sample_comes_before_the_shard_has(packed: Packed) -> None:
     first = next(samples)
     asked = [r.range for r in packed.proxy.requests if r.method == "GET" and packed.shard in unquote(r.target)]
     assert bytes_asked(asked) < size / 2  # the footer and the first row groups, read ahead
-    assert [first, *samples] == samples_of(packed.list_file)
+    assert [first, *samples] == image_rows(packed.list_file)
 
 
 def test_a_flipped_byte_in_a_streamed_shard_is_an_integrity_error(packed: Packed) -> None:

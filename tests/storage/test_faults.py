@@ -32,7 +32,7 @@ from datamount.storage import (
     StoreUnreachableError,
     open_store,
 )
-from tests.generated import MakeImageList, PackedImages, SharedDatasets
+from tests.generated import MakeImageList, PackedImages, SharedDatasets, image_rows
 from tests.servers.fault_proxy import Action, Fault, FaultProxy, FaultProxyFactory
 from tests.servers.gcs import PROJECT as GCS_PROJECT
 from tests.servers.moto import S3_TEST_KEY, S3_TEST_SECRET, S3Server
@@ -158,14 +158,6 @@ def assert_names(error: BaseException, store: Store, path: str, backend: Proxied
     text = str(error)
     assert store.url_for(path) in text, text
     assert backend.proxy.endpoint_url in text, text
-
-
-def image_rows(list_file: Path) -> list[tuple[bytes, str]]:
-    rows = []
-    for line in list_file.read_text(encoding="utf-8").splitlines():
-        path, label = line.split("\t")
-        rows.append(((list_file.parent / path).read_bytes(), label))
-    return rows
 
 
 def _local_copies(objects: dict[str, bytes], folder: Path) -> list[tuple[str, str]]:
