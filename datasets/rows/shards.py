@@ -35,12 +35,12 @@ PIECES_AHEAD_REMOTE = 8
 class ShardRows:
     """The rows of a packed version.
 
-    A pass over whole shards (:meth:`rows` of a range that covers them) reads shard after shard, the next one fetched
-    while this one is read: local shards are memory-mapped; remote shards are fetched whole with parallel ranged GETs
-    and checked against their sha256, into memory or, with a :class:`ContentCache`, into the local cache (so that the
-    next epoch reads locally). At most two shards are held at once. Parts of shards (random access, the pieces of a
-    shuffled or sharded pass, the ends of a range) are read row group by row group: from the local or cached file,
-    else each group with one ranged read.
+    A pass over whole shards (:meth:`rows` of a range that covers them) reads shard after shard, the next one opened
+    while this one is read: local shards are memory-mapped; with a :class:`ContentCache`, remote shards are fetched
+    whole with parallel ranged GETs, checked against their sha256 and kept in the local cache (so that the next
+    epoch reads locally). Without a cache a remote pass streams row groups, as do parts of shards (random access,
+    the pieces of a shuffled or sharded pass, the ends of a range): from the local or cached file, else each group
+    with one ranged read, several in flight, checked by its pages' CRCs and its row count.
     """
 
     def __init__(self, store: Store, manifest: Manifest, *, cache: ContentCache | None = None) -> None:
