@@ -424,10 +424,11 @@ class Store:
         its manifest is created (:func:`datamount.datasets.catalog.commit`). On object stores and HDFS a finished
         write is as durable as the service makes it, and this does nothing.
         """
-        self._make_durable([self.full_path(path) for path in paths])
+        self._make_durable([clean_relpath(path) for path in paths])
 
-    def _make_durable(self, fulls: builtins.list[str]) -> None:
-        """Make the objects at the full paths ``fulls`` durable (nothing to do unless a backend says otherwise)."""
+    def _make_durable(self, paths: builtins.list[str]) -> None:
+        """Make the objects at the (checked) store paths ``paths`` durable; a backend that touches them resolves
+        them with :meth:`full_path` (nothing to do unless a backend says otherwise)."""
 
     def remove_stale_temporaries(self, prefix: str, *, older_than: float) -> int:
         """Remove the temporary objects under ``prefix`` that writers left more than ``older_than`` seconds ago

@@ -181,7 +181,7 @@ class LocalStore(Store):
                 os.link(tmp, full)
             finally:
                 os.unlink(tmp)
-        _sync_folder(os.path.dirname(full))
+        _fsync(os.path.dirname(full))  # the new name durable too, where the folder can be synced
 
     def _put_one_sync(self, local: str, full: str) -> None:
         with self._temporary(full) as tmp:
@@ -200,14 +200,14 @@ class LocalStore(Store):
             os.replace(tmp, item.full)
         return size
 
-    def _make_durable(self, fulls: list[str]) -> None:
-        """On a local disk one ``syncfs`` of the root's filesystem writes back everything at once. A shared mount
-        (``mount=``) does not pass ``syncfs`` on to its servers (FUSE), so there each file, then each folder that
-        holds one, is fsynced, many at a time."""
+    def _make_durable(self, paths: list[str]) -> None:
+        """On a local disk one ``syncfs`` of the root's filesystem writes back everything at once (the paths are
+        not even looked at). A shared mount (``mount=``) does not pass ``syncfs`` on to its servers (FUSE), so there
+        each file, then each folder that holds one, is fsynced, many at a time."""
         self._check_mount()
         if not self.mount and self._sync_filesystem():
             return
-        files = sorted(set(fulls))
+        files = sorted({self.full_path(path) for path in paths})
         folders = sorted({os.path.dirname(full) for full in files})
         with ThreadPoolExecutor(self.default_max_requests, thread_name_prefix="datamount-sync") as pool:
             for batch in (files, folders):
@@ -248,17 +248,3 @@ def _fsync(full: str) -> OSError | None:
     except OSError as exc:
         return exc
     return None
-
-
-def _sync_folder(folder: str) -> None:
-    """Make a new name in ``folder`` durable (a commit survives a crash of the machine)."""
-    try:
-        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
