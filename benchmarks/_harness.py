@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import shutil
 import socket
@@ -338,6 +339,79 @@ class Row:
     @property
     def ratio(self) -> float:
         return self.ours / self.reference if self.reference else float("nan")
+
+
+@dataclass(frozen=True)
+class Measure:
+    """How a costed row counts work: rates in ``unit`` (``amount / scale`` per second), CPU seconds per ``cpu_per``
+    (``cpu_scale`` of the amount)."""
+
+    unit: str
+    scale: float
+    cpu_per: str
+    cpu_scale: float
+
+
+#: Bytes shown as MB/s, CPU per GB.
+BYTES = Measure("MB/s", 1e6, "GB", 1e9)
+
+
+def costed_row(
+    setup: str,
+    operation: str,
+    costs: dict[str, Cost],
+    amounts: dict[str, float],
+    ours: str,
+    reference: str,
+    reference_name: str,
+    measure: Measure,
+) -> Row:
+    """A row comparing the actions ``ours`` and ``reference`` of ``costs``, each having done ``amounts[action]`` of
+    work: their rates, and the CPU seconds each took per unit of work, here and in the server."""
+
+    def per(label: str, seconds: float | None) -> float | None:
+        return None if seconds is None else seconds * measure.cpu_scale / amounts[label]
+
+    def rate(label: str) -> float:
+        return amounts[label] / measure.scale / costs[label].seconds
+
+    mine, theirs = costs[ours], costs[reference]
+    return Row(
+        setup, operation, rate(ours), rate(reference), measure.unit, reference_name, measure.cpu_per,
+        per(ours, mine.cpu_seconds), per(reference, theirs.cpu_seconds),
+        per(ours, mine.server_cpu_seconds), per(reference, theirs.server_cpu_seconds),
+    )  # fmt: skip
+
+
+class FreshStores:
+    """One store per label under a prefix no earlier run used: :meth:`renew` (untimed, before each round) opens new
+    ones, passed to ``prepare``, and removes the last round's; :meth:`remove` removes them at the end."""
+
+    def __init__(
+        self, backend: Backend, labels: Collection[str], *, prepare: Callable[[Store], object] | None = None
+    ) -> None:
+        self._backend = backend
+        self._labels = list(labels)
+        self._prepare = prepare
+        self._counter = itertools.count()
+        self._stores: dict[str, Store] = {}
+
+    def __getitem__(self, label: str) -> Store:
+        return self._stores[label]
+
+    def renew(self) -> None:
+        for label in self._labels:
+            store = self._backend.open(f"upload-{next(self._counter)}")
+            if self._prepare is not None:
+                self._prepare(store)
+            previous = self._stores.pop(label, None)
+            if previous is not None:
+                previous.remove("", recursive=True, missing_ok=True)
+            self._stores[label] = store
+
+    def remove(self) -> None:
+        for store in self._stores.values():
+            store.remove("", recursive=True, missing_ok=True)
 
 
 def print_rows(rows: list[Row], title: str) -> None:

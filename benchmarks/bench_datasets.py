@@ -19,7 +19,6 @@ Ratios above 1 mean datamount is faster. Medians of several runs, the compared o
 from __future__ import annotations
 
 import argparse
-import itertools
 import os
 import random
 import sys
@@ -28,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _harness import BACKENDS, Backend, Cost, Row, interleaved_costs, print_rows
+from _harness import BACKENDS, BYTES, Backend, FreshStores, Row, costed_row, interleaved_costs, print_rows
 
 from datamount.datasets import layout
 from datamount.datasets.rows import read_lines
@@ -102,26 +101,10 @@ def bench_reads(setup: str, samples: DatasetReader, unchecked: DatasetReader, ru
     moved = {"ours": total, "cat": total, "cat_file": few_bytes, "unchecked": total}
     operation = f"read {len(paths)} images"
     return [
-        costed_row(setup, operation, costs, moved, "ours", "cat", f"{type(fs).__name__}.cat"),
-        costed_row(setup, operation, costs, moved, "ours", "cat_file", f"cat_file loop ({len(few)})"),
-        costed_row(setup, operation, costs, moved, "ours", "unchecked", "reader(verify=False)"),
+        costed_row(setup, operation, costs, moved, "ours", "cat", f"{type(fs).__name__}.cat", BYTES),
+        costed_row(setup, operation, costs, moved, "ours", "cat_file", f"cat_file loop ({len(few)})", BYTES),
+        costed_row(setup, operation, costs, moved, "ours", "unchecked", "reader(verify=False)", BYTES),
     ]
-
-
-def costed_row(
-    setup: str, operation: str, costs: dict[str, Cost], moved: dict[str, int], ours: str, reference: str, name: str
-) -> Row:
-    """A row of MB/s, with the CPU seconds per GB of each side, here and in the server."""
-
-    def per_gb(label: str, seconds: float | None) -> float | None:
-        return None if seconds is None else seconds * 1e9 / moved[label]
-
-    mine, theirs = costs[ours], costs[reference]
-    return Row(
-        setup, operation, mb_per_second(moved[ours], mine.seconds), mb_per_second(moved[reference], theirs.seconds),
-        "MB/s", name, "GB", per_gb(ours, mine.cpu_seconds), per_gb(reference, theirs.cpu_seconds),
-        per_gb(ours, mine.server_cpu_seconds), per_gb(reference, theirs.server_cpu_seconds),
-    )  # fmt: skip
 
 
 def bench_uploads(setup: str, list_file: Path, backend: Backend, runs: int) -> list[Row]:
@@ -131,19 +114,10 @@ def bench_uploads(setup: str, list_file: Path, backend: Backend, runs: int) -> l
     relative = [line.split("\t")[0] for line in list_file.read_text(encoding="utf-8").splitlines()]
     local = [str(list_file.parent / path) for path in relative]
     total = sum(os.path.getsize(path) for path in local)
-    counter = itertools.count()
-    ready: dict[str, Store] = {}
 
-    def fresh(label: str) -> Store:
-        """A store under a prefix of its own, with its folders made (``put`` of a list makes none)."""
-        store = backend.open(f"upload-{next(counter)}")
+    def make_folders(store: Store) -> None:  # put() of a list makes none
         for folder in sorted({os.path.dirname(path) for path in relative}):
             store.fs.makedirs(store.full_path(folder), exist_ok=True)
-        previous = ready.pop(label, None)
-        if previous is not None:
-            previous.remove("", recursive=True, missing_ok=True)
-        ready[label] = store
-        return store
 
     def put(store: Store) -> None:
         store.fs.put(local, [store.full_path(path) for path in relative])
@@ -159,20 +133,15 @@ def bench_uploads(setup: str, list_file: Path, backend: Backend, runs: int) -> l
     on_disk = backend.open("probe").local_path() is not None
     if on_disk:
         actions["put_durable"] = lambda: put_durable(ready["put_durable"])
-
-    def prepare() -> None:
-        for label in actions:
-            fresh(label)
-
-    costs = interleaved_costs(actions, runs, server_pids=backend.server_pids, setup=prepare)
+    ready = FreshStores(backend, actions, prepare=make_folders)
+    costs = interleaved_costs(actions, runs, server_pids=backend.server_pids, setup=ready.renew)
     name = type(ready["put"].fs).__name__
-    for store in ready.values():
-        store.remove("", recursive=True, missing_ok=True)
+    ready.remove()
     moved = dict.fromkeys(actions, total)
     operation = f"upload {len(local)} images"
-    rows = [costed_row(setup, operation, costs, moved, "ours", "put", f"{name}.put")]
+    rows = [costed_row(setup, operation, costs, moved, "ours", "put", f"{name}.put", BYTES)]
     if on_disk:
-        rows.append(costed_row(setup, operation, costs, moved, "ours", "put_durable", f"{name}.put + syncfs"))
+        rows.append(costed_row(setup, operation, costs, moved, "ours", "put_durable", f"{name}.put + syncfs", BYTES))
     return rows
 
 

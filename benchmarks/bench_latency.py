@@ -28,7 +28,7 @@ from fsspec import AbstractFileSystem
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _harness import S3_SERVERS, Row, free_port, interleaved_costs, print_rows, server_process
+from _harness import S3_SERVERS, Measure, Row, costed_row, free_port, interleaved_costs, print_rows, server_process
 from bench_datasets import DATASET, make_image_list, object_paths
 
 from datamount.datasets import pack
@@ -115,17 +115,10 @@ def bench(stores: dict[str, Store], count: int, runs: int, latency_ms: float, se
         items.update({f"unpacked {where}": count, f"packed {where}": count, f"naive {where}": len(few)})
     costs = interleaved_costs(actions, runs, server_pids=server_pids)
 
-    def row(operation: str, ours: str, reference: str, reference_name: str) -> Row:
-        def per_thousand(label: str, seconds: float | None) -> float | None:
-            return None if seconds is None else seconds * 1000 / items[label]
+    samples = Measure("samples/s", 1, "1k obj", 1000)
 
-        mine, theirs = costs[ours], costs[reference]
-        return Row(
-            f"+{latency_ms:g} ms", operation, items[ours] / mine.seconds, items[reference] / theirs.seconds,
-            "samples/s", reference_name, "1k obj",
-            per_thousand(ours, mine.cpu_seconds), per_thousand(reference, theirs.cpu_seconds),
-            per_thousand(ours, mine.server_cpu_seconds), per_thousand(reference, theirs.server_cpu_seconds),
-        )  # fmt: skip
+    def row(operation: str, ours: str, reference: str, reference_name: str) -> Row:
+        return costed_row(f"+{latency_ms:g} ms", operation, costs, items, ours, reference, reference_name, samples)
 
     return [
         row("reader, unpacked", "unpacked far", "unpacked near", "same, no latency"),

@@ -11,7 +11,6 @@ S3: >= 20x), and CPU seconds per 1,000 files in this process and in the server.
 from __future__ import annotations
 
 import argparse
-import itertools
 import os
 import sys
 import tempfile
@@ -19,10 +18,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _harness import BACKENDS, Row, interleaved_costs, print_rows
+from _harness import BACKENDS, FreshStores, Measure, Row, costed_row, interleaved_costs, print_rows
 
 from datamount.datasets.upload import upload
-from datamount.storage import Store
 
 SIZE = 784
 DATASET = "bench-small"
@@ -44,16 +42,7 @@ def make_small_files(folder: Path, count: int) -> Path:
 
 def bench_backend(name: str, list_file: Path, count: int, runs: int) -> list[Row]:
     with BACKENDS[name]() as backend:
-        counter = itertools.count()
-        ready: dict[str, Store] = {}
-
-        def prepare() -> None:
-            for label in ("packed", "objects"):
-                previous = ready.pop(label, None)
-                if previous is not None:
-                    previous.remove("", recursive=True, missing_ok=True)
-                ready[label] = backend.open(f"upload-{next(counter)}")
-
+        ready = FreshStores(backend, ["packed", "objects"])
         costs = interleaved_costs(
             {
                 "packed": lambda: upload(list_file, DATASET, store=ready["packed"], packed=True),
@@ -61,21 +50,13 @@ def bench_backend(name: str, list_file: Path, count: int, runs: int) -> list[Row
             },
             runs,
             server_pids=backend.server_pids,
-            setup=prepare,
+            setup=ready.renew,
         )
-        for store in ready.values():
-            store.remove("", recursive=True, missing_ok=True)
-
-    def per_thousand(seconds: float | None) -> float | None:
-        return None if seconds is None else seconds * 1000 / count
-
-    packed, objects = costs["packed"], costs["objects"]
-    return [
-        Row(name, f"upload {count} x {SIZE} B", count / packed.seconds, count / objects.seconds, "files/s",
-            "upload, one object per file", "1k files", per_thousand(packed.cpu_seconds),
-            per_thousand(objects.cpu_seconds), per_thousand(packed.server_cpu_seconds),
-            per_thousand(objects.server_cpu_seconds)),
-    ]  # fmt: skip
+        ready.remove()
+    files = Measure("files/s", 1, "1k files", 1000)
+    amounts = {"packed": count, "objects": count}
+    operation = f"upload {count} x {SIZE} B"
+    return [costed_row(name, operation, costs, amounts, "packed", "objects", "upload, one object per file", files)]
 
 
 def main() -> None:
