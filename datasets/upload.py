@@ -16,7 +16,7 @@ from datamount.datasets.names import validate_name
 from datamount.datasets.pack import pack
 from datamount.datasets.progress import Progress, Silent
 from datamount.datasets.shard_writer import DEFAULT_ROW_GROUP_BYTES, DEFAULT_SHARD_BYTES, check_sizes
-from datamount.datasets.upload_shards import write_shards
+from datamount.datasets.upload_shards import commit_packed
 from datamount.storage import Store, open_store
 from datamount.storage.checksums import sha256_file
 
@@ -142,19 +142,12 @@ def _upload_shards(
     shard_bytes: int,
     row_group_bytes: int,
 ) -> UploadResult:
-    """Commit ``draft`` with its files written straight into shards, hashed as they are read (no objects); the
-    shards go if it fails."""
+    """Commit ``draft`` with its files written straight into shards, hashed as they are read (no objects)."""
     store.write(layout.list_path(draft), list_bytes)
-    shards, entries = write_shards(
-        store, draft.name, parsed, shard_bytes=shard_bytes, row_group_bytes=row_group_bytes, progress=report
+    manifest = commit_packed(
+        store, draft, parsed, shard_bytes=shard_bytes, row_group_bytes=row_group_bytes, progress=report
     )
-    try:
-        manifest = catalog.commit(store, dataclasses.replace(draft, files=entries, shards=shards, objects=False))
-    except BaseException:  # never committed: its shards would only take space
-        for folder in {layout.pack_folder_of(shard) for shard in shards}:
-            store.remove(f"{layout.dataset_folder(draft.name)}/{folder}", recursive=True, missing_ok=True)
-        raise
-    return UploadResult(manifest, len(entries), sum(shard.size for shard in shards), 0, created=True)
+    return UploadResult(manifest, len(manifest.files), sum(shard.size for shard in manifest.shards), 0, created=True)
 
 
 def _send_missing(

@@ -3,12 +3,14 @@ writes in all instead of one object per file (and no second pass that reads ever
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 from concurrent.futures import Future, ThreadPoolExecutor
 
+from datamount.datasets import catalog
 from datamount.datasets.listfile import ParsedList
-from datamount.datasets.manifest import FileEntry, Kind, ShardEntry
+from datamount.datasets.manifest import FileEntry, Kind, Manifest
 from datamount.datasets.pack import cut_shards
 from datamount.datasets.progress import Progress
 from datamount.datasets.shard_writer import ShardWriter, check_sizes, list_schema
@@ -21,24 +23,25 @@ READERS = 8
 CHUNK_FILES = 32
 
 
-def write_shards(
+def commit_packed(
     store: Store,
-    name: str,
+    draft: Manifest,
     parsed: ParsedList,
     *,
     shard_bytes: int,
     row_group_bytes: int,
     progress: Progress,
-) -> tuple[list[ShardEntry], list[FileEntry]]:
-    """Write the rows of the image list ``parsed`` into shards of a pack folder of their own; return the shards and
-    the manifest entries of the files (sorted by path).
+) -> Manifest:
+    """Write the rows of the image list ``parsed`` into shards of a pack folder of their own, then commit ``draft``
+    with them and the files' entries (``objects`` false); return the committed manifest.
 
     Each file is read once: its sha256 is computed from the very bytes that go into the shard. Rows are cut into
     row groups and shards as ``pack`` cuts a version (:func:`~datamount.datasets.pack.cut_shards`); the next row
     group's files are read while one is encoded and sent. A file named by two rows that has other bytes the second
-    time (it changed meanwhile) is an :class:`~datamount.storage.IntegrityError`. If anything fails, the shards
-    written are removed.
+    time (it changed meanwhile) is an :class:`~datamount.storage.IntegrityError`. If anything fails, the commit
+    included, the shards written are removed.
     """
+    name = draft.name
     check_sizes(shard_bytes, row_group_bytes)
     rows = [(os.path.normpath(row[0]), *row[1:]) for row in parsed.rows]
     sizes = [parsed.files[row[0]].size + sum(len(value) for value in row[1:]) for row in rows]
@@ -77,14 +80,15 @@ def write_shards(
                 writer.add_group([[data for data, _ in read_back], *labels, [row[0] for row in group_rows]])
                 if stop in shard_ends:
                     writer.end_shard()
-            written = writer.close()
-        except BaseException:
+            files = sorted(entries.values(), key=lambda entry: entry.path)
+            packed = dataclasses.replace(draft, files=files, shards=writer.close(), objects=False)
+            progress.finish()
+            return catalog.commit(store, packed)
+        except BaseException:  # never committed: the shards would only take space
             for future in ahead:
                 future.cancel()
             writer.abort()
             raise
-    progress.finish()
-    return written, sorted(entries.values(), key=lambda entry: entry.path)
 
 
 def _read_hashed(paths: list[str]) -> list[tuple[bytes, str]]:
