@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from datamount.cli.main import cli
 from datamount.datasets import catalog, layout, upload, verify
 from datamount.datasets.manifest import FORMAT_VERSION
-from datamount.readers import reader
+from datamount.readers import DataLoader, reader
 from datamount.storage import IntegrityError, Store
 from tests.generated import MakeImageList, image_rows
 
@@ -114,3 +114,14 @@ def test_the_command_says_where_the_files_went(local_store: Store, make_image_li
     assert "uploaded d@1: image, 8 rows, 8 files in" in done.output
     info = CliRunner().invoke(cli, ["info", "d", "--store", local_store.url])
     assert "1 shard(s), the files stored only there" in info.output
+
+
+@pytest.mark.s3
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_worker_processes_read_it_from_s3(s3_store: Store, make_image_list: MakeImageList, method: str) -> None:
+    list_file = make_image_list(24, size=1_000)
+    upload(list_file, "d", store=s3_store, packed=True, row_group_bytes=4_000)
+    loader = DataLoader.from_generator(capacity=4, use_multiprocess=True, mp_context=method)
+    loader.set_sample_generator(reader("d", s3_store), batch_size=5, drop_last=False)
+    rows = [row for images, labels in loader() for row in zip(images, labels, strict=True)]
+    assert sorted(rows) == sorted(image_rows(list_file))
