@@ -193,7 +193,8 @@ S3_SERVERS: dict[str, Callable[[], contextlib.AbstractContextManager[tuple[str, 
 
 
 #: Opens a fresh store under ``prefix`` on a running backend.
-StoreOpener = Callable[[str], "Store"]
+#: Opens a store under a prefix made for the run; options go to ``open_store`` (``client="s3fs"`` on S3).
+StoreOpener = Callable[..., "Store"]
 
 
 @dataclass(frozen=True)
@@ -209,7 +210,7 @@ def local_backend() -> Iterator[Backend]:
     from datamount.storage import open_store
 
     with tempfile.TemporaryDirectory(prefix="datamount-bench-store-") as root:
-        yield Backend(lambda prefix: open_store(f"{root}/{prefix}"), [])
+        yield Backend(lambda prefix, **extra: open_store(f"{root}/{prefix}", **extra), [])
 
 
 def _s3_backend(server: str) -> Callable[[], contextlib.AbstractContextManager[Backend]]:
@@ -223,12 +224,13 @@ def _s3_backend(server: str) -> Callable[[], contextlib.AbstractContextManager[B
 
 
 def _bucket_opener(scheme: str, options: dict[str, str]) -> StoreOpener:
-    """Stores in one bucket made for the run (bucket creation goes through the backend's own filesystem)."""
+    """Stores in one bucket made for the run (the bucket is made through the fsspec filesystem: s3fs or gcsfs)."""
     from datamount.storage import open_store
 
     bucket = "bench-datasets"
-    open_store(f"{scheme}://{bucket}", check=False, **options).fs.mkdir(bucket)
-    return lambda prefix: open_store(f"{scheme}://{bucket}/{prefix}", **options)
+    client = {"client": "s3fs"} if scheme == "s3" else {}
+    open_store(f"{scheme}://{bucket}", check=False, **options, **client).fs.mkdir(bucket)
+    return lambda prefix, **extra: open_store(f"{scheme}://{bucket}/{prefix}", **options, **extra)
 
 
 def _test_servers() -> None:
@@ -297,7 +299,10 @@ def gcs_backend() -> Iterator[Backend]:
     try:
         server.create_bucket("bench-datasets")
         options = {"endpoint_url": server.endpoint_url, "token": "anon"}
-        yield Backend(lambda prefix: open_store(f"gs://bench-datasets/{prefix}", **options), [server.process.pid])
+        yield Backend(
+            lambda prefix, **extra: open_store(f"gs://bench-datasets/{prefix}", **options, **extra),
+            [server.process.pid],
+        )
     finally:
         server.stop()
 

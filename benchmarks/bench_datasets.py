@@ -7,7 +7,8 @@ backend (``local``; S3 on ``moto`` or SeaweedFS's ``weed mini`` (``seaweedfs``);
 ``gluster`` (FUSE mount), ``hdfs`` (2.7.3), ``ceph`` (RGW), ``gcs`` (emulator)):
 
 - read: ``reader(name)`` over every sample vs the filesystem's ``cat`` of the same objects (many in flight where the
-  filesystem is asynchronous), and vs a loop of ``cat_file`` one object at a time (on the first 500 objects);
+  filesystem is asynchronous; on S3, s3fs's), vs a loop of ``cat_file`` one object at a time (on the first 500
+  objects), and on S3 vs ``reader`` through s3fs (``client="s3fs"``) rather than obstore;
 - upload: ``upload`` vs the filesystem's ``put`` of the same files, each timed run to a fresh prefix so that
   everything is really sent (on file systems also vs ``put`` then one ``syncfs``: an upload is durable, a put is not).
 
@@ -75,10 +76,19 @@ def mb_per_second(total_bytes: int, seconds: float) -> float:
     return total_bytes / 1e6 / seconds
 
 
-def bench_reads(setup: str, samples: DatasetReader, unchecked: DatasetReader, runs: int, pids: list[int]) -> list[Row]:
-    """``reader`` vs the filesystem's ``cat`` of the same objects, vs a loop reading one object at a time, and vs
-    ``reader(..., verify=False)`` (the cost of checking each object's sha256)."""
-    fs = samples.store.fs
+def bench_reads(
+    setup: str,
+    samples: DatasetReader,
+    unchecked: DatasetReader,
+    runs: int,
+    pids: list[int],
+    *,
+    other_client: DatasetReader | None = None,
+) -> list[Row]:
+    """``reader`` vs a filesystem's ``cat`` of the same objects (s3fs's on S3, whatever client the store uses),
+    vs a loop reading one object at a time, vs ``reader(..., verify=False)`` (the cost of checking each object's
+    sha256), and vs the same reader through the store's other client (``other_client``, on S3: s3fs)."""
+    reference = (other_client or samples).store.fs
     paths, sizes = object_paths(samples)
     total = sum(sizes)
     few = paths[:NAIVE_LOOP_OBJECTS]
@@ -86,25 +96,29 @@ def bench_reads(setup: str, samples: DatasetReader, unchecked: DatasetReader, ru
 
     def cat_each() -> None:
         for path in few:
-            fs.cat_file(path)
+            reference.cat_file(path)
 
-    costs = interleaved_costs(
-        {
-            "ours": lambda: read_samples(samples),
-            "cat": lambda: fs.cat(paths),
-            "cat_file": cat_each,
-            "unchecked": lambda: read_samples(unchecked),
-        },
-        runs,
-        server_pids=pids,
-    )
-    moved = {"ours": total, "cat": total, "cat_file": few_bytes, "unchecked": total}
+    actions = {
+        "ours": lambda: read_samples(samples),
+        "cat": lambda: reference.cat(paths),
+        "cat_file": cat_each,
+        "unchecked": lambda: read_samples(unchecked),
+    }
+    if other_client is not None:
+        actions["other_client"] = lambda: read_samples(other_client)
+    costs = interleaved_costs(actions, runs, server_pids=pids)
+    moved = {**dict.fromkeys(actions, total), "cat_file": few_bytes}
     operation = f"read {len(paths)} images"
-    return [
-        costed_row(setup, operation, costs, moved, "ours", "cat", f"{type(fs).__name__}.cat", BYTES),
-        costed_row(setup, operation, costs, moved, "ours", "cat_file", f"cat_file loop ({len(few)})", BYTES),
+    name = type(reference).__name__
+    rows = [
+        costed_row(setup, operation, costs, moved, "ours", "cat", f"{name}.cat", BYTES),
+        costed_row(setup, operation, costs, moved, "ours", "cat_file", f"{name}.cat_file loop ({len(few)})", BYTES),
         costed_row(setup, operation, costs, moved, "ours", "unchecked", "reader(verify=False)", BYTES),
     ]
+    if other_client is not None:
+        label = f"reader(client={other_client.store.client!r})"  # type: ignore[attr-defined]
+        rows.append(costed_row(setup, operation, costs, moved, "ours", "other_client", label, BYTES))
+    return rows
 
 
 def bench_uploads(setup: str, list_file: Path, backend: Backend, runs: int) -> list[Row]:
@@ -151,7 +165,8 @@ def bench_backend(name: str, list_file: Path, runs: int) -> list[Row]:
         store = backend.open("read")
         upload(list_file, DATASET, store=store)
         unchecked = reader(DATASET, store, verify=False)
-        rows = bench_reads(name, reader(DATASET, store), unchecked, runs, backend.server_pids)
+        other = reader(DATASET, backend.open("read", client="s3fs")) if store.protocol == "s3" else None
+        rows = bench_reads(name, reader(DATASET, store), unchecked, runs, backend.server_pids, other_client=other)
         rows += bench_uploads(name, list_file, backend, runs)
     return rows
 

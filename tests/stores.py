@@ -19,6 +19,10 @@ STORE_BACKENDS = [
     pytest.param("ceph", id="ceph-rgw", marks=pytest.mark.ceph),
 ]
 
+#: Further clients of a backend of :data:`STORE_BACKENDS` (S3 through s3fs rather than obstore): the contract suite
+#: and the process matrix run on them too.
+SECOND_CLIENTS = [pytest.param("s3fs", id="s3fs-moto", marks=pytest.mark.s3)]
+
 
 def store_backends(*, slow: Collection[str]) -> list[pytest.ParameterSet]:
     """:data:`STORE_BACKENDS` with the ``slow`` mark added to the backends whose ids are in ``slow``, for a test

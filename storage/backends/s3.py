@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import ipaddress
 import os
 from typing import Any
+from urllib.parse import urlsplit
 
 from datamount.storage import redact
 from datamount.storage.backends._limits import (
@@ -17,7 +19,13 @@ from datamount.storage.backends._limits import (
     seconds_option,
 )
 from datamount.storage.backends._object_store import EndpointSettings, ObjectStore
-from datamount.storage.errors import ObjectExistsError, ObjectNotFoundError, StoreConfigError, StorePermissionError
+from datamount.storage.errors import (
+    ObjectExistsError,
+    ObjectNotFoundError,
+    StoreConfigError,
+    StoreIOError,
+    StorePermissionError,
+)
 from datamount.storage.store import HASH_CHUNK, Failure
 
 # S3 error codes that mean the credentials, not the path, are wrong.
@@ -30,18 +38,20 @@ HASH_REQUESTS = 4
 class S3Store(ObjectStore):
     """A bucket (and prefix) on S3 or any S3-compatible server.
 
-    Options are those of :class:`s3fs.S3FileSystem` (``key``, ``secret``, ``anon``, ``profile``,
-    ``client_kwargs``, ``config_kwargs``...) plus ``endpoint_url``, ``region_name`` and ``path_style``. Credentials
-    and endpoint otherwise come from botocore's own chain (environment, ``~/.aws``, instance roles), including
-    ``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL``. For endpoints other than AWS's, path-style addressing is the
-    default and request checksums are sent only when required (several S3-compatible servers reject the newer
-    botocore defaults).
+    Requests go through obstore (the Rust ``object_store`` client) unless ``client="s3fs"`` is given. Options:
+    ``key``, ``secret``, ``token``, ``anon``, ``profile``, ``endpoint_url``, ``region_name``, ``path_style`` on
+    either client; with ``client="s3fs"`` every other :class:`s3fs.S3FileSystem` option too (``client_kwargs``,
+    ``config_kwargs``...). Credentials, region and endpoint otherwise come from botocore's own chain (environment,
+    ``~/.aws`` profiles, SSO, ``credential_process``, instance roles), including ``AWS_ENDPOINT_URL_S3`` /
+    ``AWS_ENDPOINT_URL``. For endpoints other than AWS's, path-style addressing is the default.
 
     ``connect_timeout`` (seconds, default 5), ``read_timeout`` (seconds without a byte of the answer, default 30)
     and ``retries`` (new attempts after a failed request, default 2) bound how long a failing endpoint can hold an
     operation: about ``(retries + 1) * read_timeout`` plus a few seconds of backoff for one that stops answering.
-    Connection errors, timeouts, 5xx answers and throttling (``503 SlowDown``) are retried by botocore, with
-    exponential backoff; a GET whose body stops short of its ``Content-Length`` is sent again, as many times.
+    Connection errors, timeouts, 5xx answers, throttling (``503 SlowDown``, ``429``) and answers cut short are
+    retried with exponential backoff; on obstore, a throttling answer also pauses every request of the store.
+
+    obstore does not survive ``fork()``: in a process forked from one that used it, the store reopens on s3fs.
     """
 
     protocol = "s3"
@@ -49,24 +59,32 @@ class S3Store(ObjectStore):
 
     @classmethod
     def from_url(cls, url: str, *, name: str | None = None, **options: Any) -> S3Store:
-        from datamount.storage.backends._s3_client import RetryingS3FileSystem
-
         root = cls.bucket_root(url, store="an S3 store")
-        fs_options = s3_filesystem_options(options)
-        config = fs_options["config_kwargs"]
-        settings = EndpointSettings(
-            address=redact.redact_url(fs_options.get("endpoint_url") or "AWS S3"),
-            attempts=total_attempts(config["retries"]),
-            read_timeout=config["read_timeout"],
-        )
-        fs = RetryingS3FileSystem(body_retries=settings.attempts - 1, **fs_options)
-        return cls(fs, root, url=f"s3://{root}", settings=settings, options=options, name=name)
+        fs, settings = s3_filesystem(root.partition("/")[0], options)
+        store = cls(fs, root, url=f"s3://{root}", settings=settings, options=options, name=name)
+        store._open_options = dict(options)
+        return store
+
+    def _filesystem_after_fork(self, inherited: Any) -> Any:
+        # Chosen again for this process: obstore's runtime, if the parent started it, is unusable here.
+        return s3_filesystem(self.root.partition("/")[0], self._open_options)[0]
+
+    @property
+    def client(self) -> str:
+        """The client the store's requests go through: ``"obstore"`` or ``"s3fs"``."""
+        from datamount.storage.backends._obstore_s3 import ObstoreS3FileSystem
+
+        return "obstore" if isinstance(self.fs, ObstoreS3FileSystem) else "s3fs"
 
     def check(self) -> None:
         bucket, _, prefix = self.root.partition("/")
+        fs = self.fs
+        if self.client == "obstore":
+            self._call_with_deadline("open", fs.probe, prefix)
+            return
 
         async def list_one() -> None:
-            await self.fs._call_s3("list_objects_v2", Bucket=bucket, Prefix=prefix, MaxKeys=1)
+            await fs._call_s3("list_objects_v2", Bucket=bucket, Prefix=prefix, MaxKeys=1)
 
         self._call_with_deadline("open", list_one)
 
@@ -85,15 +103,27 @@ class S3Store(ObjectStore):
 
     def _classify(self, exc: BaseException) -> Failure | None:
         import botocore.exceptions as bex
+        from obstore.exceptions import BaseError as ObstoreError
+        from obstore.exceptions import PermissionDeniedError, UnauthenticatedError
 
+        from datamount.storage.backends import _obstore_s3
         from datamount.storage.backends._s3_client import is_cut_short
 
-        if isinstance(exc, (bex.ReadTimeoutError, asyncio.TimeoutError, TimeoutError)):
+        obstore_error = isinstance(exc, ObstoreError) or type(exc).__module__.startswith("obstore")
+        if obstore_error:
+            transport = _obstore_s3.transport_failure(exc)
+            if transport == "timeout":
+                return self._stopped_answering()
+            if transport == "connect":
+                return self._did_not_answer(RequestFailed(_obstore_s3.transport_reason(exc)))
+            if transport == "cut":
+                return self._cut_short(RequestFailed(_obstore_s3.transport_reason(exc)))
+        elif isinstance(exc, (bex.ReadTimeoutError, asyncio.TimeoutError, TimeoutError)):
             return self._stopped_answering()
-        if isinstance(exc, (bex.EndpointConnectionError, bex.ConnectTimeoutError, bex.ConnectionClosedError)):
+        elif isinstance(exc, (bex.EndpointConnectionError, bex.ConnectTimeoutError, bex.ConnectionClosedError)):
             cause = getattr(exc, "kwargs", {}).get("error")
             return self._did_not_answer(cause if isinstance(cause, BaseException) else exc)
-        if is_cut_short(exc):
+        elif is_cut_short(exc):
             return self._cut_short(exc)
         if isinstance(exc, bex.NoCredentialsError):
             return Failure(
@@ -101,21 +131,32 @@ class S3Store(ObjectStore):
                 "no S3 credentials found (set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE, "
                 "or key/secret in the store's profile)",
             )
-        code = _error_code(exc)
+        code = _error_code(exc) or (_obstore_s3.error_code(exc) if obstore_error else None)
+        status = _http_status(exc) or (_obstore_s3.http_status(exc) if obstore_error else None)
         if code in ("PreconditionFailed", "ConditionalRequestConflict"):
             # A conditional create found the key taken (Ceph RGW words only the code), or being written by another.
             return Failure(ObjectExistsError, "it already exists")
         if code == "NoSuchBucket":
             bucket = self.root.partition("/")[0]
             return Failure(ObjectNotFoundError, f"bucket {bucket!r} does not exist at {self.endpoint}")
-        if code in _CREDENTIAL_CODES:
-            return Failure(StorePermissionError, f"the S3 credentials were refused ({code})")
+        if code in _CREDENTIAL_CODES or isinstance(exc, UnauthenticatedError):
+            return Failure(StorePermissionError, f"the S3 credentials were refused ({code or status})")
         if code == "PermanentRedirect" or "AuthorizationHeaderMalformed" in str(code):
             return Failure(StoreConfigError, f"wrong region for this bucket ({code}); set region_name")
-        status = _http_status(exc)
-        if status is not None and status >= 500:
-            return self._failed_every_attempt(f"{status} {code}" if code else str(status), throttling=status == 503)
+        if isinstance(exc, PermissionDeniedError) or (obstore_error and status == 403):
+            return Failure(StorePermissionError, f"permission denied ({code or status})")
+        if obstore_error and isinstance(exc, FileNotFoundError):
+            return Failure(ObjectNotFoundError, "not found")
+        if (status is not None and status >= 500) or status == 429:
+            answer = f"{status} {code}" if code else str(status)
+            return self._failed_every_attempt(answer, throttling=status in (429, 503))
+        if obstore_error:
+            return Failure(StoreIOError, _obstore_s3.transport_reason(exc))
         return None
+
+
+class RequestFailed(Exception):
+    """A request that got no whole answer, named in one line."""
 
 
 def _client_error_response(exc: BaseException) -> dict[str, Any] | None:
@@ -138,6 +179,120 @@ def _http_status(exc: BaseException) -> int | None:
 
 def _error_code(exc: BaseException) -> str | None:
     return ((_client_error_response(exc) or {}).get("Error") or {}).get("Code")
+
+
+#: The S3 clients a store can use.
+CLIENTS = ("obstore", "s3fs")
+#: Options both clients understand; any other is an s3fs option.
+COMMON_OPTIONS = {
+    "key",
+    "secret",
+    "token",
+    "anon",
+    "profile",
+    "endpoint_url",
+    "region_name",
+    "path_style",
+    "connect_timeout",
+    "read_timeout",
+    "retries",
+}
+
+
+def s3_filesystem(bucket: str, options: dict[str, Any]) -> tuple[Any, EndpointSettings]:
+    """The filesystem for a store on ``bucket`` with ``options`` (``client`` chooses it), and its endpoint settings."""
+    from datamount.storage.backends import _obstore_s3
+
+    opts = dict(options)
+    client = opts.pop("client", "obstore")
+    if client not in CLIENTS:
+        raise StoreConfigError(f"client must be one of {', '.join(CLIENTS)}, got {client!r}")
+    if client == "obstore" and _obstore_s3.usable_here():
+        return obstore_filesystem(bucket, opts)
+    fs_options = s3_filesystem_options(opts)
+    config = fs_options["config_kwargs"]
+    settings = EndpointSettings(
+        address=redact.redact_url(fs_options.get("endpoint_url") or "AWS S3"),
+        attempts=total_attempts(config["retries"]),
+        read_timeout=config["read_timeout"],
+    )
+    from datamount.storage.backends._s3_client import RetryingS3FileSystem
+
+    return RetryingS3FileSystem(body_retries=settings.attempts - 1, **fs_options), settings
+
+
+def obstore_filesystem(bucket: str, options: dict[str, Any]) -> tuple[Any, EndpointSettings]:
+    """An :class:`ObstoreS3FileSystem` on ``bucket`` for a store's ``options`` (``client`` already taken out)."""
+    from datamount.storage.backends._obstore_s3 import ObstoreS3FileSystem
+
+    unknown = sorted(set(options) - COMMON_OPTIONS)
+    if unknown:
+        raise StoreConfigError(
+            f"{', '.join(unknown)}: not an option of the obstore S3 client; add client=s3fs to use s3fs's options"
+        )
+    endpoint = options.get("endpoint_url") or next((os.environ[v] for v in _ENDPOINT_ENV if os.environ.get(v)), None)
+    config: dict[str, Any] = {}
+    if endpoint:
+        config["endpoint"] = endpoint
+    else:
+        # AWS checks a sha256 of every PUT's body; other servers vary, as with s3fs's "when_required".
+        config["checksum_algorithm"] = "sha256"
+    path_style = _flag(options.get("path_style", endpoint is not None), "path_style")
+    config["virtual_hosted_style_request"] = not path_style
+    if endpoint and not path_style:  # obstore sends virtual-hosted requests to the endpoint as given
+        scheme, _, host = endpoint.partition("://")
+        if _is_ip_address(urlsplit(endpoint).hostname or ""):
+            raise StoreConfigError(
+                f"path_style=false needs an endpoint named by host name ({bucket}.HOST), not an IP address: "
+                f"{redact.redact_url(endpoint)}"
+            )
+        config["endpoint"] = f"{scheme}://{bucket}.{host}"
+    credential_chain = False
+    if _flag(options.get("anon", False), "anon"):
+        config["skip_signature"] = True
+    elif options.get("key") or options.get("secret"):
+        if not (options.get("key") and options.get("secret")):
+            raise StoreConfigError("key and secret must be given together")
+        config["access_key_id"] = str(options["key"])
+        config["secret_access_key"] = str(options["secret"])
+        if options.get("token"):
+            config["token"] = str(options["token"])
+    else:
+        credential_chain = True
+    region = options.get("region_name") or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if region:
+        config["region"] = str(region)
+    read_timeout = seconds_option(options.get("read_timeout", DEFAULT_READ_TIMEOUT), "read_timeout")
+    attempts = retries_option(options.get("retries", DEFAULT_RETRIES)) + 1
+    fs = ObstoreS3FileSystem(
+        bucket=bucket,
+        config=config,
+        connect_timeout=seconds_option(options.get("connect_timeout", DEFAULT_CONNECT_TIMEOUT), "connect_timeout"),
+        read_timeout=read_timeout,
+        attempts=attempts,
+        credential_chain=credential_chain,
+        profile=options.get("profile"),
+    )
+    settings = EndpointSettings(
+        address=redact.redact_url(endpoint) if endpoint else "AWS S3", attempts=attempts, read_timeout=read_timeout
+    )
+    return fs, settings
+
+
+def _is_ip_address(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return True
+
+
+def _flag(value: Any, name: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise StoreConfigError(f"{name} must be true or false, got {value!r}")
 
 
 def s3_filesystem_options(options: dict[str, Any]) -> dict[str, Any]:

@@ -20,9 +20,11 @@ import asyncio
 import contextlib
 import enum
 import json
+import re
 import socket
 import struct
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Literal
@@ -139,6 +141,10 @@ class RequestRecord:
     connection: int
     #: The request's ``Range`` header (``bytes=START-END``), if it had one.
     range: str | None = None
+    #: When the request was read (``time.monotonic()``).
+    received: float = field(default_factory=time.monotonic)
+    #: The access key the request was signed with (AWS Signature V4's ``Credential=KEY/...``), if it was signed.
+    access_key: str | None = None
 
 
 @dataclass
@@ -297,7 +303,14 @@ class FaultProxy:
     def _record(self, request: _Request, action: Action, connection: _Connection) -> None:
         with self._lock:
             self._records.append(
-                RequestRecord(request.method, request.target, action, connection.number, request.range)
+                RequestRecord(
+                    request.method,
+                    request.target,
+                    action,
+                    connection.number,
+                    request.range,
+                    access_key=_access_key(request.head),
+                )
             )
 
     # -- the event loop ------------------------------------------------------------------------------------------
@@ -439,6 +452,11 @@ class FaultProxy:
 
 
 # -- HTTP framing ----------------------------------------------------------------------------------------------------
+
+
+def _access_key(head: bytes) -> str | None:
+    found = re.search(rb"Credential=([^/\s]+)/", head)
+    return found.group(1).decode() if found else None
 
 
 async def _read_request(connection: _Connection) -> _Request | None:

@@ -79,9 +79,11 @@ class S3Server:
         client.create_bucket(Bucket=name)
 
 
-def s3_test_store(server: S3Server, bucket: str) -> Store:
+def s3_test_store(server: S3Server, bucket: str, **options: str) -> Store:
     """A store under a prefix of ``bucket`` on ``server``, with the test credentials."""
-    return open_store(f"s3://{bucket}/root", endpoint_url=server.endpoint_url, key=S3_TEST_KEY, secret=S3_TEST_SECRET)
+    return open_store(
+        f"s3://{bucket}/root", endpoint_url=server.endpoint_url, key=S3_TEST_KEY, secret=S3_TEST_SECRET, **options
+    )
 
 
 @pytest.fixture(scope="session")
@@ -114,6 +116,14 @@ def s3_bucket(s3_server: S3Server) -> str:
 def s3_store(s3_server: S3Server, s3_bucket: str) -> Store:
     """A store under a prefix of a new, empty bucket on moto."""
     return s3_test_store(s3_server, s3_bucket)
+
+
+@pytest.fixture
+def s3fs_store(s3_server: S3Server, s3_bucket: str) -> Store:
+    """As :func:`s3_store`, through s3fs rather than obstore."""
+    store = s3_test_store(s3_server, s3_bucket, client="s3fs")
+    assert store.client == "s3fs"
+    return store
 
 
 @dataclass(frozen=True)

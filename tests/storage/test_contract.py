@@ -6,7 +6,17 @@ store; a backend of another package runs the same suite with a ``store`` fixture
 
 from __future__ import annotations
 
+import pytest
+
+from datamount.storage import Store
 from datamount.storage.testing import StoreContractTests
+from tests.stores import SECOND_CLIENTS, STORE_BACKENDS
+
+
+@pytest.fixture(params=[*STORE_BACKENDS, *SECOND_CLIENTS])
+def store(request: pytest.FixtureRequest) -> Store:
+    """A fresh, empty store on each backend, and through each client of a backend that has two."""
+    return request.getfixturevalue(f"{request.param}_store")
 
 
 class TestStoreContract(StoreContractTests):

@@ -80,7 +80,9 @@ class ProxiedBackend:
         return open_store(self.url, endpoint_url=self.upstream_url, **self.options)
 
 
-def _s3_backend(request: pytest.FixtureRequest, fault_proxy: FaultProxyFactory, *, shared: bool) -> ProxiedBackend:
+def _s3_backend(
+    request: pytest.FixtureRequest, fault_proxy: FaultProxyFactory, *, shared: bool, client: str = "obstore"
+) -> ProxiedBackend:
     """The test's own empty bucket on moto or, when ``shared``, the session's shared store, behind a proxy."""
     if shared:
         server: S3Server = request.getfixturevalue("s3_shared_server")
@@ -91,10 +93,15 @@ def _s3_backend(request: pytest.FixtureRequest, fault_proxy: FaultProxyFactory, 
     return ProxiedBackend(
         url=url,
         proxy=fault_proxy(server.endpoint_url, flavour="s3"),
-        options={"key": S3_TEST_KEY, "secret": S3_TEST_SECRET},
+        options={"key": S3_TEST_KEY, "secret": S3_TEST_SECRET, "client": client},
         upstream_url=server.endpoint_url,
         write_method="PUT",
     )
+
+
+def _s3fs_backend(request: pytest.FixtureRequest, fault_proxy: FaultProxyFactory, *, shared: bool) -> ProxiedBackend:
+    """As :func:`_s3_backend`, through s3fs."""
+    return _s3_backend(request, fault_proxy, shared=shared, client="s3fs")
 
 
 def _gcs_backend(request: pytest.FixtureRequest, fault_proxy: FaultProxyFactory, *, shared: bool) -> ProxiedBackend:
@@ -115,11 +122,14 @@ def _gcs_backend(request: pytest.FixtureRequest, fault_proxy: FaultProxyFactory,
 
 BACKENDS = [
     pytest.param(_s3_backend, id="s3-moto", marks=pytest.mark.s3),
+    pytest.param(_s3fs_backend, id="s3fs-moto", marks=pytest.mark.s3),
     pytest.param(_gcs_backend, id="gcs-emulator", marks=pytest.mark.gcs),
 ]
 #: The shard tests on GCS wait out gcsfs's backoff (1, 2, 4 s...) after a fault: most take 2.5 to 4 s.
 SHARED_BACKENDS = [
     pytest.param(_s3_backend, id="s3-moto", marks=pytest.mark.s3),
+    pytest.param(_s3fs_backend, id="s3fs-moto", marks=pytest.mark.s3),
+    pytest.param(_s3fs_backend, id="s3fs-moto", marks=pytest.mark.s3),
     pytest.param(_gcs_backend, id="gcs-emulator", marks=[pytest.mark.gcs, pytest.mark.slow]),
 ]
 
@@ -216,6 +226,23 @@ def test_read_many_survives_faults_among_many_reads(backend: ProxiedBackend, fau
     got = list(store.read_many(list(objects), sizes=[len(d) for d in objects.values()], max_requests=8))
     assert got == list(objects.values())
     assert backend.proxy.count(fault.action) == 2
+
+
+@pytest.mark.s3
+def test_a_throttling_answer_slows_every_request_while_it_lasts(s3_backend: ProxiedBackend, tmp_path: Path) -> None:
+    """503 SlowDown pauses every request of the store, not only the one that got it (s3fs's botocore retries
+    delay that request alone, and the others go on at full rate)."""
+    store = s3_backend.open()
+    objects = blobs(48, size=2_000)
+    store.put_many(_local_copies(objects, tmp_path), max_requests=8)
+    s3_backend.proxy.inject(Fault.status(503), skip=16, times=1, methods={"GET"}, containing="root/blobs/")
+    assert list(store.read_many(list(objects), max_requests=16)) == list(objects.values())
+    gets = [record for record in s3_backend.proxy.requests if record.method == "GET"]
+    throttled = next(record for record in gets if record.action is Action.STATUS)
+    # Requests already on their way when the answer came are let through; none is sent for a while after it.
+    later = [record.received for record in gets if record.received > throttled.received + 0.02]
+    assert later, "every read was sent before the throttling answer"
+    assert min(later) - throttled.received >= 0.09
 
 
 # -- reads: a persistent fault is a clear error, soon ------------------------------------------------------------
@@ -429,13 +456,24 @@ def test_with_default_settings_a_stalled_read_fails_within_a_bounded_time(s3_bac
 
 
 @pytest.mark.s3
-def test_timeout_and_retry_options_are_checked(s3_server: S3Server, s3_bucket: str) -> None:
+@pytest.mark.parametrize("client", ["obstore", "s3fs"])
+def test_timeout_and_retry_options_are_checked(s3_server: S3Server, s3_bucket: str, client: str) -> None:
     for bad in ({"read_timeout": 0}, {"connect_timeout": "soon"}, {"retries": -1}, {"retries": 1.5}):
         name = next(iter(bad))
         with pytest.raises(StoreConfigError, match=name):
-            open_store(f"s3://{s3_bucket}", endpoint_url=s3_server.endpoint_url, check=False, **bad)
+            open_store(f"s3://{s3_bucket}", endpoint_url=s3_server.endpoint_url, check=False, client=client, **bad)
     fast = open_store(
-        f"s3://{s3_bucket}", endpoint_url=s3_server.endpoint_url, read_timeout="2.5", retries="0", check=False
+        f"s3://{s3_bucket}",
+        endpoint_url=s3_server.endpoint_url,
+        read_timeout="2.5",
+        retries="0",
+        check=False,
+        client=client,
     )
-    assert fast.fs.config_kwargs["read_timeout"] == 2.5
-    assert fast.fs.config_kwargs["retries"]["total_max_attempts"] == 1
+    assert (fast.settings.read_timeout, fast.settings.attempts) == (2.5, 1)
+    if client == "s3fs":  # what the client itself was given
+        assert fast.fs.config_kwargs["read_timeout"] == 2.5
+        assert fast.fs.config_kwargs["retries"]["total_max_attempts"] == 1
+    else:
+        assert fast.fs.store.client_options["read_timeout"] == "2s 500ms"  # obstore words it so
+        assert fast.fs.attempts == 1

@@ -2,21 +2,39 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import multiprocessing
 import re
+import sys
+from pathlib import Path
+from typing import Any
 
 import pytest
 
-from datamount.storage import ObjectNotFoundError, Store, StoreUnreachableError, open_store
+from datamount.storage import (
+    ObjectNotFoundError,
+    Store,
+    StoreConfigError,
+    StorePermissionError,
+    StoreUnreachableError,
+    open_store,
+)
 from tests.servers.fault_proxy import Action, Fault, FaultProxyFactory
 from tests.servers.moto import S3_TEST_KEY, S3_TEST_SECRET, S3Server
 
 pytestmark = pytest.mark.s3
 
 
-def test_a_refusing_endpoint_fails_fast_and_names_it() -> None:
+@pytest.fixture(params=["obstore", "s3fs"])
+def client(request: pytest.FixtureRequest) -> str:
+    """Each S3 client a store can use."""
+    return str(request.param)
+
+
+def test_a_refusing_endpoint_fails_fast_and_names_it(client: str) -> None:
     with pytest.raises(StoreUnreachableError, match=r"http://127\.0\.0\.1:9\b") as caught:
-        open_store("s3://b", endpoint_url="http://127.0.0.1:9")
+        open_store("s3://b", endpoint_url="http://127.0.0.1:9", client=client)
     assert isinstance(caught.value, ConnectionError)
     # Refused, then given up after the default 3 attempts: before the open check's deadline, not cut by it.
     assert "did not answer (" in str(caught.value) and "; 3 attempts)" in str(caught.value)
@@ -26,51 +44,56 @@ def test_a_refusing_endpoint_fails_fast_and_names_it() -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(30)
 def test_a_silent_endpoint_fails_within_the_check_deadline(
-    s3_server: S3Server, s3_bucket: str, fault_proxy: FaultProxyFactory
+    s3_server: S3Server, s3_bucket: str, fault_proxy: FaultProxyFactory, client: str
 ) -> None:
     proxy = fault_proxy(s3_server.endpoint_url)
     proxy.inject(Fault.stall())  # every request is read and never answered
     deadline = f"no answer within {Store.check_timeout:g} s from {proxy.endpoint_url}"
     with pytest.raises(StoreUnreachableError, match=re.escape(deadline)):
-        open_store(f"s3://{s3_bucket}", endpoint_url=proxy.endpoint_url)
+        open_store(f"s3://{s3_bucket}", endpoint_url=proxy.endpoint_url, client=client)
     # One request, cut by the deadline: no retry fits in it (the read timeout is longer).
     assert proxy.count(Action.STALL) == 1
 
 
-def test_a_missing_bucket_is_named(s3_server: S3Server) -> None:
+def test_a_missing_bucket_is_named(s3_server: S3Server, s3_bucket: str, client: str) -> None:
     with pytest.raises(ObjectNotFoundError, match="bucket 'no-such-bucket' does not exist"):
-        open_store("s3://no-such-bucket/prefix", endpoint_url=s3_server.endpoint_url)
+        open_store("s3://no-such-bucket/prefix", endpoint_url=s3_server.endpoint_url, client=client)
+    # A missing object of a bucket that exists is only that.
+    store = open_store(f"s3://{s3_bucket}/prefix", endpoint_url=s3_server.endpoint_url, client=client)
+    with pytest.raises(ObjectNotFoundError, match=r"cannot read s3://datamount-test/prefix/nothing: not found$"):
+        store.read("nothing")
 
 
 def test_endpoint_from_the_standard_environment_variable(
-    s3_server: S3Server, s3_bucket: str, monkeypatch: pytest.MonkeyPatch
+    s3_server: S3Server, s3_bucket: str, monkeypatch: pytest.MonkeyPatch, client: str
 ) -> None:
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", s3_server.endpoint_url)
-    store = open_store(f"s3://{s3_bucket}/from-env")
+    store = open_store(f"s3://{s3_bucket}/from-env", client=client)
     store.write("obj", b"env")
     assert store.endpoint == s3_server.endpoint_url
     assert open_store(f"s3://{s3_bucket}", endpoint_url=s3_server.endpoint_url).read("from-env/obj") == b"env"
 
 
-def test_path_style_is_the_default_for_custom_endpoints(s3_server: S3Server, s3_bucket: str) -> None:
+def test_path_style_is_the_default_for_custom_endpoints(s3_server: S3Server, s3_bucket: str, client: str) -> None:
     by_name = s3_server.endpoint_url.replace("127.0.0.1", "localhost")
-    open_store(f"s3://{s3_bucket}", endpoint_url=by_name).write("ok", b"1")
+    open_store(f"s3://{s3_bucket}", endpoint_url=by_name, client=client).write("ok", b"1")
     # Virtual-hosted style would need BUCKET.localhost to resolve, which it does not here.
-    virtual = {"s3": {"addressing_style": "virtual"}}
+    virtual = {"config_kwargs": {"s3": {"addressing_style": "virtual"}}} if client == "s3fs" else {}
     with pytest.raises(StoreUnreachableError, match=f"{s3_bucket}.localhost"):
-        open_store(f"s3://{s3_bucket}", endpoint_url=by_name, path_style=False, config_kwargs=virtual)
+        open_store(f"s3://{s3_bucket}", endpoint_url=by_name, path_style=False, client=client, **virtual)
 
 
 def test_credentials_never_show_in_repr_errors_or_logs(
-    s3_server: S3Server, s3_bucket: str, caplog: pytest.LogCaptureFixture
+    s3_server: S3Server, s3_bucket: str, caplog: pytest.LogCaptureFixture, client: str
 ) -> None:
     secret = "wJalrXUtnFEMI-datamount-not-shown"
     caplog.set_level(logging.DEBUG)
-    store = open_store(f"s3://{s3_bucket}", endpoint_url=s3_server.endpoint_url, key="AKIASHOWNOT", secret=secret)
+    keys = {"key": "AKIASHOWNOT", "secret": secret, "client": client}
+    store = open_store(f"s3://{s3_bucket}", endpoint_url=s3_server.endpoint_url, **keys)
     with pytest.raises(ObjectNotFoundError) as caught:
         store.read("missing")
     with pytest.raises(StoreUnreachableError) as unreachable:
-        open_store(f"s3://{s3_bucket}", endpoint_url="http://127.0.0.1:9", key="AKIASHOWNOT", secret=secret)
+        open_store(f"s3://{s3_bucket}", endpoint_url="http://127.0.0.1:9", **keys)
     for text in (repr(store), str(caught.value), str(unreachable.value), caplog.text):
         assert secret not in text
     assert "AKIASHOWNOT" not in repr(store)
@@ -87,3 +110,91 @@ def test_many_reads_with_many_in_flight(s3_store) -> None:  # type: ignore[no-un
 def test_test_credentials_are_the_fixture_ones(s3_store) -> None:  # type: ignore[no-untyped-def]
     assert "***" in repr(s3_store)
     assert S3_TEST_SECRET not in repr(s3_store) and S3_TEST_KEY not in repr(s3_store)
+
+
+# -- the obstore client: its options, credentials from the whole chain, fork ---------------------------------------
+
+
+def test_obstore_is_the_default_client_and_s3fs_options_name_the_other(s3_server: S3Server, s3_bucket: str) -> None:
+    url, endpoint = f"s3://{s3_bucket}", s3_server.endpoint_url
+    assert open_store(url, endpoint_url=endpoint).client == "obstore"
+    assert open_store(url, endpoint_url=endpoint, client="s3fs").client == "s3fs"
+    with pytest.raises(StoreConfigError, match=r"^client_kwargs: not an option of the obstore S3 client; add client="):
+        open_store(url, endpoint_url=endpoint, client_kwargs={"region_name": "eu-west-1"})
+    assert open_store(url, endpoint_url=endpoint, client="s3fs", client_kwargs={"region_name": "eu-west-1"}).client
+    with pytest.raises(StoreConfigError, match="client must be one of obstore, s3fs, got 'boto'"):
+        open_store(url, endpoint_url=endpoint, client="boto")
+    with pytest.raises(StoreConfigError, match="key and secret must be given together"):
+        open_store(url, endpoint_url=endpoint, key="AKIAONLY")
+    with pytest.raises(StoreConfigError, match=r"path_style=false needs an endpoint named by host name"):
+        open_store(url, endpoint_url=endpoint, path_style=False)  # obstore would send BUCKET.127.0.0.1
+
+
+def _aws_files(folder: Path, monkeypatch: pytest.MonkeyPatch, config: str, credentials: str = "") -> None:
+    """``~/.aws/config`` and ``~/.aws/credentials`` for this test only, and no keys in the environment."""
+    (folder / "config").write_text(config)
+    (folder / "credentials").write_text(credentials)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(folder / "config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(folder / "credentials"))
+    for variable in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(variable, raising=False)
+
+
+def test_credentials_come_from_profiles_and_credential_process(
+    s3_server: S3Server, s3_bucket: str, fault_proxy: FaultProxyFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The obstore client signs with what botocore's chain finds: a named profile's keys, and a profile whose keys
+    come from a ``credential_process`` (as SSO and vault helpers give them)."""
+    process = json.dumps({"Version": 1, "AccessKeyId": "AKIAFROMPROCESS", "SecretAccessKey": "process-secret"})
+    helper = tmp_path / "helper.py"
+    helper.write_text(f"print({process!r})\n")
+    _aws_files(
+        tmp_path,
+        monkeypatch,
+        config=f"[profile helper]\ncredential_process = {sys.executable} {helper}\n",
+        credentials="[team]\naws_access_key_id = AKIAFROMPROFILE\naws_secret_access_key = profile-secret\n",
+    )
+    proxy = fault_proxy(s3_server.endpoint_url)
+    for profile, key in (("team", "AKIAFROMPROFILE"), ("helper", "AKIAFROMPROCESS")):
+        seen = len(proxy.requests)
+        store = open_store(f"s3://{s3_bucket}/{profile}", endpoint_url=proxy.endpoint_url, profile=profile)
+        store.write("obj", profile.encode())
+        assert store.read("obj") == profile.encode()
+        assert {record.access_key for record in proxy.requests[seen:]} == {key}, profile
+        assert "profile-secret" not in repr(store) and "process-secret" not in repr(store)
+    with pytest.raises(StoreConfigError, match="no AWS profile 'nobody'"):
+        open_store(f"s3://{s3_bucket}", endpoint_url=proxy.endpoint_url, profile="nobody")
+
+
+def test_no_credentials_anywhere_is_one_clear_error(
+    s3_server: S3Server, s3_bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _aws_files(tmp_path, monkeypatch, config="")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # no instance role to ask for on this machine
+    with pytest.raises(StorePermissionError, match="no S3 credentials found"):
+        open_store(f"s3://{s3_bucket}", endpoint_url=s3_server.endpoint_url)
+    assert open_store(f"s3://{s3_bucket}", endpoint_url=s3_server.endpoint_url, anon=True).client == "obstore"
+
+
+def _clients_in_child(store: Store, answers: Any) -> None:
+    """Which client the inherited store and a newly opened one use here, and what they read."""
+    fresh = open_store(store.url, **store._open_options)
+    answers.put((store.client, fresh.client, store.read("shared/obj"), fresh.read("shared/obj")))
+
+
+@pytest.mark.timeout(60)  # a hang guard: an obstore call in a forked child waits forever
+@pytest.mark.parametrize(("method", "expected"), [("fork", "s3fs"), ("spawn", "obstore")])
+def test_a_forked_child_of_an_obstore_process_uses_s3fs(s3_store: Store, method: str, expected: str) -> None:
+    """obstore's runtime does not survive fork(): a forked child reopens the store (and any other) on s3fs."""
+    assert s3_store.client == "obstore"
+    s3_store.write("shared/obj", b"payload")
+    assert s3_store.read("shared/obj") == b"payload"  # the runtime has started in this process
+    context = multiprocessing.get_context(method)
+    answers = context.Queue()
+    child = context.Process(target=_clients_in_child, args=(s3_store, answers))
+    child.start()
+    try:
+        assert answers.get(timeout=45) == (expected, expected, b"payload", b"payload")
+    finally:
+        child.join(timeout=10)
+    assert s3_store.client == "obstore" and s3_store.read("shared/obj") == b"payload"
