@@ -223,13 +223,20 @@ def _s3_backend(server: str) -> Callable[[], contextlib.AbstractContextManager[B
     return backend
 
 
+def make_bucket(scheme: str, bucket: str, **options: str) -> None:
+    """Create ``bucket`` through the backend's fsspec filesystem (s3fs, gcsfs: obstore cannot create buckets)."""
+    from datamount.storage import open_store
+
+    client = {"client": "s3fs"} if scheme == "s3" else {}
+    open_store(f"{scheme}://{bucket}", check=False, **options, **client).fs.mkdir(bucket)
+
+
 def _bucket_opener(scheme: str, options: dict[str, str]) -> StoreOpener:
-    """Stores in one bucket made for the run (the bucket is made through the fsspec filesystem: s3fs or gcsfs)."""
+    """Stores in one bucket made for the run."""
     from datamount.storage import open_store
 
     bucket = "bench-datasets"
-    client = {"client": "s3fs"} if scheme == "s3" else {}
-    open_store(f"{scheme}://{bucket}", check=False, **options, **client).fs.mkdir(bucket)
+    make_bucket(scheme, bucket, **options)
     return lambda prefix, **extra: open_store(f"{scheme}://{bucket}/{prefix}", **options, **extra)
 
 

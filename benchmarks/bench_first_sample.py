@@ -21,6 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _harness import make_bucket
 from bench_latency import s3_endpoint
 from bench_shards import make_dataset
 
@@ -71,7 +72,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="datamount-bench-") as tmp, s3_endpoint(args.server) as server:
         endpoint, keys, _ = server
         bucket = "bench-first-sample"
-        open_store(f"s3://{bucket}", check=False, endpoint_url=endpoint, **keys).fs.mkdir(bucket)
+        make_bucket("s3", bucket, endpoint_url=endpoint, **keys)
         url = f"s3://{bucket}/store"
         store = open_store(url, endpoint_url=endpoint, **keys)
         upload(make_dataset(Path(tmp) / "source", count, 110_000), "packed", store=store)

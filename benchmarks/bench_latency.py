@@ -28,7 +28,17 @@ from fsspec import AbstractFileSystem
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _harness import S3_SERVERS, Measure, Row, costed_row, free_port, interleaved_costs, print_rows, server_process
+from _harness import (
+    S3_SERVERS,
+    Measure,
+    Row,
+    costed_row,
+    free_port,
+    interleaved_costs,
+    make_bucket,
+    print_rows,
+    server_process,
+)
 from bench_datasets import DATASET, make_image_list, object_paths
 
 from datamount.datasets import pack
@@ -86,8 +96,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="datamount-bench-") as tmp, s3_endpoint(args.server) as server:
         endpoint, keys, pids = server
         list_file = make_image_list(Path(tmp) / "source", count)
-        direct = open_store(f"s3://{BUCKET}", check=False, endpoint_url=endpoint, **keys)
-        direct.fs.mkdir(BUCKET)
+        make_bucket("s3", BUCKET, endpoint_url=endpoint, **keys)
         url = f"s3://{BUCKET}/store"
         upload(list_file, DATASET, store=open_store(url, endpoint_url=endpoint, **keys))
         pack(DATASET, store=open_store(url, endpoint_url=endpoint, **keys))

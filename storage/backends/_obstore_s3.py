@@ -361,10 +361,11 @@ class ObstoreS3FileSystem(AsyncFileSystem):
         await self._call(lambda: obstore.copy_async(self.store, source, target))
 
     async def _makedirs(self, path: str, exist_ok: bool = False) -> None:
-        pass  # an object store has no folders
+        self._key(path)  # an object store has no folders to make, but the path must be in the bucket
 
     async def _mkdir(self, path: str, create_parents: bool = True, **kwargs: Any) -> None:
-        pass
+        if not self._key(path.rstrip("/") + "/").strip("/"):
+            raise NotImplementedError(f"obstore cannot create buckets ({self.bucket}): create it with s3fs or boto3")
 
     def _open(self, path: str, mode: str = "rb", block_size: int | None = None, **kwargs: Any) -> ObstoreFile:
         if mode not in ("rb", "wb"):
