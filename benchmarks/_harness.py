@@ -397,14 +397,21 @@ def costed_row(
 
 class FreshStores:
     """One store per label under a prefix no earlier run used: :meth:`renew` (untimed, before each round) opens new
-    ones, passed to ``prepare``, and removes the last round's; :meth:`remove` removes them at the end."""
+    ones, passed to ``prepare``, and removes the last round's; :meth:`remove` removes them at the end. ``options``
+    gives a label's stores options of their own (``{"put": {"client": "s3fs"}}``)."""
 
     def __init__(
-        self, backend: Backend, labels: Collection[str], *, prepare: Callable[[Store], object] | None = None
+        self,
+        backend: Backend,
+        labels: Collection[str],
+        *,
+        prepare: Callable[[Store], object] | None = None,
+        options: dict[str, dict[str, str]] | None = None,
     ) -> None:
         self._backend = backend
         self._labels = list(labels)
         self._prepare = prepare
+        self._options = options or {}
         self._counter = itertools.count()
         self._stores: dict[str, Store] = {}
 
@@ -413,7 +420,7 @@ class FreshStores:
 
     def renew(self) -> None:
         for label in self._labels:
-            store = self._backend.open(f"upload-{next(self._counter)}")
+            store = self._backend.open(f"upload-{next(self._counter)}", **self._options.get(label, {}))
             if self._prepare is not None:
                 self._prepare(store)
             previous = self._stores.pop(label, None)

@@ -9,8 +9,9 @@ backend (``local``; S3 on ``moto`` or SeaweedFS's ``weed mini`` (``seaweedfs``);
 - read: ``reader(name)`` over every sample vs the filesystem's ``cat`` of the same objects (many in flight where the
   filesystem is asynchronous; on S3, s3fs's), vs a loop of ``cat_file`` one object at a time (on the first 500
   objects), and on S3 vs ``reader`` through s3fs (``client="s3fs"``) rather than obstore;
-- upload: ``upload`` vs the filesystem's ``put`` of the same files, each timed run to a fresh prefix so that
-  everything is really sent (on file systems also vs ``put`` then one ``syncfs``: an upload is durable, a put is not).
+- upload: ``upload`` vs the filesystem's ``put`` of the same files (on S3, s3fs's), each timed run to a fresh prefix
+  so that everything is really sent (on file systems also vs ``put`` then one ``syncfs``: an upload is durable, a put
+  is not).
 
 CPU seconds per GB are shown for each side, in this process (all threads) and in the server's processes.
 
@@ -144,10 +145,13 @@ def bench_uploads(setup: str, list_file: Path, backend: Backend, runs: int) -> l
         "ours": lambda: upload(list_file, DATASET, store=ready["ours"]),
         "put": lambda: put(ready["put"]),
     }
-    on_disk = backend.open("probe").local_path() is not None
+    probe = backend.open("probe")
+    on_disk = probe.local_path() is not None
     if on_disk:
         actions["put_durable"] = lambda: put_durable(ready["put_durable"])
-    ready = FreshStores(backend, actions, prepare=make_folders)
+    # On S3 the reference is s3fs's put, whichever client the store uses.
+    options = {"put": {"client": "s3fs"}} if probe.protocol == "s3" else {}
+    ready = FreshStores(backend, actions, prepare=make_folders, options=options)
     costs = interleaved_costs(actions, runs, server_pids=backend.server_pids, setup=ready.renew)
     name = type(ready["put"].fs).__name__
     ready.remove()

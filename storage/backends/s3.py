@@ -7,6 +7,7 @@ import base64
 import hashlib
 import ipaddress
 import os
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -57,13 +58,16 @@ class S3Store(ObjectStore):
     protocol = "s3"
     service = "S3"
 
+    def __init__(self, fs: Any, root: str, *, options: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        super().__init__(fs, root, options=options, **kwargs)
+        #: What the store was opened with: a forked child chooses its client again from them.
+        self._open_options = dict(options or {})
+
     @classmethod
     def from_url(cls, url: str, *, name: str | None = None, **options: Any) -> S3Store:
         root = cls.bucket_root(url, store="an S3 store")
         fs, settings = s3_filesystem(root.partition("/")[0], options)
-        store = cls(fs, root, url=f"s3://{root}", settings=settings, options=options, name=name)
-        store._open_options = dict(options)
-        return store
+        return cls(fs, root, url=f"s3://{root}", settings=settings, options=options, name=name)
 
     def _filesystem_after_fork(self, inherited: Any) -> Any:
         # Chosen again for this process: obstore's runtime, if the parent started it, is unusable here.

@@ -176,22 +176,25 @@ def test_no_credentials_anywhere_is_one_clear_error(
     assert open_store(f"s3://{s3_bucket}", endpoint_url=s3_server.endpoint_url, anon=True).client == "obstore"
 
 
-def _clients_in_child(store: Store, answers: Any) -> None:
+def _clients_in_child(store: Store, options: dict[str, str], answers: Any) -> None:
     """Which client the inherited store and a newly opened one use here, and what they read."""
-    fresh = open_store(store.url, **store._open_options)
+    fresh = open_store(store.url, **options)
     answers.put((store.client, fresh.client, store.read("shared/obj"), fresh.read("shared/obj")))
 
 
 @pytest.mark.timeout(60)  # a hang guard: an obstore call in a forked child waits forever
 @pytest.mark.parametrize(("method", "expected"), [("fork", "s3fs"), ("spawn", "obstore")])
-def test_a_forked_child_of_an_obstore_process_uses_s3fs(s3_store: Store, method: str, expected: str) -> None:
+def test_a_forked_child_of_an_obstore_process_uses_s3fs(
+    s3_server: S3Server, s3_store: Store, method: str, expected: str
+) -> None:
     """obstore's runtime does not survive fork(): a forked child reopens the store (and any other) on s3fs."""
     assert s3_store.client == "obstore"
     s3_store.write("shared/obj", b"payload")
     assert s3_store.read("shared/obj") == b"payload"  # the runtime has started in this process
     context = multiprocessing.get_context(method)
     answers = context.Queue()
-    child = context.Process(target=_clients_in_child, args=(s3_store, answers))
+    options = {"endpoint_url": s3_server.endpoint_url, "key": S3_TEST_KEY, "secret": S3_TEST_SECRET}
+    child = context.Process(target=_clients_in_child, args=(s3_store, options, answers))
     child.start()
     try:
         assert answers.get(timeout=45) == (expected, expected, b"payload", b"payload")
