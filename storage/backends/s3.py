@@ -6,6 +6,7 @@ import asyncio
 import base64
 import hashlib
 import ipaddress
+import logging
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -32,6 +33,7 @@ from datamount.storage.store import HASH_CHUNK, Failure
 # S3 error codes that mean the credentials, not the path, are wrong.
 _CREDENTIAL_CODES = {"InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken"}
 _ENDPOINT_ENV = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
+log = logging.getLogger(__name__)
 #: Requests in flight by default through obstore (s3fs: 32); with 20 ms added per request, 32 kept 0.77 of the
 #: no-latency read rate on Ceph RGW (benchmarks/bench_latency.py).
 OBSTORE_MAX_REQUESTS = 64
@@ -217,8 +219,10 @@ def s3_filesystem(bucket: str, options: dict[str, Any]) -> tuple[Any, EndpointSe
     client = opts.pop("client", "obstore")
     if client not in CLIENTS:
         raise StoreConfigError(f"client must be one of {', '.join(CLIENTS)}, got {client!r}")
-    if client == "obstore" and _obstore_s3.usable_here():
-        return obstore_filesystem(bucket, opts)
+    if client == "obstore":
+        if _obstore_s3.usable_here():
+            return obstore_filesystem(bucket, opts)
+        log.info("s3://%s: obstore does not work in a process forked after it was used here; using s3fs", bucket)
     fs_options = s3_filesystem_options(opts)
     config = fs_options["config_kwargs"]
     settings = EndpointSettings(
