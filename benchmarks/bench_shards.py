@@ -3,7 +3,7 @@
     python benchmarks/bench_shards.py [--quick] [--runs N] [--server moto|seaweedfs]
 
 1. Local disk, warm page cache, ~110 KB samples: ``reader(name)()`` over packed shards vs reading the same shard
-   files' bytes with ``cat`` (``LocalFileSystem.cat``); MB/s.
+   files' bytes with ``cat`` (``LocalFileSystem.cat``); and ``reader(name, zero_copy=True)`` vs ``reader(name)``; MB/s.
 2. Local disk, 784-byte samples (MNIST-sized): packed ``reader(name)()`` vs WebDataset reading tar shards of the same
    samples; samples/s.
 3. S3 (moto or SeaweedFS, in its own process): packed ``reader(name)()`` vs a plain sequential ``cat_file`` of each
@@ -52,7 +52,8 @@ def drain(samples: DatasetReader) -> int:
     return sum(len(sample[0]) for sample in samples())
 
 
-def local_large(tmp: Path, count: int, runs: int) -> Row:
+def local_large(tmp: Path, count: int, runs: int) -> list[Row]:
+    """The packed reader vs ``cat`` of the shards; ``zero_copy=True`` vs the default (``bytes`` per sample)."""
     store = open_store(tmp / "store-large")
     shards = packed_dataset(store, make_dataset(tmp / "large", count, 110_000), "large", 64 << 20)
     from fsspec.implementations.local import LocalFileSystem
@@ -60,8 +61,18 @@ def local_large(tmp: Path, count: int, runs: int) -> Row:
     files = [store.full_path(s) for s in shards]
     size_mb = sum(os.path.getsize(f) for f in files) / 1e6
     samples = reader("large", store)
-    times = interleaved_medians({"ours": lambda: drain(samples), "cat": lambda: LocalFileSystem().cat(files)}, runs)
-    return Row("local", f"{count} x 110 KB, packed", size_mb / times["ours"], size_mb / times["cat"], "MB/s", "cat")
+    views = reader("large", store, zero_copy=True)
+    actions = {
+        "ours": lambda: drain(samples),
+        "views": lambda: drain(views),
+        "cat": lambda: LocalFileSystem().cat(files),
+    }
+    times = interleaved_medians(actions, runs)
+    setup, rate = f"{count} x 110 KB, packed", {label: size_mb / seconds for label, seconds in times.items()}
+    return [
+        Row("local", setup, rate["ours"], rate["cat"], "MB/s", "cat"),
+        Row("local", f"{setup}, zero_copy", rate["views"], rate["ours"], "MB/s", "reader() (bytes)"),
+    ]
 
 
 def local_small(tmp: Path, count: int, runs: int) -> Row:
@@ -124,7 +135,11 @@ def main() -> None:
     large, small, remote = (200, 5_000, 100) if args.quick else (1_000, 60_000, 800)
     with tempfile.TemporaryDirectory(prefix="datamount-bench-shards-") as folder:
         tmp = Path(folder)
-        rows = [local_large(tmp, large, runs), local_small(tmp, small, runs), s3_packed(tmp, remote, runs, args.server)]
+        rows = [
+            *local_large(tmp, large, runs),
+            local_small(tmp, small, runs),
+            s3_packed(tmp, remote, runs, args.server),
+        ]
     print_rows(rows, f"Packed shards vs references, median of {runs} runs (ratio > 1: datamount is faster)")
 
 

@@ -9,6 +9,7 @@ tensor columns become numpy arrays, every other column plain Python values; any 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
@@ -35,9 +36,12 @@ _CONVERSION_ERRORS = (TypeError, ValueError, OverflowError, pa.ArrowNotImplement
 # ------------------------------------------------------------------------------------------------ decoders
 
 
-def column_decoder(field: pa.Field, *, writable: bool) -> Decoder:
-    """How the arrays of ``field`` become Python values: numpy arrays for tensors, ``to_pylist`` otherwise."""
+def column_decoder(field: pa.Field, *, writable: bool, views: bool = False) -> Decoder:
+    """How the arrays of ``field`` become Python values: numpy arrays for tensors, ``to_pylist`` otherwise; with
+    ``views``, binary values are read-only memoryviews into the array's buffer instead of new ``bytes``."""
     arrow_type = field.type
+    if views and (pa.types.is_binary(arrow_type) or pa.types.is_large_binary(arrow_type)):
+        return _binary_views
     if isinstance(arrow_type, pa.FixedShapeTensorType):
         return _FixedShapeDecoder(arrow_type, writable=writable)
     extension = getattr(arrow_type, "extension_name", None)
@@ -51,6 +55,18 @@ def column_decoder(field: pa.Field, *, writable: bool) -> Decoder:
 
 def _to_pylist(array: pa.Array) -> list[Any]:
     return array.to_pylist()
+
+
+def _binary_views(array: pa.Array) -> list[Any]:
+    """Each value of a binary array as a read-only memoryview into the array's data buffer (``None`` for a null):
+    no value is copied, and the views keep the buffer alive."""
+    offset_type = np.int64 if pa.types.is_large_binary(array.type) else np.int32
+    _, offsets_buffer, data = array.buffers()
+    if offsets_buffer is None or data is None:  # an array of no values, or of empty values only
+        return _with_nulls([memoryview(b"")] * len(array), array)
+    ends = np.frombuffer(offsets_buffer, dtype=offset_type)[array.offset : array.offset + len(array) + 1].tolist()
+    whole = memoryview(data).toreadonly()
+    return _with_nulls([whole[start:end] for start, end in itertools.pairwise(ends)], array)
 
 
 def _is_variable_shape_storage(storage: pa.DataType) -> bool:

@@ -346,6 +346,7 @@ def reader(
     max_bytes: int = DEFAULT_MAX_BYTES_IN_FLIGHT,
     rows_per_span: int = DEFAULT_ROWS_PER_SPAN,
     verify: bool = True,
+    zero_copy: bool = False,
     rank: int | None = None,
     world_size: int | None = None,
     shuffle: bool = False,
@@ -385,6 +386,13 @@ def reader(
         Check each object of an unpacked image version against its sha256 before its sample is yielded (its size is
         always checked). Packed versions are always checked, by their Parquet pages' checksums. Turn it off only for
         a store you trust more than the cost of hashing (see ``docs/datasets.md``).
+    zero_copy
+        A packed version yields each raw value as a read-only ``memoryview`` into its decoded row group instead of
+        new ``bytes``: for consumers that decode right away (``np.frombuffer``, ``PIL.Image.open(io.BytesIO(v))``).
+        A view keeps its whole row group in memory: ``bytes(v)`` what you keep. An unpacked version yields the
+        bytes each read returned, copied by no one either. Values sent to another process (the ``DataLoader``'s
+        workers, ``multiprocess_reader``) arrive as ``bytes``. Not for PyTorch's ``DataLoader``: its
+        ``default_convert`` turns a memoryview into a list of ints.
     rank, world_size
         This process's rank and the number of ranks. Both or neither; with neither, torchrun's ``RANK`` and
         ``WORLD_SIZE``, else PaddlePaddle's ``PADDLE_TRAINER_ID`` and ``PADDLE_TRAINERS_NUM``, else rank 0 of 1.
@@ -421,5 +429,6 @@ def reader(
         max_bytes=max_bytes,
         rows_per_span=arguments.whole_number(rows_per_span, "rows_per_span", minimum=1),
         verify=arguments.boolean(verify, "verify"),
+        zero_copy=arguments.boolean(zero_copy, "zero_copy"),
     )
     return DatasetReader(source, **order)

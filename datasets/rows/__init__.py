@@ -66,6 +66,7 @@ def open_rows(
     max_bytes: int = DEFAULT_MAX_BYTES_IN_FLIGHT,
     rows_per_span: int = DEFAULT_ROWS_PER_SPAN,
     verify: bool = True,
+    zero_copy: bool = False,
 ) -> RowSource:
     """The row source of ``manifest``'s version (of one of its splits, with ``split``).
 
@@ -73,11 +74,12 @@ def open_rows(
     cache (:func:`shard_cache`). An unpacked version is read from its list (``rows_per_span`` lines per span) and,
     for images, its objects (``max_requests`` reads and ``max_bytes`` bytes in flight at most), each checked against
     its size and, with ``verify`` (the default), its sha256. Packed rows are checked by the Parquet pages' checksums
-    and, when a shard is fetched whole, its sha256.
+    and, when a shard is fetched whole, its sha256. With ``zero_copy``, a packed version's binary values are
+    read-only memoryviews into the decoded row group (:class:`ShardRows`).
     """
     source: RowSource
     if use_shards and manifest.shards:
-        source = ShardRows(store, manifest, cache=shard_cache(cache))
+        source = ShardRows(store, manifest, cache=shard_cache(cache), zero_copy=zero_copy)
     elif not manifest.has_list or not manifest.objects:
         raise ValueError(f"{manifest.ref} is stored only as Parquet shards; read it with use_shards=True")
     elif manifest.kind is Kind.IMAGE:

@@ -43,9 +43,13 @@ class ShardRows:
     with one ranged read, several in flight, checked by its pages' CRCs and its row count.
     """
 
-    def __init__(self, store: Store, manifest: Manifest, *, cache: ContentCache | None = None) -> None:
+    def __init__(
+        self, store: Store, manifest: Manifest, *, cache: ContentCache | None = None, zero_copy: bool = False
+    ) -> None:
         self.store = store
         self.manifest = manifest
+        #: Binary values are read-only memoryviews into the decoded row group rather than new ``bytes``.
+        self.zero_copy = zero_copy
         self.split = ""
         self.layout = "row-groups"
         self.cache = cache
@@ -153,7 +157,7 @@ class ShardRows:
                     table = upcoming.result()
                     if group + 1 < groups:
                         upcoming = decoder.submit(self._decode, shard, parquet, group + 1)
-                    yield from decoded_rows(table)
+                    yield from decoded_rows(table, views=self.zero_copy)
             finally:
                 upcoming.cancel()
 
@@ -246,7 +250,7 @@ class ShardRows:
             group = bisect.bisect_right(group_starts, start) - 1
             end = min(stop, group_starts[group + 1])
             table = self._read_group(shard, group)
-            yield from decoded_rows(table.slice(start - group_starts[group], end - start))
+            yield from decoded_rows(table.slice(start - group_starts[group], end - start), views=self.zero_copy)
             start = end
 
     def _read_group(self, shard: ShardEntry, group: int) -> pa.Table:
@@ -296,9 +300,10 @@ class _OpenShard:
         self.close()
 
 
-def decoded_rows(table: pa.Table) -> Iterator[Row]:
-    """A table's rows as tuples: numpy arrays for tensor columns, Python values for the others."""
-    decoders = [column_decoder(field, writable=False) for field in table.schema]
+def decoded_rows(table: pa.Table, *, views: bool = False) -> Iterator[Row]:
+    """A table's rows as tuples: numpy arrays for tensor columns, Python values for the others (with ``views``,
+    memoryviews into the table's buffers for binary columns)."""
+    decoders = [column_decoder(field, writable=False, views=views) for field in table.schema]
     for batch in table.to_batches():
         columns = [decode(batch.column(index)) for index, decode in enumerate(decoders)]
         yield from zip(*columns, strict=True)

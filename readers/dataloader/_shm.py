@@ -81,6 +81,10 @@ def _aligned(offset: int) -> int:
     return -(-offset // _ALIGNMENT) * _ALIGNMENT
 
 
+#: Values a list-of-bytes column may hold (``reader(..., zero_copy=True)`` yields memoryviews); read back as bytes.
+_BYTES_LIKE = (bytes, memoryview)
+
+
 def plan_batch(columns: Sequence[Column]) -> BatchPlan:
     """Lay out ``columns`` one after the other; pickles the columns that have no raw-bytes form."""
     offset = 0
@@ -92,7 +96,7 @@ def plan_batch(columns: Sequence[Column]) -> BatchPlan:
         payload: Any
         if isinstance(column, np.ndarray) and not column.dtype.hasobject:
             spec, payload = ArraySpec(offset, column.nbytes, column.dtype, column.shape), column
-        elif isinstance(column, list) and all(type(value) is bytes for value in column):
+        elif isinstance(column, list) and all(type(value) in _BYTES_LIKE for value in column):
             lengths = np.fromiter(map(len, column), dtype=_INT64, count=len(column))
             ends = np.cumsum(lengths, dtype=_INT64)
             total = int(ends[-1]) if len(column) else 0

@@ -18,10 +18,19 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection, wait
 from multiprocessing.context import BaseContext
+from multiprocessing.reduction import ForkingPickler
 from typing import Any, Protocol, cast
 
 from datamount.readers.workers.carried import END_OF_STREAM, CarriedException
 from datamount.readers.workers.handles import WorkerHandle, worker_died
+
+
+def _memoryview_as_bytes(view: memoryview) -> tuple[type[bytes], tuple[bytes]]:
+    return bytes, (view.tobytes(),)
+
+
+# A zero-copy reader's values are memoryviews into its row groups; sent to another process, they arrive as bytes.
+ForkingPickler.register(memoryview, _memoryview_as_bytes)
 
 #: How often a blocked put or get wakes up to check whether it should stop, or whether its workers are alive.
 POLL_SECONDS = 0.1
