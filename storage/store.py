@@ -14,7 +14,7 @@ import time
 import uuid
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import datetime
 from typing import IO, Any, ClassVar, TypeVar
@@ -34,6 +34,7 @@ from datamount.storage.errors import (
     StoreUnreachableError,
 )
 from datamount.storage.paths import clean_relpath
+from datamount.storage.pools import generator_pool
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -688,7 +689,7 @@ class Store:
             loop = self.fs.loop
             yield lambda item: asyncio.run_coroutine_threadsafe(acall(item), loop)  # type: ignore[arg-type]
         else:
-            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="datamount-io") as pool:
+            with generator_pool(workers, "datamount-io") as pool:
                 yield lambda item: pool.submit(call, item)
 
     @contextlib.contextmanager

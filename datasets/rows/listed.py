@@ -6,7 +6,7 @@ import functools
 import hashlib
 import itertools
 from collections.abc import Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import NamedTuple
 
 from datamount.datasets import layout
@@ -14,6 +14,7 @@ from datamount.datasets.errors import DatasetNotFoundError
 from datamount.datasets.manifest import Manifest
 from datamount.datasets.rows.source import DEFAULT_ROWS_PER_SPAN, Piece, Row, clip, line_spans, out_of_range
 from datamount.storage import IntegrityError, Store
+from datamount.storage.pools import generator_pool
 from datamount.storage.store import DEFAULT_MAX_BYTES_IN_FLIGHT
 
 Line = tuple[str, ...]
@@ -187,7 +188,7 @@ class ObjectRows(ListRows):
             for row, location, data in read:
                 yield (check_object(self.store, self.manifest, row, location, data, hashed=False), *lines[row][1:])
             return
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="datamount-verify") as hasher:
+        with generator_pool(1, "datamount-verify") as hasher:
             hashing: Future[list[str]] | None = None
             group: list[tuple[int, ObjectLocation, bytes]] = []
             try:

@@ -10,7 +10,7 @@ import itertools
 import os
 from collections import deque
 from collections.abc import Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any, BinaryIO
 
 import pyarrow as pa
@@ -22,6 +22,7 @@ from datamount.datasets.manifest import Manifest, ShardEntry
 from datamount.datasets.rows.source import Piece, Row, clip, out_of_range
 from datamount.storage import DatamountError, IntegrityError, Store
 from datamount.storage.cache import ContentCache
+from datamount.storage.pools import generator_pool
 
 #: Ranged GETs a remote shard is fetched with, and how large each is; a shard of up to two chunks is one GET.
 FETCH_CHUNK = 16 << 20
@@ -94,7 +95,7 @@ class ShardRows:
         yielded (Arrow decodes one without the GIL while another becomes Python objects)."""
         pending = iter(pieces)
         ahead = PIECES_AHEAD_LOCAL if self.store.local_path() is not None else PIECES_AHEAD_REMOTE
-        with ThreadPoolExecutor(max_workers=ahead, thread_name_prefix="datamount-span") as readers:
+        with generator_pool(ahead, "datamount-span") as readers:
             upcoming: deque[Future[list[Row]]] = deque()
             try:
                 for piece in itertools.islice(pending, ahead):
@@ -124,7 +125,7 @@ class ShardRows:
         """The rows of each segment; whole shards are opened one ahead, in a thread, while the current one is read."""
         shards = self.manifest.shards
         whole = [low == 0 and high == shards[number].rows for number, low, high in segments]
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="datamount-shard") as prefetcher:
+        with generator_pool(1, "datamount-shard") as prefetcher:
             opened: dict[int, Future[_OpenShard]] = {}
             try:
                 for position, (number, low, high) in enumerate(segments):
@@ -150,7 +151,7 @@ class ShardRows:
         if groups == 0:
             return
         # Arrow decodes without holding the GIL: decode the next row group while this one becomes Python objects.
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="datamount-decode") as decoder:
+        with generator_pool(1, "datamount-decode") as decoder:
             upcoming = decoder.submit(self._decode, shard, parquet, 0)
             try:
                 for group in range(groups):

@@ -12,7 +12,10 @@ import pytest
 from datamount.datasets.upload import upload
 from datamount.readers.dataset import reader
 from datamount.storage import Store
-from tests.generated import MakeImageList
+from tests.generated import MakeImageList, PackedImages, SharedDatasets
+
+#: A pass over it keeps reading threads busy: several shards of several row groups, many objects.
+FINALIZED = PackedImages("finalized", count=120, size=2_000, shard_bytes=60_000, row_group_bytes=12_000)
 
 
 def test_each_call_is_a_fresh_pass(store: Store, make_image_list: MakeImageList) -> None:
@@ -58,3 +61,27 @@ def test_a_reader_crosses_into_worker_processes(
     assert queue.get(timeout=60) == 10
     child.join(timeout=30)
     assert child.exitcode == 0
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("packed", [True, False], ids=["packed", "unpacked"])
+def test_a_pass_finalized_where_threads_cannot_be_joined_does_not_hang(
+    local_shared_store: Store, shared_datasets: SharedDatasets, packed: bool
+) -> None:
+    """The garbage collector may finalize an abandoned pass in a thread that holds threading's shutdown lock (one
+    starting up); joining the pass's threads there would deadlock the interpreter (Python 3.11 and 3.12)."""
+    lock = getattr(threading, "_shutdown_locks_lock", None)
+    if lock is None:
+        pytest.skip("this Python's Thread.join takes no shutdown lock")
+    dataset = shared_datasets.packed(local_shared_store, FINALIZED)
+    iterator = reader(dataset.name, local_shared_store, use_shards=packed, max_requests=4)()
+    next(iterator)
+    closed = threading.Event()
+
+    def close_holding_the_lock() -> None:
+        with lock:
+            iterator.close()
+        closed.set()
+
+    threading.Thread(target=close_holding_the_lock, daemon=True).start()
+    assert closed.wait(10), "closing the pass joined threads under threading's shutdown lock: a deadlock"
