@@ -161,11 +161,8 @@ class ObstoreS3FileSystem(AsyncFileSystem):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        credentials = None
-        if credential_chain:
-            credentials, region = botocore_credentials(profile)
-            config = {"region": region or DEFAULT_REGION, **config}
-        config = {"region": DEFAULT_REGION, **config}
+        credentials, region = botocore_credentials(profile) if credential_chain else (None, None)
+        config = {"region": region or DEFAULT_REGION, **config}
         self.bucket = bucket
         self.attempts = attempts
         client = {
@@ -211,8 +208,10 @@ class ObstoreS3FileSystem(AsyncFileSystem):
             self._throttled = 0
             return result
 
-    async def probe(self, prefix: str) -> None:
-        """One listing request under ``prefix``: the bucket exists and the credentials are accepted."""
+    async def probe(self, root: str) -> None:
+        """One listing request under ``root`` (``BUCKET/PREFIX``): the bucket exists and the credentials are
+        accepted."""
+        prefix = self._key(root)
 
         async def first_page() -> None:
             async for _ in obstore.list(self.store, prefix or None, chunk_size=1):
@@ -230,33 +229,33 @@ class ObstoreS3FileSystem(AsyncFileSystem):
     def _name(self, key: str) -> str:
         return f"{self.bucket}/{key}"
 
+    def _file_entry(self, meta: Any) -> dict[str, Any]:
+        """fsspec's description of the object obstore's ``meta`` (from a HEAD or a listing) describes."""
+        return {"name": self._name(meta["path"]), "size": meta["size"], "type": "file", "mtime": meta["last_modified"]}
+
     # -- reading ---------------------------------------------------------------------------------------------------
 
     async def _cat_file(self, path: str, start: int | None = None, end: int | None = None, **kwargs: Any) -> bytes:
         key = self._key(path)
-        if start is None and end is None:
+        options: dict[str, Any] = {}
+        if start is not None or end is not None:
+            start = start or 0
+            if end is None or start < 0 or end < 0:
+                size = (await self._info(path))["size"]
+                start = start + size if start < 0 else start
+                end = size if end is None else end + size if end < 0 else end
+            if end <= start:
+                return b""
+            options["range"] = (start, end)
 
-            async def whole() -> bytes:
-                answer = await obstore.get_async(self.store, key)
-                return (await answer.bytes_async()).to_bytes()
-
-            return await self._call(whole)
-        start = start or 0
-        if end is None or start < 0 or end < 0:
-            size = (await self._info(path))["size"]
-            start = start + size if start < 0 else start
-            end = size if end is None else end + size if end < 0 else end
-        if end <= start:
-            return b""
-
-        async def part() -> bytes:
-            answer = await obstore.get_async(self.store, key, options={"range": (start, end)})
+        async def get() -> bytes:
+            answer = await obstore.get_async(self.store, key, options=options)  # type: ignore[arg-type]
             return (await answer.bytes_async()).to_bytes()
 
         try:
-            return await self._call(part)
+            return await self._call(get)
         except Exception as exc:
-            if http_status(exc) == 416:  # the range starts at or after the end of the object
+            if "range" in options and http_status(exc) == 416:  # the range starts at or after the object's end
                 return b""
             raise
 
@@ -268,7 +267,7 @@ class ObstoreS3FileSystem(AsyncFileSystem):
             except FileNotFoundError:
                 pass
             else:
-                return {"name": self._name(key), "size": meta["size"], "type": "file", "mtime": meta["last_modified"]}
+                return self._file_entry(meta)
         listing = await self._call(lambda: obstore.list_with_delimiter_async(self.store, key or None))
         if key == "" or listing["objects"] or listing["common_prefixes"]:
             return {"name": self._name(key), "size": 0, "type": "directory"}
@@ -284,10 +283,9 @@ class ObstoreS3FileSystem(AsyncFileSystem):
     async def _ls(self, path: str, detail: bool = True, **kwargs: Any) -> list[Any]:
         key = self._key(path).rstrip("/")
         listing = await self._call(lambda: obstore.list_with_delimiter_async(self.store, key or None))
-        entries = [
-            {"name": self._name(meta["path"]), "size": meta["size"], "type": "file", "mtime": meta["last_modified"]}
-            for meta in listing["objects"]
-        ] + [{"name": self._name(prefix), "size": 0, "type": "directory"} for prefix in listing["common_prefixes"]]
+        entries = [self._file_entry(meta) for meta in listing["objects"]] + [
+            {"name": self._name(prefix), "size": 0, "type": "directory"} for prefix in listing["common_prefixes"]
+        ]
         if not entries and key and not await self._exists(path):
             raise FileNotFoundError(path)
         return entries if detail else sorted(entry["name"] for entry in entries)
@@ -303,15 +301,7 @@ class ObstoreS3FileSystem(AsyncFileSystem):
                 found.extend(chunk)
             return found
 
-        entries = {
-            self._name(meta["path"]): {
-                "name": self._name(meta["path"]),
-                "size": meta["size"],
-                "type": "file",
-                "mtime": meta["last_modified"],
-            }
-            for meta in await self._call(every_object)
-        }
+        entries = {entry["name"]: entry for entry in map(self._file_entry, await self._call(every_object))}
         if not entries and key:
             try:
                 info = await self._info(path)

@@ -40,6 +40,12 @@ class RetryingS3FileSystem(s3fs.S3FileSystem):
         super().__init__(*args, **kwargs)
         self.body_retries = body_retries
 
+    async def probe(self, root: str) -> None:
+        """One listing request of at most one key under ``root`` (``BUCKET/PREFIX``): the bucket exists and the
+        credentials are accepted."""
+        bucket, _, prefix = root.partition("/")
+        await self._call_s3("list_objects_v2", Bucket=bucket, Prefix=prefix, MaxKeys=1)
+
     async def _cat_file(self, path: str, *args: Any, **kwargs: Any) -> bytes:
         attempt = 0
         while True:

@@ -89,16 +89,8 @@ class S3Store(ObjectStore):
         return "obstore" if isinstance(self.fs, ObstoreS3FileSystem) else "s3fs"
 
     def check(self) -> None:
-        bucket, _, prefix = self.root.partition("/")
-        fs = self.fs
-        if self.client == "obstore":
-            self._call_with_deadline("open", fs.probe, prefix)
-            return
-
-        async def list_one() -> None:
-            await fs._call_s3("list_objects_v2", Bucket=bucket, Prefix=prefix, MaxKeys=1)
-
-        self._call_with_deadline("open", list_one)
+        # Either client's probe: one listing request of at most one key under the root.
+        self._call_with_deadline("open", self.fs.probe, self.root)
 
     def sha256(self, path: str) -> str:
         # Ranged GETs through the filesystem's reads, which resend an answer cut short (s3fs's file objects do not).
@@ -244,7 +236,7 @@ def obstore_filesystem(bucket: str, options: dict[str, Any]) -> tuple[Any, Endpo
         raise StoreConfigError(
             f"{', '.join(unknown)}: not an option of the obstore S3 client; add client=s3fs to use s3fs's options"
         )
-    endpoint = options.get("endpoint_url") or next((os.environ[v] for v in _ENDPOINT_ENV if os.environ.get(v)), None)
+    endpoint = options.get("endpoint_url") or _endpoint_from_environment()
     config: dict[str, Any] = {}
     if endpoint:
         config["endpoint"] = endpoint
@@ -293,6 +285,11 @@ def obstore_filesystem(bucket: str, options: dict[str, Any]) -> tuple[Any, Endpo
     return fs, settings
 
 
+def _endpoint_from_environment() -> str | None:
+    """The endpoint AWS's tools would use: ``AWS_ENDPOINT_URL_S3``, else ``AWS_ENDPOINT_URL``."""
+    return next((os.environ[v] for v in _ENDPOINT_ENV if os.environ.get(v)), None)
+
+
 def _is_ip_address(host: str) -> bool:
     try:
         ipaddress.ip_address(host.strip("[]"))
@@ -312,7 +309,7 @@ def _flag(value: Any, name: str) -> bool:
 def s3_filesystem_options(options: dict[str, Any]) -> dict[str, Any]:
     """The :class:`s3fs.S3FileSystem` keyword arguments for a store's options, with datamount's defaults."""
     opts = dict(options)
-    endpoint = opts.pop("endpoint_url", None) or next((os.environ[v] for v in _ENDPOINT_ENV if os.environ.get(v)), None)
+    endpoint = opts.pop("endpoint_url", None) or _endpoint_from_environment()
     region = opts.pop("region_name", None)
     path_style = opts.pop("path_style", endpoint is not None)
     client_kwargs = dict(opts.pop("client_kwargs", None) or {})
