@@ -191,17 +191,13 @@ class ObjectRows(ListRows):
         with generator_pool(1, "datamount-verify") as hasher:
             hashing: Future[list[str]] | None = None
             group: list[tuple[int, ObjectLocation, bytes]] = []
-            try:
-                for following in _groups(read):
-                    upcoming = hasher.submit(_sha256s, [data for _, _, data in following])
-                    if hashing is not None:
-                        yield from self._verified(group, hashing.result(), lines)
-                    hashing, group = upcoming, following
+            for following in _groups(read):
+                upcoming = hasher.submit(_sha256s, [data for _, _, data in following])
                 if hashing is not None:
                     yield from self._verified(group, hashing.result(), lines)
-            finally:
-                if hashing is not None:
-                    hashing.cancel()
+                hashing, group = upcoming, following
+            if hashing is not None:
+                yield from self._verified(group, hashing.result(), lines)
 
     def _verified(
         self, group: list[tuple[int, ObjectLocation, bytes]], digests: list[str], lines: list[Line]

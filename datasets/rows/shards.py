@@ -95,20 +95,16 @@ class ShardRows:
         yielded (Arrow decodes one without the GIL while another becomes Python objects)."""
         pending = iter(pieces)
         ahead = PIECES_AHEAD_LOCAL if self.store.local_path() is not None else PIECES_AHEAD_REMOTE
-        with generator_pool(ahead, "datamount-span") as readers:
+        with generator_pool(ahead, "datamount-span") as readers:  # what is still queued is cancelled on exit
             upcoming: deque[Future[list[Row]]] = deque()
-            try:
-                for piece in itertools.islice(pending, ahead):
-                    upcoming.append(readers.submit(self._piece_rows, piece))
-                while upcoming:
-                    current = upcoming.popleft().result()
-                    following = next(pending, None)
-                    if following is not None:
-                        upcoming.append(readers.submit(self._piece_rows, following))
-                    yield from current
-            finally:
-                for future in upcoming:
-                    future.cancel()
+            for piece in itertools.islice(pending, ahead):
+                upcoming.append(readers.submit(self._piece_rows, piece))
+            while upcoming:
+                current = upcoming.popleft().result()
+                following = next(pending, None)
+                if following is not None:
+                    upcoming.append(readers.submit(self._piece_rows, following))
+                yield from current
 
     # ---------------------------------------------------------------------------------------------- whole shards
 
@@ -153,14 +149,11 @@ class ShardRows:
         # Arrow decodes without holding the GIL: decode the next row group while this one becomes Python objects.
         with generator_pool(1, "datamount-decode") as decoder:
             upcoming = decoder.submit(self._decode, shard, parquet, 0)
-            try:
-                for group in range(groups):
-                    table = upcoming.result()
-                    if group + 1 < groups:
-                        upcoming = decoder.submit(self._decode, shard, parquet, group + 1)
-                    yield from decoded_rows(table, views=self.zero_copy)
-            finally:
-                upcoming.cancel()
+            for group in range(groups):
+                table = upcoming.result()
+                if group + 1 < groups:
+                    upcoming = decoder.submit(self._decode, shard, parquet, group + 1)
+                yield from decoded_rows(table, views=self.zero_copy)
 
     def _parquet(self, shard: ShardEntry, source: Any, metadata: pq.FileMetaData | None = None) -> pq.ParquetFile:
         """The Parquet reader of one shard: every page it reads is checked against its CRC (shards carry them)."""
