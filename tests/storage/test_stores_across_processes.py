@@ -9,13 +9,6 @@ import fsspec
 import pytest
 
 from datamount.storage import Store, StoreIOError
-from tests.stores import SECOND_CLIENTS, STORE_BACKENDS
-
-
-@pytest.fixture(params=[*STORE_BACKENDS, *SECOND_CLIENTS])
-def store(request: pytest.FixtureRequest) -> Store:
-    """A fresh, empty store on each backend, and through each client of a backend that has two."""
-    return request.getfixturevalue(f"{request.param}_store")
 
 
 def read_in_child(store: Store, path: str, answers: Any) -> None:
