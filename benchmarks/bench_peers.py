@@ -1,0 +1,305 @@
+"""datamount's reader beside the readers its users already know, on the same samples on local disk.
+
+    python benchmarks/bench_peers.py [--quick] [--runs N] [--cases NAME,...]
+
+Every figure is one pass over the samples in a fresh Python process, as a user's epoch runs (the interpreter and
+its imports are not timed; opening the dataset is), and "steady" is a second pass in that process. The page cache
+is warm: every reader reads the same files once before the timed runs. Medians of ``--runs`` runs, the readers
+taking turns.
+
+- ``large-packed``: 4,000 x 110 KB samples, packed; ``reader(name)`` vs litdata's ``StreamingDataset`` over the
+  same samples written by ``litdata.optimize`` (target >= 1.2x);
+- ``large-files``: the same samples as one file each (an unpacked version) vs an ``os.open``/``os.read`` loop over
+  the list's files (target >= 1.0x);
+- ``small-packed``: 60,000 x 784 B samples, packed; ``reader(name)`` vs pyarrow's own ``iter_batches`` +
+  ``to_pylist`` over the version's shards (target >= 1.5x);
+- ``text-packed``: 200,000 ``source<TAB>target`` pairs, packed; ``reader(name)`` vs a plain Python ``split`` of the
+  list file (target >= 1.0x).
+
+litdata is optional (``pip install litdata``; it needs PyTorch): without it that case is left out and says so.
+CPU seconds are the child process's user + system time over the first pass.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _harness import Row, print_rows
+
+OURS = "reader()"
+
+
+@dataclass(frozen=True)
+class Case:
+    """One comparison: a dataset made once, then our reader and a peer reading it."""
+
+    name: str
+    describe: str
+    unit: str  # "MB/s" or "samples/s"
+    peer: str
+    target: float
+
+
+CASES = {
+    "large-packed": Case("large-packed", "{count} x 110 KB, packed", "MB/s", "litdata StreamingDataset", 1.2),
+    "large-files": Case("large-files", "{count} x 110 KB, one file each", "MB/s", "os.open/os.read loop", 1.0),
+    "small-packed": Case("small-packed", "{count} x 784 B, packed", "samples/s", "pyarrow iter_batches+to_pylist", 1.5),
+    "text-packed": Case("text-packed", "{count} text pairs, packed", "samples/s", "split of the list", 1.0),
+}
+
+
+# --- the datasets, made once in the parent process -------------------------------------------------------------
+
+
+def write_files(folder: Path, count: int, size: int) -> Path:
+    data = folder / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for i in range(count):
+        name = f"data/{i:06d}.bin"
+        (folder / name).write_bytes(os.urandom(size))
+        rows.append(f"{name}\t{i % 10}\n")
+    list_file = folder / "samples.list"
+    list_file.write_text("".join(rows), encoding="utf-8")
+    return list_file
+
+
+def write_pairs(folder: Path, count: int) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    words = ["the", "data", "mount", "reads", "every", "byte", "as", "it", "was", "uploaded", "fast", "shard"]
+    chance = random.Random(7)
+    list_file = folder / "pairs.list"
+    with list_file.open("w", encoding="utf-8") as out:
+        for _ in range(count):
+            source = " ".join(chance.choices(words, k=chance.randint(4, 16)))
+            target = " ".join(chance.choices(words, k=chance.randint(4, 16)))
+            out.write(f"{source}\t{target}\n")
+    return list_file
+
+
+def litdata_sample(line: str) -> dict[str, object]:
+    folder, row = line.split("|", 1)
+    path, label = row.rstrip("\n").split("\t")
+    return {"data": Path(folder, path).read_bytes(), "label": label}
+
+
+def prepare(case: str, tmp: Path, count: int) -> dict[str, object]:
+    """Write the case's dataset to ``tmp`` in every form its readers need; returns what the children are told."""
+    from datamount.datasets.upload import upload
+    from datamount.storage import open_store
+
+    store = open_store(tmp / "store")
+    if case == "text-packed":
+        list_file = write_pairs(tmp / "source", count)
+        upload(list_file, case, store=store, kind="text", packed=True)
+        return {"store": str(tmp / "store"), "name": case, "list": str(list_file)}
+    size = 784 if case == "small-packed" else 110_000
+    list_file = write_files(tmp / "source", count, size)
+    upload(list_file, case, store=store, packed=case != "large-files")
+    spec: dict[str, object] = {"store": str(tmp / "store"), "name": case, "list": str(list_file)}
+    if case == "large-packed":
+        spec["litdata"] = prepare_litdata(list_file, tmp / "litdata")
+    if case == "small-packed":
+        from datamount.datasets import catalog, layout
+
+        manifest = catalog.resolve(store, case)
+        spec["shards"] = [store.full_path(layout.shard_path(case, shard)) for shard in manifest.shards]
+    return spec
+
+
+def prepare_litdata(list_file: Path, output: Path) -> str | None:
+    try:
+        import litdata
+    except ImportError:
+        return None
+    folder = str(list_file.parent)
+    lines = [f"{folder}|{line}" for line in list_file.read_text(encoding="utf-8").splitlines()]
+    # One worker: this machine's cores are the benchmark's, and the shards' content does not depend on it.
+    litdata.optimize(litdata_sample, lines, str(output), chunk_bytes="64MB", num_workers=1, mode="overwrite")
+    return str(output)
+
+
+# --- one pass, in a child process -------------------------------------------------------------------------------
+
+
+def ours(spec: dict[str, object]) -> Iterator[tuple[object, ...]]:
+    from datamount.readers import reader
+    from datamount.storage import open_store
+
+    return reader(str(spec["name"]), open_store(str(spec["store"])))()
+
+
+def litdata_items(spec: dict[str, object]) -> Iterator[tuple[object, ...]]:
+    from litdata import StreamingDataset
+
+    for item in StreamingDataset(str(spec["litdata"])):
+        yield item["data"], item["label"]
+
+
+def os_read_loop(spec: dict[str, object]) -> Iterator[tuple[object, ...]]:
+    folder = Path(str(spec["list"])).parent
+    with open(str(spec["list"]), encoding="utf-8") as rows:
+        for line in rows:
+            path, label = line.rstrip("\n").split("\t")
+            descriptor = os.open(folder / path, os.O_RDONLY)
+            try:
+                data = os.read(descriptor, os.fstat(descriptor).st_size)
+            finally:
+                os.close(descriptor)
+            yield data, label
+
+
+def pyarrow_batches(spec: dict[str, object]) -> Iterator[tuple[object, ...]]:
+    import pyarrow.parquet as pq
+
+    for shard in spec["shards"]:  # type: ignore[attr-defined]
+        for batch in pq.ParquetFile(shard).iter_batches():
+            for row in batch.to_pylist():
+                yield tuple(row.values())
+
+
+def split_lines(spec: dict[str, object]) -> Iterator[tuple[object, ...]]:
+    with open(str(spec["list"]), encoding="utf-8") as rows:
+        for line in rows:
+            yield tuple(line.rstrip("\n").split("\t"))
+
+
+PEERS: dict[str, Callable[[dict[str, object]], Iterable[tuple[object, ...]]]] = {
+    "large-packed": litdata_items,
+    "large-files": os_read_loop,
+    "small-packed": pyarrow_batches,
+    "text-packed": split_lines,
+}
+
+
+def one_pass(make: Callable[[], Iterable[tuple[object, ...]]]) -> tuple[float, float, int, int]:
+    cpu, start = time.process_time(), time.perf_counter()
+    count = size = 0
+    for sample in make():
+        count += 1
+        first = sample[0]
+        size += len(first) if isinstance(first, bytes | memoryview) else 0
+    return time.perf_counter() - start, time.process_time() - cpu, count, size
+
+
+IMPORTS = {
+    OURS: ("datamount.readers", "datamount.storage"),
+    "large-packed": ("litdata",),
+    "small-packed": ("pyarrow.parquet",),
+}
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory (``VmHWM``: unlike ``ru_maxrss``, not inherited across ``exec``)."""
+    for line in Path("/proc/self/status").read_text(encoding="ascii").splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def child(case: str, who: str, spec_file: str) -> None:
+    spec = json.loads(Path(spec_file).read_text(encoding="utf-8"))
+    make = ours if who == OURS else PEERS[case]
+    for module in IMPORTS.get(who if who == OURS else case, ()):
+        importlib.import_module(module)  # imported before the clock starts, as a training script has
+    seconds, cpu, count, size = one_pass(lambda: make(spec))
+    steady = one_pass(lambda: make(spec))[0]
+    peak = peak_rss_mb()
+    print(json.dumps({"seconds": seconds, "cpu": cpu, "steady": steady, "count": count, "bytes": size, "rss": peak}))
+
+
+# --- the parent: interleaved fresh processes ---------------------------------------------------------------------
+
+
+def run_child(case: str, who: str, spec_file: Path) -> dict[str, float]:
+    command = [sys.executable, __file__, "--child", case, who, str(spec_file)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"{who} on {case} failed:\n{done.stderr}")
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def median(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def compare(case: Case, tmp: Path, count: int, runs: int, notes: list[str]) -> list[Row]:
+    spec = prepare(case.name, tmp, count)
+    if case.name == "large-packed" and spec.get("litdata") is None:
+        print(f"{case.name}: litdata is not installed (pip install litdata); left out", file=sys.stderr)
+        return []
+    spec_file = tmp / "spec.json"
+    spec_file.write_text(json.dumps(spec), encoding="utf-8")
+    sides = (OURS, case.peer)
+    for who in sides:  # warm the page cache, and check that both read every sample
+        warm = run_child(case.name, who, spec_file)
+        if warm["count"] != count:
+            raise SystemExit(f"{who} read {warm['count']} samples of {case.name}, not {count}")
+    results: dict[str, list[dict[str, float]]] = {who: [] for who in sides}
+    for _ in range(runs):
+        for who in sides:
+            results[who].append(run_child(case.name, who, spec_file))
+
+    def rate(who: str, key: str) -> float:
+        seconds = median([result[key] for result in results[who]])
+        amount = results[who][0]["bytes"] / 1e6 if case.unit == "MB/s" else count
+        return amount / seconds
+
+    def cpu(who: str) -> float:
+        return median([result["cpu"] for result in results[who]])
+
+    setup = case.describe.format(count=f"{count:,}")
+    per = "GB" if case.unit == "MB/s" else "1M samples"
+    scale = 1e3 / (results[OURS][0]["bytes"] / 1e6) if case.unit == "MB/s" else 1e6 / count
+    rss = {who: median([result["rss"] for result in results[who]]) for who in sides}
+    notes.append(
+        f"{setup}: target >= {case.target}x on the first pass; first-pass CPU-s per {per} "
+        f"{cpu(OURS) * scale:.2f} vs {cpu(case.peer) * scale:.2f}; peak RSS {rss[OURS]:.0f} vs {rss[case.peer]:.0f} MB"
+    )
+    return [
+        Row(case.name, "first pass", rate(OURS, "seconds"), rate(case.peer, "seconds"), case.unit, case.peer),
+        Row(case.name, "steady (second pass)", rate(OURS, "steady"), rate(case.peer, "steady"), case.unit, case.peer),
+    ]
+
+
+def main() -> None:
+    if len(sys.argv) == 5 and sys.argv[1] == "--child":
+        child(sys.argv[2], sys.argv[3], sys.argv[4])
+        return
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    parser.add_argument("--runs", type=int, default=None, help="fresh-process runs per reader (median reported)")
+    parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, of: {', '.join(CASES)}")
+    args = parser.parse_args()
+    runs = args.runs or (1 if args.quick else 3)
+    counts = {"large-packed": 4_000, "large-files": 4_000, "small-packed": 60_000, "text-packed": 200_000}
+    if args.quick:
+        counts = {name: count // 20 for name, count in counts.items()}
+    rows: list[Row] = []
+    notes: list[str] = []
+    for name in args.cases.split(","):
+        if name not in CASES:
+            parser.error(f"--cases: no case {name!r}; the cases are {', '.join(CASES)}")
+        with tempfile.TemporaryDirectory(prefix="datamount-bench-peers-") as folder:
+            rows += compare(CASES[name], Path(folder), counts[name], runs, notes)
+    print_rows(rows, "datamount's reader beside its peers (fresh process per pass; local disk, warm page cache)")
+    print("\n" + "\n".join(notes))
+
+
+if __name__ == "__main__":
+    main()
