@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -65,6 +66,25 @@ def test_a_damaged_manifest_is_named(local_store: Store, text_list: Path) -> Non
     upload(text_list, "d", store=local_store)
     local_store.write("datasets/d/versions/1.json", b"{not json")
     with pytest.raises(ManifestError, match=r"versions/1\.json is damaged"):
+        catalog.resolve(local_store, "d")
+
+
+@pytest.mark.parametrize(
+    ("entry", "cause"),
+    [
+        (["data/a.jpg", 12], "Expected 3 arguments"),
+        (["data/a.jpg", "12", "ab" * 32], "size is not a whole number"),
+        (["data/a.jpg", True, "ab" * 32], "size is not a whole number"),
+    ],
+)
+def test_a_damaged_file_entry_is_named(
+    local_store: Store, make_image_list: MakeImageList, entry: list[object], cause: str
+) -> None:
+    upload(make_image_list(2), "d", store=local_store)
+    body = json.loads(local_store.read("datasets/d/versions/1.json"))
+    body["files"][0] = entry
+    local_store.write("datasets/d/versions/1.json", json.dumps(body).encode())
+    with pytest.raises(ManifestError, match=rf"versions/1\.json is damaged: .*{cause}"):
         catalog.resolve(local_store, "d")
 
 
