@@ -19,6 +19,8 @@ def clean_relpath(path: str, *, allow_root: bool = False) -> str:
     """
     if not isinstance(path, str):
         raise UnsafePathError(f"store path must be a str, not {type(path).__name__}: {path!r}")
+    if _is_plain(path):  # the paths a store makes (objects, shards, manifests): nothing to change or refuse
+        return path
     if "\x00" in path:
         raise UnsafePathError(f"store path contains a NUL byte: {path!r}")
     if "\\" in path:
@@ -31,6 +33,22 @@ def clean_relpath(path: str, *, allow_root: bool = False) -> str:
     if not parts and not allow_root:
         raise UnsafePathError(f"store path is empty: {path!r}")
     return "/".join(parts)
+
+
+def _is_plain(path: str) -> bool:
+    """Whether ``path`` is already in ``a/b/c`` form and cannot leave the root: no component is empty or starts with
+    ``.`` (so none is ``.`` or ``..``), it does not start with ``~``, and it holds no ``:``, ``\\`` or NUL. Plain
+    substring tests: a fifth of the time of :func:`clean_relpath`'s whole check, for the paths read most."""
+    return (
+        bool(path)
+        and path[0] not in "./~"
+        and path[-1] != "/"
+        and "/." not in path
+        and "//" not in path
+        and ":" not in path
+        and "\\" not in path
+        and "\x00" not in path
+    )
 
 
 def join(*parts: str) -> str:
@@ -53,15 +71,16 @@ class LinkGuard:
     def leads_inside(self, full: str) -> bool:
         """Whether ``full`` (a normalised path below the root, as ``os.path.join(root, relative)`` makes it) leads
         to the root or inside it, every link on the way followed."""
-        return self._folder_inside(os.path.dirname(full)) and (not os.path.islink(full) or self._resolves_inside(full))
+        return self.folder_inside(os.path.dirname(full)) and (not os.path.islink(full) or self._resolves_inside(full))
 
-    def _folder_inside(self, folder: str) -> bool:
+    def folder_inside(self, folder: str) -> bool:
+        """Whether ``folder`` (normalised, as :meth:`leads_inside` takes paths) leads to the root or inside it."""
         if folder in self._inside or folder == self.root:
             return True
         parent = os.path.dirname(folder)
         if parent == folder or not folder.startswith(self.root):  # not written below the root: resolve it whole
             return self._resolves_inside(folder)
-        if not self._folder_inside(parent):
+        if not self.folder_inside(parent):
             return False
         if os.path.islink(folder) and not self._resolves_inside(folder):
             return False

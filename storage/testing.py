@@ -179,6 +179,18 @@ class StoreBatchTests:
         with pytest.raises(ObjectNotFoundError, match="gone"):
             next(results)
 
+    def test_read_many_hashed_gives_each_objects_sha256_in_order(self, store: Store) -> None:
+        blobs = {f"hashed/{i:03d}": bytes([i % 256]) * (i * 997 % 5000 + 1) for i in range(70)}
+        for path, data in blobs.items():
+            store.write(path, data)
+        order = [*sorted(blobs, reverse=True), "hashed/000"]
+        got = list(store.read_many_hashed(order, sizes=[len(blobs[p]) for p in order]))
+        assert got == [(blobs[p], hashlib.sha256(blobs[p]).hexdigest()) for p in order]
+        results = store.read_many_hashed(["hashed/001", "gone"])
+        assert next(results)[0] == blobs["hashed/001"]
+        with pytest.raises(ObjectNotFoundError, match="gone"):
+            next(results)
+
     def test_read_many_refuses_escaping_paths(self, store: Store) -> None:
         with pytest.raises(UnsafePathError):
             list(store.read_many(["../x"]))

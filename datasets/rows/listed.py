@@ -6,7 +6,6 @@ import functools
 import hashlib
 import itertools
 from collections.abc import Iterable, Iterator
-from concurrent.futures import Future
 from typing import NamedTuple
 
 from datamount.datasets import layout
@@ -14,14 +13,9 @@ from datamount.datasets.errors import DatasetNotFoundError
 from datamount.datasets.manifest import Manifest
 from datamount.datasets.rows.source import DEFAULT_ROWS_PER_SPAN, Piece, Row, clip, line_spans, out_of_range
 from datamount.storage import IntegrityError, Store
-from datamount.storage.pools import generator_pool
 from datamount.storage.store import DEFAULT_MAX_BYTES_IN_FLIGHT
 
 Line = tuple[str, ...]
-
-#: Objects (and bytes) hashed at a time, on a thread of their own, while the next ones are read.
-HASH_GROUP = 32
-HASH_GROUP_BYTES = 4 << 20
 
 
 def parse_lines(raw: bytes) -> tuple[list[Line], list[int]]:
@@ -151,9 +145,7 @@ class ObjectRows(ListRows):
 
     def rows(self, start: int, stop: int) -> Iterator[Row]:
         start, stop = clip(start, stop, len(self))
-        located = self._located[start:stop]
-        blobs = self._blobs(iter(located), iter(located))
-        return self._checked_rows(zip(range(start, stop), located, blobs, strict=True))
+        return self._read(range(start, stop))
 
     def row(self, index: int) -> Row:
         labels = super().row(index)[1:]
@@ -164,61 +156,22 @@ class ObjectRows(ListRows):
         return self._read(row for piece in pieces for row in piece.rows)
 
     def _read(self, rows: Iterable[int]) -> Iterator[Row]:
-        """Rows ``rows`` in that order, one window of reads in flight across all of them, each object checked."""
-        located = self._located
+        """Rows ``rows`` in that order, one window of reads in flight across all of them, each object checked before
+        its row is yielded (with ``verify``, against its sha256, computed by the store as the bytes arrive)."""
+        located, lines = self._located, self._lines
         rows_read, rows_yielded = itertools.tee(rows)
         for_paths, for_sizes = itertools.tee(located[row] for row in rows_read)
-        blobs = self._blobs(for_paths, for_sizes)
-        return self._checked_rows((row, located[row], data) for row, data in zip(rows_yielded, blobs, strict=True))
-
-    def _blobs(self, for_paths: Iterator[ObjectLocation], for_sizes: Iterator[ObjectLocation]) -> Iterator[bytes]:
-        return self.store.read_many(
-            (location.path for location in for_paths),
-            sizes=(location.size for location in for_sizes),
-            max_requests=self.max_requests,
-            max_bytes=self.max_bytes,
-        )
-
-    def _checked_rows(self, read: Iterator[tuple[int, ObjectLocation, bytes]]) -> Iterator[Row]:
-        """The rows of ``(row, object, bytes)`` in order, each object checked before its row is yielded. The sha256s
-        of a group of objects are computed on a thread of their own while the next group is read: hashlib lets go of
-        the GIL, so hashing runs on another core, and a group costs one hand-off."""
-        lines = self._lines
+        paths = (location.path for location in for_paths)
+        sizes = (location.size for location in for_sizes)
         if not self.verify:
-            for row, location, data in read:
+            blobs = self.store.read_many(paths, sizes=sizes, max_requests=self.max_requests, max_bytes=self.max_bytes)
+            for row, data in zip(rows_yielded, blobs, strict=True):
+                location = located[row]
                 yield (check_object(self.store, self.manifest, row, location, data, hashed=False), *lines[row][1:])
             return
-        with generator_pool(1, "datamount-verify") as hasher:
-            hashing: Future[list[str]] | None = None
-            group: list[tuple[int, ObjectLocation, bytes]] = []
-            for following in _groups(read):
-                upcoming = hasher.submit(_sha256s, [data for _, _, data in following])
-                if hashing is not None:
-                    yield from self._verified(group, hashing.result(), lines)
-                hashing, group = upcoming, following
-            if hashing is not None:
-                yield from self._verified(group, hashing.result(), lines)
-
-    def _verified(
-        self, group: list[tuple[int, ObjectLocation, bytes]], digests: list[str], lines: list[Line]
-    ) -> Iterator[Row]:
-        for (row, location, data), digest in zip(group, digests, strict=True):
+        hashed = self.store.read_many_hashed(
+            paths, sizes=sizes, max_requests=self.max_requests, max_bytes=self.max_bytes
+        )
+        for row, (data, digest) in zip(rows_yielded, hashed, strict=True):
+            location = located[row]
             yield (check_object(self.store, self.manifest, row, location, data, digest=digest), *lines[row][1:])
-
-
-def _groups(read: Iterator[tuple[int, ObjectLocation, bytes]]) -> Iterator[list[tuple[int, ObjectLocation, bytes]]]:
-    """``read`` in groups of up to :data:`HASH_GROUP` objects or :data:`HASH_GROUP_BYTES` bytes."""
-    group: list[tuple[int, ObjectLocation, bytes]] = []
-    size = 0
-    for item in read:
-        group.append(item)
-        size += len(item[2])
-        if len(group) >= HASH_GROUP or size >= HASH_GROUP_BYTES:
-            yield group
-            group, size = [], 0
-    if group:
-        yield group
-
-
-def _sha256s(blobs: list[bytes]) -> list[str]:
-    return [hashlib.sha256(data).hexdigest() for data in blobs]

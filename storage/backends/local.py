@@ -5,6 +5,8 @@ from __future__ import annotations
 import collections
 import contextlib
 import ctypes
+import errno
+import hashlib
 import io
 import itertools
 import os
@@ -15,14 +17,30 @@ from typing import IO, Any
 
 from fsspec.implementations.local import LocalFileSystem, make_path_posix
 
+from datamount.storage._window import ordered_window
 from datamount.storage.errors import StoreConfigError, UnsafePathError
 from datamount.storage.mounts import require_mount
 from datamount.storage.paths import LinkGuard
+from datamount.storage.pools import generator_pool
 from datamount.storage.redact import redact_url
-from datamount.storage.store import CHECKED_IN_MEMORY, TEMP_PREFIX, Store, _copy_checked, _read_checked, _Upload
+from datamount.storage.store import (
+    CHECKED_IN_MEMORY,
+    DEFAULT_MAX_BYTES_IN_FLIGHT,
+    HASH_GROUP_BYTES,
+    HASH_GROUP_ITEMS,
+    HASHERS,
+    TEMP_PREFIX,
+    Store,
+    _copy_checked,
+    _grouped,
+    _read_checked,
+    _Upload,
+)
 
 #: Files announced to the kernel ahead of a sequential :meth:`LocalStore.read_many`.
 READ_AHEAD_FILES = 16
+#: Reading a file that is not itself a link.
+_READ_NO_LINK = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class LocalStore(Store):
@@ -123,30 +141,88 @@ class LocalStore(Store):
                 if opened is None:
                     yield self.read(path)
                     continue
-                with self._errors("read", path), opened:
-                    data = opened.readall()
+                try:
+                    with opened:
+                        data = opened.readall()
+                except OSError as exc:
+                    raise self._translate(exc, "read", path) from exc
                 yield data
         finally:
             for _, opened in ahead:
                 if opened is not None:
                     opened.close()
 
+    def read_many_hashed(
+        self,
+        paths: Iterable[str],
+        *,
+        sizes: Iterable[int] | None = None,
+        max_requests: int | None = None,
+        max_bytes: int = DEFAULT_MAX_BYTES_IN_FLIGHT,
+    ) -> Iterator[tuple[bytes, str]]:
+        """On a local disk each file is hashed by the thread that read it, while its bytes are in that core's cache:
+        a group of files per task, a task per core (1.6 GB/s where reading on one thread and hashing on others gave
+        1.1). Shared filesystems and an explicit ``max_requests`` keep many reads in flight instead."""
+        if self.mount or max_requests is not None:
+            yield from super().read_many_hashed(paths, sizes=sizes, max_requests=max_requests, max_bytes=max_bytes)
+            return
+        items = zip(paths, sizes, strict=True) if sizes is not None else ((path, 0) for path in paths)
+        groups = _grouped(items, HASH_GROUP_ITEMS, HASH_GROUP_BYTES)
+        with generator_pool(HASHERS, "datamount-io") as pool:
+            for _, (pairs, failure) in ordered_window(
+                lambda group: pool.submit(self._read_hashed, group), groups, max_in_flight=2 * HASHERS
+            ):
+                yield from pairs
+                if failure is not None:
+                    raise failure
+
+    def _read_hashed(self, group: list[tuple[str, int]]) -> tuple[list[tuple[bytes, str]], BaseException | None]:
+        """The group's files with their sha256s up to the first failure, and that failure (raised after them)."""
+        pairs = []
+        for path, _ in group:
+            try:
+                data = self.read(path)
+            except Exception as exc:
+                return pairs, exc
+            pairs.append((data, hashlib.sha256(data).hexdigest()))
+        return pairs, None
+
     def _open_ahead(self, path: str) -> io.FileIO | None:
         """``path`` opened, and announced to the kernel so that it reads it ahead; ``None`` when it cannot be opened
         (reading it then raises the error)."""
         try:
-            opened = io.FileIO(self.full_path(path), "r")
-        except (OSError, ValueError):
+            opened = self._open_file(path)
+        except (OSError, ValueError, UnsafePathError):
             return None
         with contextlib.suppress(OSError):
             os.posix_fadvise(opened.fileno(), 0, 0, os.POSIX_FADV_WILLNEED)
         return opened
 
+    def _open_file(self, path: str) -> io.FileIO:
+        """``path`` opened for reading, unbuffered (``FileIO.readall`` sizes one buffer from ``fstat`` and fills it,
+        with no second copy). A file that is itself a link is refused by the open (``O_NOFOLLOW``) rather than by
+        an ``lstat`` of every file; such a link is then followed only if it leads inside the root."""
+        full = Store.full_path(self, path)
+        if self._links.folder_inside(os.path.dirname(full)):
+            try:
+                descriptor = os.open(full, _READ_NO_LINK)
+            except OSError as exc:
+                if exc.errno != errno.ELOOP:
+                    raise
+            else:
+                try:
+                    return io.FileIO(descriptor, "r")
+                except BaseException:
+                    os.close(descriptor)  # a folder: FileIO refuses it, and does not close what it did not open
+                    raise
+        return io.FileIO(self.full_path(path), "r")  # raises UnsafePathError where the link leads outside
+
     def read(self, path: str) -> bytes:
-        full = self.full_path(path)
-        # Unbuffered: FileIO.readall sizes one buffer from fstat and fills it, with no second copy.
-        with self._errors("read", path), open(full, "rb", buffering=0) as f:
-            return f.readall()
+        try:  # not self._errors: a local read is short enough for a context manager's cost to show
+            with self._open_file(path) as f:
+                return f.readall()
+        except OSError as exc:
+            raise self._translate(exc, "read", path) from exc
 
     def read_range(self, path: str, start: int, end: int) -> bytes:
         if not 0 <= start <= end:

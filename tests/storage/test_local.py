@@ -35,6 +35,28 @@ def test_a_link_inside_the_root_is_followed(tmp_path: Path) -> None:
     assert store.read("alias/obj") == b"data"
 
 
+def test_a_file_that_is_a_link_is_read_only_where_it_leads_inside(tmp_path: Path) -> None:
+    """Reads open a file without following a link in its last part (no lstat per file); a link found that way is
+    checked as every path is: followed inside the root, refused outside, by every way of reading."""
+    (tmp_path / "secret").write_bytes(b"secret")
+    store = open_store(tmp_path / "store")
+    store.write("real/obj", b"data")
+    os.symlink(tmp_path / "store" / "real" / "obj", tmp_path / "store" / "real" / "alias")
+    os.symlink(tmp_path / "secret", tmp_path / "store" / "real" / "escape")
+    assert store.read("real/alias") == b"data"
+    assert list(store.read_many(["real/obj", "real/alias"])) == [b"data", b"data"]
+    assert [data for data, _ in store.read_many_hashed(["real/alias"])] == [b"data"]
+    reads = {
+        "read": lambda: store.read("real/escape"),
+        "read_many": lambda: list(store.read_many(["real/obj", "real/escape"])),
+        "read_many_hashed": lambda: list(store.read_many_hashed(["real/obj", "real/escape"])),
+    }
+    for way, read in reads.items():
+        with pytest.raises(UnsafePathError, match="outside the store root"):
+            read()
+            pytest.fail(f"{way} read through a link to outside the root")
+
+
 def test_a_listing_never_goes_through_a_link_to_a_folder(tmp_path: Path) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()
