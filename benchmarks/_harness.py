@@ -106,6 +106,15 @@ def processes_cpu_seconds(pids: Collection[int]) -> float:
     return total / ticks
 
 
+def peak_rss_mb() -> float:
+    """This process's peak resident memory in MB: ``VmHWM``, which starts afresh at ``exec`` (``ru_maxrss`` keeps the
+    parent's peak in a process it started, so a child's figure would be the benchmark's own)."""
+    for line in Path("/proc/self/status").read_text(encoding="ascii").splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -30,8 +30,10 @@ from datamount.storage import open_store
 
 #: Run in a fresh process: read the whole version once; print the first sample's time, the pass's, peak RSS.
 PASS = """
-import json, resource, sys, tempfile, time
+import json, sys, tempfile, time
 started = time.perf_counter()
+sys.path.insert(0, sys.argv[3])
+from _harness import peak_rss_mb
 from datamount.readers import reader
 url, cached = sys.argv[1], sys.argv[2] == "cache"
 with tempfile.TemporaryDirectory() as cache:
@@ -43,14 +45,13 @@ with tempfile.TemporaryDirectory() as cache:
         if first is None:
             first = time.perf_counter() - started
     done = time.perf_counter() - started
-print(json.dumps({"first": first, "pass": done, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                  "samples": count}))
+print(json.dumps({"first": first, "pass": done, "rss_mb": peak_rss_mb(), "samples": count}))
 """
 
 
 def one_pass(url: str, environment: dict[str, str], mode: str) -> dict[str, float]:
     done = subprocess.run(
-        [sys.executable, "-c", PASS, url, mode],
+        [sys.executable, "-c", PASS, url, mode, str(Path(__file__).resolve().parent)],
         capture_output=True,
         text=True,
         check=True,

@@ -37,7 +37,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _harness import Row, print_rows
+from _harness import Row, peak_rss_mb, print_rows
 
 OURS = "reader()"
 
@@ -200,14 +200,6 @@ IMPORTS = {
     "large-packed": ("litdata",),
     "small-packed": ("pyarrow.parquet",),
 }
-
-
-def peak_rss_mb() -> float:
-    """This process's peak resident memory (``VmHWM``: unlike ``ru_maxrss``, not inherited across ``exec``)."""
-    for line in Path("/proc/self/status").read_text(encoding="ascii").splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def child(case: str, who: str, spec_file: str) -> None:

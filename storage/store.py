@@ -280,6 +280,18 @@ class Store:
         with self._errors("read", path):
             return self.fs.cat_file(full, start=start, end=end)
 
+    def read_range_buffer(self, path: str, start: int, end: int) -> bytes | memoryview:
+        """As :meth:`read_range`, but where the client has the bytes in a buffer of its own (obstore), a read-only
+        view of it rather than a copy: for a reader that hands the bytes straight to Arrow."""
+        cat_buffer = getattr(self.fs, "cat_buffer", None)
+        if cat_buffer is None:
+            return self.read_range(path, start, end)
+        if not 0 <= start <= end:
+            raise ValueError(f"byte range must satisfy 0 <= start <= end, got [{start}, {end})")
+        full = self.full_path(path)
+        with self._errors("read", path):
+            return cat_buffer(full, start=start, end=end)
+
     def read_many(
         self,
         paths: Iterable[str],

@@ -107,6 +107,11 @@ class StoreReadWriteTests:
     def test_read_range(self, store: Store, start: int, end: int, expected: bytes) -> None:
         store.write("digits", b"0123456789")
         assert store.read_range("digits", start, end) == expected
+        assert bytes(store.read_range_buffer("digits", start, end)) == expected
+
+    def test_read_range_buffer_of_a_missing_object_is_not_found(self, store: Store) -> None:
+        with pytest.raises(ObjectNotFoundError, match="missing/object"):
+            store.read_range_buffer("missing/object", 0, 4)
 
     def test_read_range_rejects_inverted_range(self, store: Store) -> None:
         store.write("digits", b"0123456789")

@@ -8,9 +8,11 @@ import hashlib
 import io
 import itertools
 import os
+import threading
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future
+from contextlib import AbstractContextManager
 from typing import Any, BinaryIO
 
 import pyarrow as pa
@@ -28,9 +30,16 @@ from datamount.storage.pools import generator_pool
 FETCH_CHUNK = 16 << 20
 FETCH_REQUESTS = 8
 #: Pieces (row groups) read ahead of the one being taken: on local disk enough to decode one while another becomes
-#: Python objects; on remote stores enough to hide each ranged GET's latency.
+#: Python objects; on remote stores enough to hide each ranged GET's latency (with 20 ms added to each request, 6
+#: kept 0.65 of the rate without, 8 kept 0.78: bench_latency.py).
 PIECES_AHEAD_LOCAL = 2
 PIECES_AHEAD_REMOTE = 8
+#: Row groups decoded at once in a pass: a row group is in memory up to three times while it is decoded (fetched
+#: bytes, Arrow's arrays, Python values), once before and after; this bounds a remote pass's memory to about
+#: ``PIECES_AHEAD_REMOTE`` + 2 x ``DECODING_AT_ONCE`` row groups.
+DECODING_AT_ONCE = 2
+#: No bound on decoding (a single read, not a pass).
+_UNBOUNDED: AbstractContextManager[Any] = contextlib.nullcontext()
 
 
 class ShardRows:
@@ -95,15 +104,16 @@ class ShardRows:
         yielded (Arrow decodes one without the GIL while another becomes Python objects)."""
         pending = iter(pieces)
         ahead = PIECES_AHEAD_LOCAL if self.store.local_path() is not None else PIECES_AHEAD_REMOTE
+        decoding = threading.BoundedSemaphore(DECODING_AT_ONCE)
         with generator_pool(ahead, "datamount-span") as readers:  # what is still queued is cancelled on exit
             upcoming: deque[Future[list[Row]]] = deque()
             for piece in itertools.islice(pending, ahead):
-                upcoming.append(readers.submit(self._piece_rows, piece))
+                upcoming.append(readers.submit(self._piece_rows, piece, decoding))
             while upcoming:
                 current = upcoming.popleft().result()
                 following = next(pending, None)
                 if following is not None:
-                    upcoming.append(readers.submit(self._piece_rows, following))
+                    upcoming.append(readers.submit(self._piece_rows, following, decoding))
                 yield from current
 
     # ---------------------------------------------------------------------------------------------- whole shards
@@ -225,41 +235,46 @@ class ShardRows:
 
     # ------------------------------------------------------------------------------------------------ row groups
 
-    def _piece_rows(self, piece: Piece) -> list[Row]:
+    def _piece_rows(self, piece: Piece, decoding: AbstractContextManager[Any] = _UNBOUNDED) -> list[Row]:
         """A piece's rows in its order, from the one row group that holds them (decoding only the stretch they
         span)."""
         rows = piece.rows
         if isinstance(rows, range):
-            return list(self._group_rows(rows.start, rows.stop))
+            return list(self._group_rows(rows.start, rows.stop, decoding))
         low = min(rows)
-        decoded = list(self._group_rows(low, max(rows) + 1))
+        decoded = list(self._group_rows(low, max(rows) + 1, decoding))
         return [decoded[row - low] for row in rows]
 
-    def _group_rows(self, start: int, stop: int) -> Iterator[Row]:
-        """Rows ``start`` to ``stop - 1`` in order, reading only the row groups that hold them."""
+    def _group_rows(self, start: int, stop: int, decoding: AbstractContextManager[Any] = _UNBOUNDED) -> Iterator[Row]:
+        """Rows ``start`` to ``stop - 1`` in order, reading only the row groups that hold them. Each row group is
+        fetched, then decoded and made Python values while holding ``decoding`` (which bounds how many row groups
+        are three times over in memory at once: fetched bytes, Arrow arrays, Python values)."""
         while start < stop:
             number = bisect.bisect_right(self._starts, start) - 1
             shard = self.manifest.shards[number]
             group_starts = list(itertools.accumulate(shard.row_groups, initial=self._starts[number]))
             group = bisect.bisect_right(group_starts, start) - 1
             end = min(stop, group_starts[group + 1])
-            table = self._read_group(shard, group)
-            yield from decoded_rows(table.slice(start - group_starts[group], end - start), views=self.zero_copy)
+            with self._group_file(shard, group) as parquet, decoding:
+                table = self._decode(shard, parquet, group).slice(start - group_starts[group], end - start)
+                rows = list(decoded_rows(table, views=self.zero_copy))
+            yield from rows
             start = end
 
-    def _read_group(self, shard: ShardEntry, group: int) -> pa.Table:
-        """Row group ``group`` of ``shard``: from the file on a local store or in the cache (a remote shard is then
-        fetched whole, once, and checked against its sha256), else with one ranged read."""
+    @contextlib.contextmanager
+    def _group_file(self, shard: ShardEntry, group: int) -> Iterator[pq.ParquetFile]:
+        """The Parquet file to read row group ``group`` of ``shard`` from: the file on a local store or in the cache
+        (a remote shard is then fetched whole, once, and checked against its sha256), else only that row group,
+        fetched with one ranged read."""
         path = layout.shard_path(self.manifest.name, shard)
         if self.store.local_path(path) is not None or self.cache is not None:
             with self._open(shard) as source:
-                return self._decode(shard, self._parquet(shard, source), group)
+                yield self._parquet(shard, source)
+            return
         footer = self._footer(path, shard)
         start, end = _group_range(footer, group)
-        sparse = _SparseFile(
-            shard.size, {start: self.store.read_range(path, start, end)}, name=self.store.url_for(path)
-        )
-        return self._decode(shard, self._parquet(shard, sparse, footer), group)
+        fetched = self.store.read_range_buffer(path, start, end)
+        yield self._parquet(shard, _SparseFile(shard.size, {start: fetched}, name=self.store.url_for(path)), footer)
 
     def _footer(self, path: str, shard: ShardEntry) -> pq.FileMetaData:
         """A shard's Parquet footer: two ranged reads the first time, then kept."""
@@ -318,9 +333,9 @@ def _group_range(footer: pq.FileMetaData, group: int) -> tuple[int, int]:
 class _SparseFile(io.RawIOBase):
     """A read-only file of ``size`` bytes of which only some ranges are known; reading elsewhere is an error."""
 
-    def __init__(self, size: int, pieces: dict[int, bytes], *, name: str) -> None:
+    def __init__(self, size: int, pieces: dict[int, bytes | memoryview], *, name: str) -> None:
         self._size = size
-        self._pieces = sorted(pieces.items())
+        self._pieces = sorted((start, memoryview(data).cast("B")) for start, data in pieces.items())
         self._position = 0
         self._name = name
 
@@ -338,13 +353,18 @@ class _SparseFile(io.RawIOBase):
         self._position = base + offset
         return self._position
 
-    def readinto(self, buffer: Any) -> int:
-        view = memoryview(buffer).cast("B")
-        want = min(len(view), self._size - self._position)
+    def read(self, size: int = -1) -> memoryview:  # type: ignore[override]
+        """The next ``size`` bytes as a view of the fetched piece that holds them: Arrow takes any buffer, so the
+        row group's bytes reach its pages without a copy."""
+        want = self._size - self._position if size is None or size < 0 else min(size, self._size - self._position)
         for start, data in self._pieces:
             if start <= self._position and self._position + want <= start + len(data):
                 begin = self._position - start
-                view[:want] = data[begin : begin + want]
                 self._position += want
-                return want
+                return data[begin : begin + want]
         raise OSError(f"{self._name}: bytes {self._position}..{self._position + want} were not fetched")
+
+    def readinto(self, buffer: Any) -> int:
+        chunk = self.read(len(memoryview(buffer)))
+        memoryview(buffer).cast("B")[: len(chunk)] = chunk
+        return len(chunk)

@@ -10,6 +10,7 @@ from urllib.parse import unquote
 import pytest
 
 from datamount.datasets import layout, pack, upload
+from datamount.datasets.rows.shards import _SparseFile
 from datamount.readers import reader
 from datamount.storage import IntegrityError, Store, open_store
 from tests.generated import MakeImageList, image_rows
@@ -71,3 +72,16 @@ def test_a_flipped_byte_in_a_streamed_shard_is_an_integrity_error(packed: Packed
     packed.direct.write(packed.shard, bytes(data))
     with pytest.raises(IntegrityError, match=r"row group \d+ of shard .* is damaged"):
         list(reader("d", packed.far)())
+
+
+def test_a_fetched_row_group_reaches_arrow_as_a_view_of_the_fetched_buffer() -> None:
+    fetched = bytearray(b"0123456789")
+    sparse = _SparseFile(100, {40: fetched}, name="s3://bucket/shard")
+    sparse.seek(42)
+    chunk = sparse.read(5)
+    assert bytes(chunk) == b"23456"
+    fetched[3] = ord("X")  # no copy: the view shows the fetched buffer itself
+    assert bytes(chunk) == b"2X456"
+    sparse.seek(0)
+    with pytest.raises(OSError, match=r"s3://bucket/shard: bytes 0\.\.4 were not fetched"):
+        sparse.read(4)

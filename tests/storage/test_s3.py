@@ -115,6 +115,14 @@ def test_test_credentials_are_the_fixture_ones(s3_store) -> None:  # type: ignor
 # -- the obstore client: its options, credentials from the whole chain, fork ---------------------------------------
 
 
+def test_a_ranged_read_for_arrow_is_a_view_of_obstores_buffer(s3_server: S3Server, s3_bucket: str) -> None:
+    store = open_store(f"s3://{s3_bucket}/views", endpoint_url=s3_server.endpoint_url)
+    store.write("blob", bytes(range(256)) * 64)
+    view = store.read_range_buffer("blob", 256, 1280)
+    assert isinstance(view, memoryview) and view.readonly and not isinstance(view.obj, bytes)
+    assert view == (bytes(range(256)) * 4)
+
+
 def test_obstore_is_the_default_client_and_s3fs_options_name_the_other(s3_server: S3Server, s3_bucket: str) -> None:
     url, endpoint = f"s3://{s3_bucket}", s3_server.endpoint_url
     assert open_store(url, endpoint_url=endpoint).client == "obstore"
