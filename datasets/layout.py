@@ -16,6 +16,7 @@ the commit gives it.
 
 from __future__ import annotations
 
+import functools
 import posixpath
 import uuid
 
@@ -31,8 +32,10 @@ PACKS = "packs"
 OWN_FOLDERS = (VERSIONS, OBJECTS, LISTS, PACKS)
 
 
+@functools.lru_cache(maxsize=256)
 def dataset_folder(name: str) -> str:
-    """The folder of dataset ``name`` in a store."""
+    """The folder of dataset ``name`` in a store (remembered: it is asked once per file of a version, and checking
+    the name takes microseconds)."""
     validate_name(name)
     return name if name.startswith(PUBLIC_NAMESPACE + "/") else f"{USER_AREA}/{name}"
 

@@ -306,9 +306,10 @@ class DatasetReader(EpochLock):
 
 def _counted(samples: Iterator[tuple[Any, ...]], progress: _PassProgress) -> Iterator[tuple[Any, ...]]:
     """``samples``, counting each into ``progress`` as it is handed out."""
+    first = progress.yielded + 1
     try:
-        for sample in samples:
-            progress.yielded += 1
+        # The count is set by the loop itself (enumerate in C), before each sample is handed out.
+        for progress.yielded, sample in enumerate(samples, start=first):
             yield sample
     finally:
         close_iterator(samples)
