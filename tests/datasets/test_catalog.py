@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 from pathlib import Path
 
@@ -86,6 +87,22 @@ def test_a_damaged_file_entry_is_named(
     local_store.write("datasets/d/versions/1.json", json.dumps(body).encode())
     with pytest.raises(ManifestError, match=rf"versions/1\.json is damaged: .*{cause}"):
         catalog.resolve(local_store, "d")
+
+
+@pytest.mark.parametrize("collecting", [True, False])
+def test_reading_a_manifest_leaves_garbage_collection_as_it_was(
+    local_store: Store, make_image_list: MakeImageList, collecting: bool
+) -> None:
+    manifest = upload(make_image_list(3), "d", store=local_store).manifest
+    was = gc.isenabled()
+    try:
+        (gc.enable if collecting else gc.disable)()
+        assert Manifest.from_json(manifest.to_json(), "d@1") == manifest
+        with pytest.raises(ManifestError):
+            Manifest.from_json(b"{not json", "d@1")
+        assert gc.isenabled() is collecting
+    finally:
+        (gc.enable if was else gc.disable)()
 
 
 def test_a_manifest_from_a_newer_datamount_asks_for_an_upgrade(local_store: Store, text_list: Path) -> None:
