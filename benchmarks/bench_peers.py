@@ -40,6 +40,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _harness import Row, peak_rss_mb, print_rows
+from bench_shards import make_dataset
 
 OURS = "reader()"
 #: The same reader without its sha256 check of each file (``verify=False``), to show what the check costs.
@@ -66,19 +67,6 @@ CASES = {
 
 
 # --- the datasets, made once in the parent process -------------------------------------------------------------
-
-
-def write_files(folder: Path, count: int, size: int) -> Path:
-    data = folder / "data"
-    data.mkdir(parents=True, exist_ok=True)
-    rows = []
-    for i in range(count):
-        name = f"data/{i:06d}.bin"
-        (folder / name).write_bytes(os.urandom(size))
-        rows.append(f"{name}\t{i % 10}\n")
-    list_file = folder / "samples.list"
-    list_file.write_text("".join(rows), encoding="utf-8")
-    return list_file
 
 
 def write_pairs(folder: Path, count: int) -> Path:
@@ -111,7 +99,7 @@ def prepare(case: str, tmp: Path, count: int) -> dict[str, object]:
         upload(list_file, case, store=store, kind="text", packed=True)
         return {"store": str(tmp / "store"), "name": case, "list": str(list_file)}
     size = 784 if case == "small-packed" else 110_000
-    list_file = write_files(tmp / "source", count, size)
+    list_file = make_dataset(tmp / "source", count, size)
     upload(list_file, case, store=store, packed=case != "large-files")
     spec: dict[str, object] = {"store": str(tmp / "store"), "name": case, "list": str(list_file)}
     if case == "large-packed":
