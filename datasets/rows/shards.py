@@ -274,7 +274,7 @@ class ShardRows:
         footer = self._footer(path, shard)
         start, end = _group_range(footer, group)
         fetched = self.store.read_range_buffer(path, start, end)
-        yield self._parquet(shard, _SparseFile(shard.size, {start: fetched}, name=self.store.url_for(path)), footer)
+        yield self._parquet(shard, SparseFile(shard.size, {start: fetched}, name=self.store.url_for(path)), footer)
 
     def _footer(self, path: str, shard: ShardEntry) -> pq.FileMetaData:
         """A shard's Parquet footer: two ranged reads the first time, then kept."""
@@ -332,7 +332,7 @@ def _group_range(footer: pq.FileMetaData, group: int) -> tuple[int, int]:
     return min(starts), max(ends)
 
 
-class _SparseFile(io.RawIOBase):
+class SparseFile(io.RawIOBase):
     """A read-only file of ``size`` bytes of which only some ranges are known; reading elsewhere is an error."""
 
     def __init__(self, size: int, pieces: dict[int, bytes | memoryview], *, name: str) -> None:

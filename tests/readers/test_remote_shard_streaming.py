@@ -10,7 +10,7 @@ from urllib.parse import unquote
 import pytest
 
 from datamount.datasets import layout, pack, upload
-from datamount.datasets.rows.shards import _SparseFile
+from datamount.datasets.rows.shards import SparseFile
 from datamount.readers import reader
 from datamount.storage import IntegrityError, Store, open_store
 from tests.generated import MakeImageList, image_rows
@@ -76,7 +76,7 @@ def test_a_flipped_byte_in_a_streamed_shard_is_an_integrity_error(packed: Packed
 
 def test_a_fetched_row_group_reaches_arrow_as_a_view_of_the_fetched_buffer() -> None:
     fetched = bytearray(b"0123456789")
-    sparse = _SparseFile(100, {40: fetched}, name="s3://bucket/shard")
+    sparse = SparseFile(100, {40: fetched}, name="s3://bucket/shard")
     sparse.seek(42)
     chunk = sparse.read(5)
     assert bytes(chunk) == b"23456"
