@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import click
-from rich.console import Console
 from rich.markup import escape
 
-from datamount.cli.formatting import describe, echo_fields, format_size, plain_table
+from datamount.cli.formatting import (
+    describe,
+    echo_fields,
+    echo_json,
+    format_size,
+    json_option,
+    plain_table,
+    print_table,
+)
 from datamount.cli.options import shard_size_option, store_options
 from datamount.cli.progress import ProgressBar
 from datamount.cli.removal import confirm_removal, echo_removed, yes_option
@@ -103,41 +111,80 @@ def pack(name: str, shard_bytes: int, ray_address: str | None, store: Store, qui
 
 @click.command(name="ls")
 @store_options
-def list_datasets(store: Store) -> None:
+@json_option
+def list_datasets(store: Store, as_json: bool) -> None:
     """List the datasets in the store."""
+    summaries = list(catalog.summaries(store))
+    if as_json:
+        echo_json("ls", {"store": store.url, "datasets": [_summary_json(summary) for summary in summaries]})
+        return
+    if not summaries:
+        click.echo(f"no datasets in {store.url}; add one with 'datamount upload LIST NAME'")
+        return
     table = plain_table("name", "kind", "rows", "size", "versions", "latest")
-    count = 0
-    for summary in catalog.summaries(store):
+    for summary in summaries:
         latest = summary.latest
-        count += 1
         if latest is None:
-            table.add_row(summary.name, "-", "-", "-", "-", "(damaged or being uploaded)")
+            table.add_row(escape(summary.name), "-", "-", "-", "-", "(damaged or being uploaded)")
             continue
         table.add_row(
-            summary.name,
+            escape(summary.name),
             latest.kind,
             f"{latest.rows:,}",
             format_size(latest.total_bytes),
             str(len(summary.versions)),
             f"@{latest.version} {latest.created}",
         )
-    console = Console()
-    if count == 0:
-        console.print(f"no datasets in {escape(store.url)}; add one with 'datamount upload LIST NAME'")
-        return
-    console.print(table)
+    print_table(table)
+
+
+def _summary_json(summary: catalog.DatasetSummary) -> dict[str, Any]:
+    latest = summary.latest
+    found: dict[str, Any] = {"name": summary.name, "versions": list(summary.versions), "latest": None}
+    if latest is not None:
+        found["latest"] = {
+            "version": latest.version,
+            "kind": str(latest.kind),
+            "rows": latest.rows,
+            "bytes": latest.total_bytes,
+            "created": latest.created,
+        }
+    return found
 
 
 @click.command()
 @click.argument("name")
 @store_options
-def info(name: str, store: Store) -> None:
+@json_option
+def info(name: str, store: Store, as_json: bool) -> None:
     """Describe dataset NAME (or NAME@N): kind, columns, rows, bytes, versions, when."""
     manifest = catalog.resolve(store, name)
     all_versions = catalog.versions(store, manifest.name)
+    where = store.url_for(layout.dataset_folder(manifest.name))
+    if as_json:
+        echo_json(
+            "info",
+            {
+                "dataset": manifest.name,
+                "version": manifest.version,
+                "store": where,
+                "kind": str(manifest.kind),
+                "columns": list(manifest.columns),
+                "rows": manifest.rows,
+                "files": len(manifest.files),
+                "bytes": manifest.total_bytes,
+                "versions": all_versions,
+                "shards": len(manifest.shards),
+                "files_only_in_shards": not manifest.objects,
+                "splits": manifest.splits,
+                "created": manifest.created,
+                "source": manifest.source,
+            },
+        )
+        return
     fields = [
         ("dataset", manifest.ref),
-        ("store", store.url_for(layout.dataset_folder(manifest.name))),
+        ("store", where),
         ("kind", manifest.kind),
         ("columns", ", ".join(manifest.columns)),
         ("rows", f"{manifest.rows:,}"),
@@ -180,7 +227,10 @@ def head(name: str, count: int, store: Store) -> None:
 )
 @click.option("--root", type=click.Path(file_okay=False), help="With --from: folder that image paths are relative to.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
-def verify(name: str, store: Store, repair: bool, source: str | None, root: str | None, quiet: bool) -> None:
+@json_option
+def verify(
+    name: str, store: Store, repair: bool, source: str | None, root: str | None, quiet: bool, as_json: bool
+) -> None:
     """Re-hash every object of dataset NAME (or NAME@N) against its manifest; report every problem.
 
     With --repair, each missing or damaged file comes back from the source list (--from) when the file there still
@@ -190,7 +240,8 @@ def verify(name: str, store: Store, repair: bool, source: str | None, root: str 
     if (source or root) and not repair:
         raise click.UsageError("--from and --root go with --repair")
     manifest = catalog.resolve(store, name)
-    with ProgressBar(quiet=quiet) as bar:
+    fixed = None
+    with ProgressBar(quiet=quiet or as_json) as bar:
         if repair:
             fixed = repair_version(store, manifest, source=source, root=root, progress=bar)
             report = fixed.found
@@ -198,6 +249,22 @@ def verify(name: str, store: Store, repair: bool, source: str | None, root: str 
             bar.start("verify", items=len(manifest.files) + 1, size=manifest.total_bytes)
             report = verify_version(store, manifest, on_checked=lambda size: bar.advance(size=size))
             bar.finish()
+    if as_json:
+        still_damaged = not report.ok and (fixed is None or not fixed.ok)
+        body: dict[str, Any] = {
+            "dataset": manifest.name,
+            "version": manifest.version,
+            "checked": report.checked,
+            "ok": not still_damaged,
+            "problems": list(report.problems),
+        }
+        if fixed is not None:
+            body["repaired"] = [damage.label for damage in fixed.repaired]
+            body["not_repaired"] = [{"part": damage.label, "why": why} for damage, why in fixed.unrepaired]
+        echo_json("verify", body)
+        if still_damaged:
+            raise click.exceptions.Exit(1)
+        return
     for problem in report.problems:
         click.echo(problem)
     if report.ok:

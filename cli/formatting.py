@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import io
+import json
 import re
-from collections.abc import Iterable
-from typing import Any
+import sys
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
 import click
 import numpy as np
+from rich.console import Console
 from rich.table import Table
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: The version of the JSON the commands print with ``--json`` (``docs/cli.md``): a key is only ever added within one
+#: version; a key removed or changed in meaning makes the next.
+JSON_FORMAT = 1
 
 _SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)(i?)[bB]?\s*")
 _ARRAY_VALUES_SHOWN = 4
@@ -70,6 +80,29 @@ def _bytes_type(head_bytes: bytes) -> str:
 def plain_table(*headers: str, **options: Any) -> Table:
     """A rich table as every listing prints one: no borders, bold headers."""
     return Table(*headers, box=None, header_style="bold", **options)
+
+
+def print_table(table: Table) -> None:
+    """Print ``table``: fitted to a terminal's width; to a pipe or a file, one line per row however long, with no
+    trailing spaces (rich would wrap cells at 80 columns there)."""
+    if sys.stdout.isatty():
+        Console().print(table)
+        return
+    rendered = io.StringIO()
+    Console(file=rendered, width=1 << 16, color_system=None, highlight=False).print(table)
+    click.echo("\n".join(line.rstrip() for line in rendered.getvalue().splitlines()))
+
+
+def json_option(function: F) -> F:
+    """Add ``--json``: the command prints one JSON document (``docs/cli.md``) instead of text, as ``as_json``."""
+    return click.option(
+        "--json", "as_json", is_flag=True, help="Print one JSON document instead of text (see docs/cli.md)."
+    )(function)
+
+
+def echo_json(command: str, body: dict[str, Any]) -> None:
+    """Print a command's JSON document: ``{"datamount": COMMAND, "format": N, ...}``."""
+    click.echo(json.dumps({"datamount": command, "format": JSON_FORMAT, **body}, indent=2, ensure_ascii=False))
 
 
 def echo_fields(fields: Iterable[tuple[str, object]]) -> None:

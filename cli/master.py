@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import time
 
 import click
 
-from datamount.cli.formatting import echo_fields
+from datamount.cli.formatting import echo_fields, echo_json, json_option
 from datamount.cli.options import store_options
 from datamount.datasets.rows import DEFAULT_ROWS_PER_SPAN
 from datamount.readers.master import (
@@ -114,13 +113,13 @@ def stop(name: str, address: str | None, namespace: str) -> None:
 @click.argument("name")
 @address_option
 @namespace_option
-@click.option("--json", "as_json", is_flag=True, help="Print the state as JSON.")
+@json_option
 def tasks(name: str, address: str | None, namespace: str, as_json: bool) -> None:
     """Show the task queue of dataset NAME's master: pass, counts, leases and their owners, troubled tasks."""
     client = connect(name, address=address, namespace=namespace)
     info, status = client.info(), client.status()
     if as_json:
-        click.echo(json.dumps({"master": info.to_dict(), "queue": status.to_dict()}, indent=2))
+        echo_json("tasks", {"master": info.to_dict(), "queue": status.to_dict()})
         return
     of_passes = f" of {status.passes}" if status.passes else ""
     state = " (all passes run)" if status.finished else ""

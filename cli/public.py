@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import sys
+from typing import Any
 
 import click
-from rich.console import Console
 
-from datamount.cli.formatting import format_size, plain_table
+from datamount.cli.formatting import echo_json, format_size, json_option, plain_table, print_table
 from datamount.cli.options import store_options
 from datamount.cli.progress import ProgressBar
 from datamount.cli.removal import confirm_removal, echo_removed, yes_option
@@ -24,12 +23,17 @@ def public() -> None:
 
 @public.command(name="ls")
 @store_options
-def list_public(store: Store) -> None:
+@json_option
+def list_public(store: Store, as_json: bool) -> None:
     """List the public datasets: those installed in the store, and those that can be installed."""
+    found = public_datasets.status(store)
+    if as_json:
+        echo_json("public ls", {"store": store.url, "datasets": [_status_json(status) for status in found]})
+        return
     table = plain_table("name", "installed", "rows", "size", "install from", "what", pad_edge=False)
-    for found in public_datasets.status(store):
-        spec, manifest = found.spec, found.manifest
-        rows = ", ".join(f"{split} {count:,}" for split, count in found.splits.items())
+    for status in found:
+        spec, manifest = status.spec, status.manifest
+        rows = ", ".join(f"{split} {count:,}" for split, count in status.splits.items())
         table.add_row(
             spec.name,
             f"@{manifest.version} {manifest.created}" if manifest is not None else "no",
@@ -38,9 +42,29 @@ def list_public(store: Store) -> None:
             _origin(spec),
             spec.title,
         )
-    console = Console(width=200 if not sys.stdout.isatty() else None)
-    console.print(table)
-    console.print(f"store: {store.url}; install with 'datamount public install NAME', read with reader(NAME)")
+    print_table(table)
+    click.echo(f"store: {store.url}; install with 'datamount public install NAME', read with reader(NAME)")
+
+
+def _status_json(status: public_datasets.PublicStatus) -> dict[str, Any]:
+    spec, manifest = status.spec, status.manifest
+    sizes = [file.size for file in spec.files]
+    return {
+        "name": spec.name,
+        "title": spec.title,
+        "kind": spec.kind,
+        "splits": list(spec.splits),
+        "downloadable": spec.downloadable,
+        "download_bytes": sum(sizes) if spec.downloadable and all(sizes) else None,
+        "installed": None
+        if manifest is None
+        else {
+            "version": manifest.version,
+            "rows": dict(status.splits),
+            "bytes": manifest.total_bytes,
+            "created": manifest.created,
+        },
+    }
 
 
 def _origin(spec: PublicDataset) -> str:

@@ -6,7 +6,7 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from datamount.cli.formatting import plain_table
+from datamount.cli.formatting import echo_json, json_option, plain_table, print_table
 from datamount.cli.options import backend_options, options_dict
 from datamount.storage import profiles
 from datamount.storage.doctor import Report, run_doctor
@@ -14,10 +14,30 @@ from datamount.storage.redact import redact_options, redact_url, redact_urls
 
 
 @click.command()
-def stores() -> None:
+@json_option
+def stores(as_json: bool) -> None:
     """List the configured stores and say which one is the default."""
     config = profiles.load_config()
     default = profiles.resolve(None, config)
+    if as_json:
+        echo_json(
+            "stores",
+            {
+                "config_file": str(config.path),
+                "config_file_exists": config.path.exists(),
+                "default": {"name": default.name, "url": redact_url(default.url), "source": default.source},
+                "stores": [
+                    {
+                        "name": profile.name,
+                        "url": redact_url(profile.url),
+                        "options": redact_options(profile.options),
+                        "default": profile.name == default.name,
+                    }
+                    for profile in config.profiles.values()
+                ],
+            },
+        )
+        return
     console = Console()
     console.print(f"config file: {config.path}{'' if config.path.exists() else ' (none)'}")
     console.print(f"default store: {redact_url(default.url)}  [dim]({default.source})[/dim]")
@@ -28,14 +48,15 @@ def stores() -> None:
     for profile in config.profiles.values():
         options = ", ".join(f"{k}={v!r}" for k, v in sorted(redact_options(profile.options).items()))
         table.add_row(profile.name, redact_url(profile.url), options, "*" if profile.name == default.name else "")
-    console.print(table)
+    print_table(table)
 
 
 @click.command()
 @click.argument("store", required=False)
 @click.option("--quick", is_flag=True, help="Smaller probes: a few seconds even on slow stores.")
 @backend_options
-def doctor(store: str | None, quick: bool, options: tuple[str, ...]) -> None:
+@json_option
+def doctor(store: str | None, quick: bool, options: tuple[str, ...], as_json: bool) -> None:
     """Check that STORE (a URL, path or profile; default: the default store) works, and measure it.
 
     Lists, writes, reads back and deletes a probe object, then measures latency and throughput for small and large
@@ -43,7 +64,22 @@ def doctor(store: str | None, quick: bool, options: tuple[str, ...]) -> None:
     """
     sizes = {"small_count": 8, "large_size": 2 << 20} if quick else {}
     report = run_doctor(store, **sizes, **options_dict(options))
-    _print_report(report)
+    if as_json:
+        echo_json(
+            "doctor",
+            {
+                "store": redact_url(report.target),
+                "ok": report.ok,
+                "steps": [
+                    {"name": s.name, "ok": s.ok, "detail": redact_urls(s.detail), "seconds": s.seconds}
+                    for s in report.steps
+                ],
+                "measurements": [{"name": m.name, "value": m.value, "unit": m.unit} for m in report.measurements],
+                "advice": list(report.advice),
+            },
+        )
+    else:
+        _print_report(report)
     if not report.ok:
         raise click.exceptions.Exit(1)
 
