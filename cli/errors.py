@@ -28,7 +28,25 @@ def exit_code_for(exc: BaseException) -> int:
 
 
 class ErrorHandlingGroup(click.Group):
-    """A click group that turns datamount and OS errors into ``datamount: error: ...`` and an exit status."""
+    """A click group that turns datamount and OS errors, and mistakes in the command line itself, into one line
+    ``datamount: error: ...`` and an exit status."""
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except click.UsageError as exc:  # an unknown option, a missing argument, a bad value: click's 4 lines
+            command = exc.ctx.command_path if exc.ctx is not None else "datamount"
+            click.echo(f"datamount: error: {_sentence(exc.format_message())} (see '{command} --help')", err=True)
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            click.echo(f"datamount: error: {_sentence(exc.format_message())}", err=True)
+            sys.exit(exc.exit_code)
+        except click.exceptions.Abort:  # Ctrl-C or end of input at a prompt
+            click.echo("datamount: interrupted", err=True)
+            sys.exit(130)
+        sys.exit(code if isinstance(code, int) else 0)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -45,3 +63,9 @@ class ErrorHandlingGroup(click.Group):
         except KeyboardInterrupt:
             click.echo("datamount: interrupted", err=True)
             ctx.exit(130)
+
+
+def _sentence(message: str) -> str:
+    """click's message as the rest of our errors read: lower case first, no final full stop."""
+    message = message.strip().rstrip(".")
+    return message[:1].lower() + message[1:] if message[1:2].islower() else message

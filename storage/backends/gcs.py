@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 from typing import Any
 
@@ -14,11 +15,14 @@ from datamount.storage.backends._limits import (
     seconds_option,
 )
 from datamount.storage.backends._object_store import EndpointSettings, ObjectStore
+from datamount.storage.backends._options import FSSPEC_OPTIONS, check_endpoint_url, parameter_names, refuse_unknown
 from datamount.storage.errors import ObjectNotFoundError, StorePermissionError
 from datamount.storage.store import Failure, short_reason
 
 #: New attempts after a failed request: gcsfs's own choice for GCS (6 attempts, about 31 s of backoff in all).
 GCS_DEFAULT_RETRIES = 5
+#: The options a GCS store takes besides gcsfs's own (``_gcsfs_options``).
+DATAMOUNT_OPTIONS = frozenset({"token", "project", "endpoint_url", "connect_timeout", "read_timeout", "retries"})
 
 
 class GCSStore(ObjectStore):
@@ -46,6 +50,8 @@ class GCSStore(ObjectStore):
         from datamount.storage.backends._gcs_client import RetryingGCSFileSystem
 
         root = cls.bucket_root(url, store="a GCS store")
+        refuse_unknown(options, _gcsfs_options(), store="GCS", shown=DATAMOUNT_OPTIONS, more=", and gcsfs's own")
+        check_endpoint_url(options.get("endpoint_url"))
         opts = dict(options)
         endpoint = opts.get("endpoint_url") or os.environ.get("STORAGE_EMULATOR_HOST")
         if opts.get("endpoint_url"):
@@ -91,3 +97,11 @@ class GCSStore(ObjectStore):
         if isinstance(code, int) and (code >= 500 or code == 429):
             return self._failed_every_attempt(str(code), detail=short_reason(exc), throttling=code == 429)
         return None
+
+
+@functools.cache
+def _gcsfs_options() -> frozenset[str]:
+    """Every option a GCS store takes: datamount's own, gcsfs's and fsspec's."""
+    import gcsfs.core
+
+    return DATAMOUNT_OPTIONS | parameter_names(gcsfs.core.GCSFileSystem.__init__) | FSSPEC_OPTIONS

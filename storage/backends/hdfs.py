@@ -14,6 +14,7 @@ from typing import IO, Any
 from datamount.storage.errors import (
     BackendNotInstalledError,
     ObjectNotFoundError,
+    StoreConfigError,
     StoreIOError,
     StoreUnreachableError,
 )
@@ -29,6 +30,26 @@ FAILOVER_DEFAULTS = {
     "dfs.client.failover.sleep.max.millis": "2000",
 }
 _OS_ERROR = re.compile(r"os error (\d+)")
+
+
+def _client_installed() -> bool:
+    try:
+        import hdfs_native  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _hadoop_settings(options: dict[str, Any]) -> dict[str, str]:
+    """A store's options as the Hadoop client settings they are (``dfs.replication=2``: dotted names, text values;
+    ``-o dfs.replication=2`` arrives as an int), anything else refused before the client sees it."""
+    unknown = sorted(key for key in options if "." not in key)
+    if unknown:
+        raise StoreConfigError(
+            f"unknown HDFS store option {', '.join(unknown)}: an HDFS store's options are Hadoop client settings, "
+            f"e.g. dfs.client.failover.max.attempts=4 or dfs.replication=2"
+        )
+    return {key: str(value).lower() if isinstance(value, bool) else str(value) for key, value in options.items()}
 
 
 class HDFSStore(Store):
@@ -47,12 +68,18 @@ class HDFSStore(Store):
     @classmethod
     def from_url(cls, url: str, *, name: str | None = None, **options: Any) -> Store:
         # fsspec's instance cache is emptied in forked children, which would drop an inherited client (see above).
-        options = {**FAILOVER_DEFAULTS, "skip_instance_cache": True, **options}
+        options = {**FAILOVER_DEFAULTS, "skip_instance_cache": True, **_hadoop_settings(options)}
         try:
             return super().from_url(url, name=name, **options)
         except (BackendNotInstalledError, OSError) as exc:
-            # Without hdfs-native, fsspec tries pyarrow's libhdfs binding, which fails with an OSError here.
-            raise BackendNotInstalledError(f"cannot open {redact_url(url)}: {exc}; {INSTALL_HINT}") from exc
+            # Without hdfs-native, fsspec fails to load its entry point, or tries pyarrow's libhdfs binding, which
+            # fails with an OSError of a hundred dlopen lines: one line says what to do.
+            if not _client_installed():
+                raise BackendNotInstalledError(
+                    f"cannot open {redact_url(url)}: the HDFS client is not installed: pip install 'datamount[hdfs]'"
+                ) from exc
+            reason = short_reason(exc)
+            raise BackendNotInstalledError(f"cannot open {redact_url(url)}: {reason}; {INSTALL_HINT}") from exc
 
     def _filesystem_after_fork(self, inherited: Any) -> Any:
         """hdfs-native's runtime does not survive fork(): no client works in a forked child, and dropping the

@@ -18,11 +18,11 @@ from typing import IO, Any
 from fsspec.implementations.local import LocalFileSystem, make_path_posix
 
 from datamount.storage._window import ordered_window
-from datamount.storage.errors import StoreConfigError, UnsafePathError
+from datamount.storage.backends._options import refuse_unknown
+from datamount.storage.errors import UnsafePathError
 from datamount.storage.mounts import require_mount
 from datamount.storage.paths import LinkGuard
 from datamount.storage.pools import generator_pool
-from datamount.storage.redact import redact_url
 from datamount.storage.store import (
     CHECKED_IN_MEMORY,
     DEFAULT_MAX_BYTES_IN_FLIGHT,
@@ -64,11 +64,8 @@ class LocalStore(Store):
 
     @classmethod
     def from_url(cls, url: str, *, name: str | None = None, **options: Any) -> LocalStore:
+        refuse_unknown(options, {"mount"}, store="local")
         mount = options.pop("mount", None)
-        if options:
-            raise StoreConfigError(
-                f"unknown option(s) for a local store {redact_url(url)}: {', '.join(sorted(options))} (known: mount)"
-            )
         path = url[len("file://") :] if url.startswith("file://") else url
         root = make_path_posix(os.path.expanduser(path))
         return cls(root, url=f"file://{root}", mount=mount, name=name)

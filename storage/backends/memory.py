@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import threading
+from typing import Any
 
+from datamount.storage.backends._options import refuse_unknown
 from datamount.storage.store import Store
 
 #: One process's memory filesystem is shared by all its memory stores: one lock makes their creates exclusive.
@@ -22,6 +24,11 @@ class MemoryStore(Store):
     exclusive_create = True
     needs_dirs = False
     default_max_requests = 4
+
+    @classmethod
+    def from_url(cls, url: str, *, name: str | None = None, **options: Any) -> Store:
+        refuse_unknown(options, (), store="memory")
+        return super().from_url(url, name=name)
 
     def check(self) -> None:
         """Nothing to reach: a memory store is always there."""

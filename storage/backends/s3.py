@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import hashlib
 import ipaddress
 import logging
@@ -21,6 +22,7 @@ from datamount.storage.backends._limits import (
     seconds_option,
 )
 from datamount.storage.backends._object_store import EndpointSettings, ObjectStore
+from datamount.storage.backends._options import FSSPEC_OPTIONS, check_endpoint_url, parameter_names, refuse_unknown
 from datamount.storage.errors import (
     ObjectExistsError,
     ObjectNotFoundError,
@@ -187,7 +189,7 @@ def _error_code(exc: BaseException) -> str | None:
 
 #: The S3 clients a store can use.
 CLIENTS = ("obstore", "s3fs")
-#: Options both clients understand; any other is an s3fs option.
+#: Options both clients understand; s3fs takes its own too (``_s3fs_options``).
 COMMON_OPTIONS = {
     "key",
     "secret",
@@ -211,6 +213,7 @@ def s3_filesystem(bucket: str, options: dict[str, Any]) -> tuple[Any, EndpointSe
     client = opts.pop("client", "obstore")
     if client not in CLIENTS:
         raise StoreConfigError(f"client must be one of {', '.join(CLIENTS)}, got {client!r}")
+    _check_options(opts, client)
     if client == "obstore":
         if _obstore_s3.usable_here():
             return obstore_filesystem(bucket, opts)
@@ -231,11 +234,6 @@ def obstore_filesystem(bucket: str, options: dict[str, Any]) -> tuple[Any, Endpo
     """An :class:`ObstoreS3FileSystem` on ``bucket`` for a store's ``options`` (``client`` already taken out)."""
     from datamount.storage.backends._obstore_s3 import ObstoreS3FileSystem
 
-    unknown = sorted(set(options) - COMMON_OPTIONS)
-    if unknown:
-        raise StoreConfigError(
-            f"{', '.join(unknown)}: not an option of the obstore S3 client; add client=s3fs to use s3fs's options"
-        )
     endpoint = options.get("endpoint_url") or _endpoint_from_environment()
     config: dict[str, Any] = {}
     if endpoint:
@@ -283,6 +281,33 @@ def obstore_filesystem(bucket: str, options: dict[str, Any]) -> tuple[Any, Endpo
         address=redact.redact_url(endpoint) if endpoint else "AWS S3", attempts=attempts, read_timeout=read_timeout
     )
     return fs, settings
+
+
+def _check_options(options: Mapping[str, Any], client: str) -> None:
+    """Refuse, before any client sees them, options the chosen client does not take and an ``endpoint_url`` that
+    is not an http(s) URL."""
+    shown = {*COMMON_OPTIONS, "client"}
+    if client == "obstore":
+        unknown = set(options) - COMMON_OPTIONS
+        if unknown and unknown <= _s3fs_options():
+            raise StoreConfigError(
+                f"{', '.join(sorted(unknown))}: an option of the s3fs client only; add client=s3fs to use it"
+            )
+        refuse_unknown(options, COMMON_OPTIONS, store="S3", shown=shown, more=" (with client=s3fs, s3fs's own too)")
+    else:
+        refuse_unknown(options, _s3fs_options(), store="S3", shown=shown, more=", and s3fs's own")
+    check_endpoint_url(options.get("endpoint_url"))
+
+
+@functools.cache
+def _s3fs_options() -> frozenset[str]:
+    """Every option a store on s3fs takes: datamount's own, s3fs's, the aiobotocore session's (s3fs hands it the
+    rest) and fsspec's."""
+    import s3fs
+    from aiobotocore.session import AioSession
+
+    own = parameter_names(s3fs.S3FileSystem.__init__, AioSession.__init__)
+    return own | FSSPEC_OPTIONS | COMMON_OPTIONS | {"batch_size"}
 
 
 def _endpoint_from_environment() -> str | None:

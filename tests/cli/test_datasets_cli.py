@@ -186,7 +186,7 @@ def test_usage_errors_come_before_the_store_is_opened(files: Path, args: list[st
     args = [write_list(files, "a.jpg\t1\n") if arg == "LIST" else arg for arg in args]
     result = run(*args, "--store", "s3://bucket", "-o", "endpoint_url=http://127.0.0.1:9")
     assert result.exit_code == 2, result.output
-    assert "Invalid value for" in result.output and fragment in result.output
+    assert result.output.startswith("datamount: error: invalid value for") and fragment in result.output
     assert "127.0.0.1:9" not in result.output
 
 

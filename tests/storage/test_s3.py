@@ -127,7 +127,7 @@ def test_obstore_is_the_default_client_and_s3fs_options_name_the_other(s3_server
     url, endpoint = f"s3://{s3_bucket}", s3_server.endpoint_url
     assert open_store(url, endpoint_url=endpoint).client == "obstore"
     assert open_store(url, endpoint_url=endpoint, client="s3fs").client == "s3fs"
-    with pytest.raises(StoreConfigError, match=r"^client_kwargs: not an option of the obstore S3 client; add client="):
+    with pytest.raises(StoreConfigError, match=r"^client_kwargs: an option of the s3fs client only; add client=s3fs"):
         open_store(url, endpoint_url=endpoint, client_kwargs={"region_name": "eu-west-1"})
     assert open_store(url, endpoint_url=endpoint, client="s3fs", client_kwargs={"region_name": "eu-west-1"}).client
     with pytest.raises(StoreConfigError, match="client must be one of obstore, s3fs, got 'boto'"):

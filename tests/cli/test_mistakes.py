@@ -1,0 +1,74 @@
+"""The common mistakes at every command, made in a real process: each is one ``datamount: error:`` line on stderr,
+nothing on stdout, and the documented exit status (2 bad input or configuration, 3 not found)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from datamount.datasets import upload
+from datamount.storage import open_store
+from tests.generated import write_image_list
+
+MISTAKES = [
+    ("no-such-command", ["bogus"], 2, "no such command 'bogus' (see 'datamount --help')"),
+    ("unknown-option", ["ls", "--bogus", "--store", "{store}"], 2, "no such option '--bogus' (see 'datamount ls"),
+    ("missing-argument", ["upload"], 2, "missing argument 'LIST_FILE'"),
+    ("missing-list", ["upload", "{tmp}/nope.list", "x", "--store", "{store}"], 2, "nope.list: no such file"),
+    ("bad-name", ["upload", "{list}", "bad/../name", "--store", "{store}"], 2, "invalid dataset name 'bad/../name'"),
+    ("no-dataset", ["info", "nosuch", "--store", "{store}"], 3, "no dataset named 'nosuch'"),
+    ("no-version", ["info", "cats@7", "--store", "{store}"], 3, "dataset cats has no version 7"),
+    ("bad-count", ["head", "cats", "-n", "-1", "--store", "{store}"], 2, "invalid value for '-n'"),
+    ("bad-size", ["pack", "cats", "--shard-size", "12Q", "--store", "{store}"], 2, "'12Q' is not a size"),
+    ("rm-unconfirmed", ["rm", "cats", "--store", "{store}"], 2, "without confirmation; pass --yes"),
+    ("from-without-repair", ["verify", "cats", "--from", "{list}", "--store", "{store}"], 2, "go with --repair"),
+    ("option-without-value", ["ls", "--store", "{store}", "-o", "novalue"], 2, "expected KEY=VALUE, got 'novalue'"),
+    ("unknown-store-option", ["ls", "--store", "s3://b", "-o", "endpoint=http://x"], 2, "did you mean endpoint_url?"),
+    ("malformed-endpoint", ["ls", "--store", "s3://b", "-o", "endpoint_url=127.0.0.1:5055"], 2, "must be a URL"),
+    ("s3fs-option", ["ls", "--store", "s3://b", "-o", "client=s3fs", "-o", "endpoint=x"], 2, "and s3fs's own"),
+    ("hdfs-option", ["ls", "--store", "hdfs://127.0.0.1:1/x", "-o", "foo=1"], 2, "unknown HDFS store option foo"),
+    ("memory-option", ["ls", "--store", "memory://m", "-o", "foo=1"], 2, "a memory store takes no options"),
+    ("no-profile", ["ls", "--store", "nosuchprofile"], 2, "is neither a profile nor an existing folder"),
+    ("no-public", ["public", "install", "nosuch", "--store", "{store}"], 3, "no public dataset named 'nosuch'"),
+]
+
+
+@pytest.fixture(scope="module")
+def places(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    tmp = tmp_path_factory.mktemp("mistakes")
+    list_file = write_image_list(tmp / "src", 2)
+    upload(list_file, "cats", store=open_store(tmp / "store"))
+    (tmp / "config.toml").write_text("# no profiles\n", encoding="utf-8")
+    return {"tmp": str(tmp), "store": str(tmp / "store"), "list": str(list_file)}
+
+
+@pytest.mark.parametrize(("arguments", "code", "says"), [m[1:] for m in MISTAKES], ids=[m[0] for m in MISTAKES])
+def test_a_mistake_is_one_line_and_its_exit_status(
+    places: dict[str, str], arguments: list[str], code: int, says: str
+) -> None:
+    command = [sys.executable, "-m", "datamount.cli.main", *(argument.format(**places) for argument in arguments)]
+    environment = {**os.environ, "DATAMOUNT_CONFIG": str(Path(places["tmp"]) / "config.toml")}
+    environment.pop("DATAMOUNT_STORE", None)
+    done = subprocess.run(
+        command, capture_output=True, text=True, stdin=subprocess.DEVNULL, env=environment, timeout=60, check=False
+    )
+    assert done.returncode == code, done.stderr
+    assert done.stdout == ""
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("datamount: error: "), done.stderr
+    assert says in lines[0]
+
+
+def test_a_missing_hdfs_client_is_one_line_naming_the_extra(places: dict[str, str]) -> None:
+    """Without hdfs-native, fsspec's fallback to libhdfs printed a hundred dlopen lines."""
+    hide = "import sys; sys.modules['hdfs_native'] = sys.modules['hdfs_native.fsspec'] = None; "
+    run = "from datamount.cli.main import main; main()"
+    command = [sys.executable, "-c", hide + run, "ls", "--store", "hdfs://127.0.0.1:1/x"]
+    done = subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60, check=False)
+    lines = done.stderr.splitlines()
+    assert done.returncode == 1 and len(lines) == 1, done.stderr
+    assert lines[0].endswith("the HDFS client is not installed: pip install 'datamount[hdfs]'")
