@@ -100,6 +100,12 @@ def upload(
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 def pack(name: str, shard_bytes: int, ray_address: str | None, store: Store, quiet: bool) -> None:
     """Pack dataset NAME (or NAME@N) into Parquet shards for fast sequential and sharded reads."""
+    packed = catalog.resolve(store, name, public_fallback=False)
+    if packed.shards:
+        size = sum(shard.size for shard in packed.shards)
+        click.echo(f"{packed.ref} is already packed in {len(packed.shards)} shard(s), {format_size(size)}")
+        return
+    name = packed.ref  # the version resolved here, even if another is uploaded meanwhile
     with ProgressBar(quiet=quiet) as bar:
         if ray_address is None:
             manifest = pack_version(name, store=store, shard_bytes=shard_bytes, progress=bar)
@@ -190,7 +196,7 @@ def info(name: str, store: Store, as_json: bool) -> None:
         ("rows", f"{manifest.rows:,}"),
         ("files", f"{len(manifest.files):,}"),
         ("size", format_size(manifest.total_bytes)),
-        ("versions", ", ".join(str(v) for v in all_versions)),
+        ("versions", ", ".join(f"@{v}" for v in all_versions) + f" ({len(all_versions)} kept)"),
         ("packed", _packed(manifest)),
         ("created", manifest.created),
         ("source", manifest.source),

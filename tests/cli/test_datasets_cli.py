@@ -45,7 +45,7 @@ def test_upload_then_catalog_commands(store_dir: str, make_image_list: MakeImage
     assert "cats" in listing.output and "image" in listing.output
 
     info = run("info", "cats", "--store", store_dir)
-    for fragment in ("cats@1", "kind: image", "columns: file, label", "rows: 8", "versions: 1"):
+    for fragment in ("cats@1", "kind: image", "columns: file, label", "rows: 8", "versions: @1 (1 kept)"):
         assert fragment in info.output
 
     head = run("head", "cats", "-n", "2", "--store", store_dir)
@@ -53,6 +53,19 @@ def test_upload_then_catalog_commands(store_dir: str, make_image_list: MakeImage
 
     verified = run("verify", "cats", "--store", store_dir, "--quiet")
     assert verified.exit_code == 0 and "all 9 objects match" in verified.output
+
+
+def test_pack_twice_says_the_version_is_packed_and_info_counts_the_versions_kept(
+    store_dir: str, make_image_list: MakeImageList
+) -> None:
+    run("upload", str(make_image_list(3)), "cats", "--store", store_dir)
+    run("upload", str(make_image_list(5)), "cats", "--store", store_dir)
+    first = run("pack", "cats", "--store", store_dir, "-q")
+    assert first.exit_code == 0 and first.output.startswith("cats@2 is packed in 1 shard(s)"), first.output
+    again = run("pack", "cats", "--store", store_dir, "-q")
+    assert again.exit_code == 0 and again.output.startswith("cats@2 is already packed in 1 shard(s)"), again.output
+    assert run("rm", "cats@1", "--yes", "--store", store_dir).exit_code == 0
+    assert "versions: @2 (1 kept)" in run("info", "cats", "--store", store_dir).output
 
 
 def test_verify_fails_on_a_corrupt_object(store_dir: str, make_image_list: MakeImageList) -> None:
