@@ -36,6 +36,11 @@ from datamount.storage import Store
 @click.option("--kind", type=click.Choice(["image", "text"]), help="Force the list's kind (detected otherwise).")
 @click.option("--root", type=click.Path(file_okay=False), help="Folder that image paths are relative to.")
 @click.option(
+    "--follow-links",
+    is_flag=True,
+    help="Read image files through links that lead outside the root (refused otherwise).",
+)
+@click.option(
     "--pack",
     "then_pack",
     is_flag=True,
@@ -49,6 +54,7 @@ def upload(
     store: Store,
     kind: str | None,
     root: str | None,
+    follow_links: bool,
     then_pack: bool,
     shard_bytes: int,
     quiet: bool,
@@ -60,7 +66,15 @@ def upload(
     """
     with ProgressBar(quiet=quiet) as bar:
         result = upload_list(
-            list_file, name, store=store, kind=kind, root=root, progress=bar, packed=then_pack, shard_bytes=shard_bytes
+            list_file,
+            name,
+            store=store,
+            kind=kind,
+            root=root,
+            progress=bar,
+            packed=then_pack,
+            shard_bytes=shard_bytes,
+            follow_links=follow_links,
         )
     m = result.manifest
     if then_pack:

@@ -54,7 +54,13 @@ def column_names(kind: Kind, width: int) -> list[str]:
     return [f"column{i}" for i in range(1, width + 1)]
 
 
-def parse_list(path: str | os.PathLike[str], *, kind: Kind | str | None = None, root: str | None = None) -> ParsedList:
+def parse_list(
+    path: str | os.PathLike[str],
+    *,
+    kind: Kind | str | None = None,
+    root: str | None = None,
+    follow_links: bool = False,
+) -> ParsedList:
     """Read and check the ``.list`` file at ``path``.
 
     Parameters
@@ -67,6 +73,9 @@ def parse_list(path: str | os.PathLike[str], *, kind: Kind | str | None = None, 
         file's suffix), text otherwise.
     root
         The folder that image paths are relative to (default: the list file's folder).
+    follow_links
+        Read files through links that lead outside the root (a ``data/`` folder that is a link elsewhere); by
+        default such paths are refused, one problem per link.
 
     Raises
     ------
@@ -83,7 +92,7 @@ def parse_list(path: str | os.PathLike[str], *, kind: Kind | str | None = None, 
     if chosen is Kind.IMAGE:
         if root is not None and not os.path.isdir(root_dir):
             raise ListFormatError(path, [ListProblem(0, f"the root folder {root_dir} does not exist")])
-        problems += _resolve_files(rows, numbers, root_dir, files)
+        problems += _resolve_files(rows, numbers, root_dir, files, follow_links=follow_links)
     if problems:
         hint = ""
         if evidence is not None:
@@ -172,13 +181,17 @@ def _names_a_file(value: str, root: str) -> bool:
 
 
 def _resolve_files(
-    rows: list[tuple[str, ...]], numbers: list[int], root: str, files: dict[str, SourceFile]
+    rows: list[tuple[str, ...]], numbers: list[int], root: str, files: dict[str, SourceFile], *, follow_links: bool
 ) -> list[ListProblem]:
-    links = LinkGuard(root)
+    links = None if follow_links else LinkGuard(root)
     problems = []
+    escaping: dict[str, list[tuple[int, str]]] = {}  # a link leading outside the root: the rows going through it
     for row, number in zip(rows, numbers, strict=True):
         value = row[0]
         relative, problem = _relative_file(value, root, links)
+        if problem == _THROUGH_A_LINK:
+            escaping.setdefault(_escaping_link(root, relative), []).append((number, value))
+            continue
         if problem:
             problems.append(ListProblem(number, problem))
             continue
@@ -200,10 +213,39 @@ def _resolve_files(
                 problems.append(ListProblem(number, f"file {value!r} cannot be read (permission denied)"))
                 continue
             files[relative] = SourceFile(local, relative, info.st_size)
+    for link, through in escaping.items():
+        (number, value), others = through[0], len(through) - 1
+        more = f" (and {others} more line{'s' if others > 1 else ''} through it)" if others else ""
+        problems.append(
+            ListProblem(
+                number,
+                f"path {value!r}{more} leads outside the root folder {root} through the link {link!r} (to "
+                f"{os.path.realpath(os.path.join(root, link))}); give a --root that holds both, or --follow-links "
+                "to read files through links",
+            )
+        )
     return problems
 
 
-def _relative_file(value: str, root: str, links: LinkGuard) -> tuple[str, str | None]:
+#: The problem of a path that leads outside the root through a link (reported once per link).
+_THROUGH_A_LINK = "through a link"
+
+
+def _escaping_link(root: str, relative: str) -> str:
+    """The first part of ``relative`` that is a link leading outside ``root`` (``relative`` itself if none is)."""
+    real_root = os.path.realpath(root)
+    parts = relative.split(os.sep)
+    for end in range(1, len(parts) + 1):
+        partial = os.path.join(*parts[:end])
+        full = os.path.join(root, partial)
+        if os.path.islink(full):
+            real = os.path.realpath(full)
+            if real != real_root and not real.startswith(real_root.rstrip(os.sep) + os.sep):
+                return partial
+    return relative
+
+
+def _relative_file(value: str, root: str, links: LinkGuard | None) -> tuple[str, str | None]:
     """The file's path relative to the root, normalised, or a problem."""
     if not value.strip():
         return "", "the file path (first column) is empty"
@@ -214,6 +256,6 @@ def _relative_file(value: str, root: str, links: LinkGuard) -> tuple[str, str | 
     relative = os.path.normpath(value)
     if relative == ".." or relative.startswith("../"):
         return "", f"path {value!r} leaves the root folder {root}"
-    if not links.leads_inside(os.path.join(links.root, relative)):
-        return "", f"path {value!r} leads outside the root folder {root} (through a link)"
+    if links is not None and not links.leads_inside(os.path.join(links.root, relative)):
+        return relative, _THROUGH_A_LINK
     return relative, None

@@ -17,7 +17,7 @@ from datamount.datasets.pack import pack
 from datamount.datasets.progress import Progress, Silent
 from datamount.datasets.shard_writer import DEFAULT_ROW_GROUP_BYTES, DEFAULT_SHARD_BYTES, check_sizes
 from datamount.datasets.upload_shards import commit_packed
-from datamount.storage import Store, open_store
+from datamount.storage import Store, arguments, open_store
 from datamount.storage.checksums import sha256_file
 
 HASH_WORKERS = 4
@@ -50,6 +50,7 @@ def upload(
     packed: bool = False,
     shard_bytes: int = DEFAULT_SHARD_BYTES,
     row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES,
+    follow_links: bool = False,
 ) -> UploadResult:
     """Upload the samples of ``list_file`` as a new version of dataset ``name``.
 
@@ -80,12 +81,14 @@ def upload(
         Uploads in flight at most.
     packed, shard_bytes, row_group_bytes
         Store the version as shards of these sizes (as ``pack`` cuts them).
+    follow_links
+        Read image files through links that lead outside the root (refused by default).
     """
     validate_name(name)
     if packed:
         check_sizes(shard_bytes, row_group_bytes)
     report = progress or Silent()
-    parsed = parse_list(list_file, kind=kind, root=root)
+    parsed = parse_list(list_file, kind=kind, root=root, follow_links=arguments.boolean(follow_links, "follow_links"))
     target = open_store(store)
     list_bytes = normalised_list(parsed)
     list_sha = hashlib.sha256(list_bytes).hexdigest()

@@ -82,7 +82,31 @@ def test_missing_files_folders_and_escapes_are_all_reported(tmp_path: Path) -> N
     assert "is a folder" in messages[3]
     assert "leaves the root" in messages[4]
     assert "absolute path" in messages[5]
-    assert "through a link" in messages[6]
+    assert "through the link 'link.jpg'" in messages[6]
+
+
+def test_a_linked_folder_is_one_problem_per_link_and_follow_links_reads_through_it(tmp_path: Path) -> None:
+    """A ``data/`` folder that is a link elsewhere gave one identical line per file, with no way through."""
+    for folder in ("real", "other"):
+        for i in range(40):
+            write(tmp_path / folder / f"{i}.jpg", f"{folder}{i}".encode())
+    root = tmp_path / "project"
+    root.mkdir()
+    os.symlink(tmp_path / "real", root / "data")
+    os.symlink(tmp_path / "other", root / "more")
+    write(root / "inside.jpg", b"inside")
+    os.symlink(root / "inside.jpg", root / "alias.jpg")  # a link that stays inside is fine
+    rows = [f"data/{i}.jpg\t1\n" for i in range(40)] + ["alias.jpg\t2\n", "more/3.jpg\t3\n"]
+    path = write(root / "x.list", "".join(rows))
+    with pytest.raises(ListFormatError) as caught:
+        parse_list(path)
+    data, more = caught.value.problems
+    assert data.line == 1 and more.line == 42
+    assert "'data/0.jpg' (and 39 more lines through it)" in data.message
+    assert f"through the link 'data' (to {tmp_path / 'real'})" in data.message and "--follow-links" in data.message
+    assert "'more/3.jpg' leads outside" in more.message and "through the link 'more'" in more.message
+    parsed = parse_list(path, follow_links=True)
+    assert parsed.files["data/7.jpg"].local_path == str(root / "data" / "7.jpg") and len(parsed.files) == 42
 
 
 def test_root_option_changes_where_paths_point(tmp_path: Path) -> None:
