@@ -5,7 +5,11 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
-from typing import Any
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any, TypeVar
 
 from datamount.storage import redact
 from datamount.storage.backends._limits import (
@@ -18,6 +22,8 @@ from datamount.storage.backends._object_store import EndpointSettings, ObjectSto
 from datamount.storage.backends._options import FSSPEC_OPTIONS, check_endpoint_url, parameter_names, refuse_unknown
 from datamount.storage.errors import ObjectNotFoundError, StorePermissionError
 from datamount.storage.store import Failure, short_reason
+
+T = TypeVar("T")
 
 #: New attempts after a failed request: gcsfs's own choice for GCS (6 attempts, about 31 s of backoff in all).
 GCS_DEFAULT_RETRIES = 5
@@ -67,7 +73,8 @@ class GCSStore(ObjectStore):
             # Per request: seconds to connect and seconds of silence, no cap on a whole transfer. gcsfs's default
             # is aiohttp's (5 minutes per request, on each of its 6 attempts).
             opts["requests_timeout"] = aiohttp.ClientTimeout(sock_connect=connect_timeout, sock_read=read_timeout)
-        fs = RetryingGCSFileSystem(attempts=retries_option(opts.pop("retries", GCS_DEFAULT_RETRIES)) + 1, **opts)
+        attempts = retries_option(opts.pop("retries", GCS_DEFAULT_RETRIES)) + 1
+        fs = _within_deadline(lambda: RetryingGCSFileSystem(attempts=attempts, **opts), cls.check_timeout, root)
         settings = EndpointSettings(
             address=redact.redact_url(endpoint) if endpoint else "Google Cloud Storage",
             attempts=fs.attempts,
@@ -105,3 +112,26 @@ def _gcsfs_options() -> frozenset[str]:
     import gcsfs.core
 
     return DATAMOUNT_OPTIONS | parameter_names(gcsfs.core.GCSFileSystem.__init__) | FSSPEC_OPTIONS
+
+
+def _within_deadline(make: Callable[[], T], seconds: float, root: str) -> T:
+    """``make()``, given up after ``seconds``. gcsfs finds its credentials as it is made, and without any, Google's
+    default chain asks the Compute Engine metadata server, with backoff: 15 s where that server does not answer,
+    before the open check's own deadline starts. The thread making it is a daemon left to finish on its own."""
+    made: Future[T] = Future()
+
+    def run() -> None:
+        try:
+            made.set_result(make())
+        except BaseException as exc:  # handed to the caller
+            made.set_exception(exc)
+
+    threading.Thread(target=run, name="datamount-gcs-credentials", daemon=True).start()
+    try:
+        return made.result(timeout=seconds)
+    except FutureTimeout:
+        raise StorePermissionError(
+            f"cannot open gs://{root}: no Google credentials found within {seconds:g} s (the Compute Engine metadata "
+            "server did not answer); set GOOGLE_APPLICATION_CREDENTIALS, run 'gcloud auth application-default "
+            "login', or give token=anon for a public bucket"
+        ) from None
