@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from importlib.metadata import entry_points
 
 import fsspec
@@ -23,12 +24,18 @@ BUILTIN_BACKENDS: dict[str, tuple[str, str]] = {
     "file": (_LOCAL, "datamount"),
     "local": (_LOCAL, "datamount"),
     "memory": ("datamount.storage.backends.memory:MemoryStore", "datamount"),
-    "s3": (_S3, "datamount (s3fs)"),
-    "s3a": (_S3, "datamount (s3fs)"),
-    "gs": (_GCS, "datamount (gcsfs)"),
-    "gcs": (_GCS, "datamount (gcsfs)"),
+    "s3": (_S3, "datamount[s3]"),
+    "s3a": (_S3, "datamount[s3]"),
+    "gs": (_GCS, "datamount[gcs]"),
+    "gcs": (_GCS, "datamount[gcs]"),
     "hdfs": (_HDFS, "datamount[hdfs]"),
     "viewfs": (_HDFS, "datamount[hdfs]"),
+}
+#: The packages of each extra a backend needs (imported only when a store of it is opened).
+EXTRA_PACKAGES = {
+    "datamount[s3]": ("obstore", "s3fs", "boto3"),
+    "datamount[gcs]": ("gcsfs",),
+    "datamount[hdfs]": ("hdfs_native",),
 }
 
 
@@ -37,6 +44,12 @@ def store_class_for(protocol: str) -> type[Store]:
     spec = BUILTIN_BACKENDS.get(protocol) or _entry_point(protocol)
     if spec is not None:
         target, package = spec
+        missing = [name for name in EXTRA_PACKAGES.get(package, ()) if not _importable(name)]
+        if missing:
+            raise BackendNotInstalledError(
+                f"{protocol}:// stores need {', '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} not "
+                f"installed: pip install '{package}'"
+            )
         module_name, _, class_name = target.partition(":")
         try:
             module = importlib.import_module(module_name)
@@ -60,3 +73,10 @@ def _entry_point(protocol: str) -> tuple[str, str] | None:
         if entry.name == protocol:
             return entry.value, entry.dist.name if entry.dist else entry.value
     return None
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package missing; a module set to None in sys.modules
+        return False

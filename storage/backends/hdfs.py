@@ -32,14 +32,6 @@ FAILOVER_DEFAULTS = {
 _OS_ERROR = re.compile(r"os error (\d+)")
 
 
-def _client_installed() -> bool:
-    try:
-        import hdfs_native  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 def _hadoop_settings(options: dict[str, Any]) -> dict[str, str]:
     """A store's options as the Hadoop client settings they are (``dfs.replication=2``: dotted names, text values;
     ``-o dfs.replication=2`` arrives as an int), anything else refused before the client sees it."""
@@ -72,12 +64,8 @@ class HDFSStore(Store):
         try:
             return super().from_url(url, name=name, **options)
         except (BackendNotInstalledError, OSError) as exc:
-            # Without hdfs-native, fsspec fails to load its entry point, or tries pyarrow's libhdfs binding, which
-            # fails with an OSError of a hundred dlopen lines: one line says what to do.
-            if not _client_installed():
-                raise BackendNotInstalledError(
-                    f"cannot open {redact_url(url)}: the HDFS client is not installed: pip install 'datamount[hdfs]'"
-                ) from exc
+            # A missing hdfs-native is found before (``registry.py``); should fsspec still fall back to pyarrow's
+            # libhdfs binding, its OSError is a hundred dlopen lines: one line says what to do.
             reason = short_reason(exc)
             raise BackendNotInstalledError(f"cannot open {redact_url(url)}: {reason}; {INSTALL_HINT}") from exc
 

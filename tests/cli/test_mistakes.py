@@ -63,12 +63,23 @@ def test_a_mistake_is_one_line_and_its_exit_status(
     assert says in lines[0]
 
 
-def test_a_missing_hdfs_client_is_one_line_naming_the_extra(places: dict[str, str]) -> None:
-    """Without hdfs-native, fsspec's fallback to libhdfs printed a hundred dlopen lines."""
-    hide = "import sys; sys.modules['hdfs_native'] = sys.modules['hdfs_native.fsspec'] = None; "
+@pytest.mark.parametrize(
+    ("modules", "url", "extra"),
+    [
+        (["obstore", "s3fs", "boto3"], "s3://b", "s3"),
+        (["gcsfs"], "gs://b", "gcs"),
+        (["hdfs_native", "hdfs_native.fsspec"], "hdfs://127.0.0.1:1/x", "hdfs"),
+    ],
+    ids=["s3", "gcs", "hdfs"],
+)
+def test_a_missing_extra_is_one_line_naming_it(modules: list[str], url: str, extra: str) -> None:
+    """Without hdfs-native, fsspec's fallback to libhdfs printed a hundred dlopen lines; the base install has no
+    S3 or GCS client at all."""
+    hide = "import sys; " + "".join(f"sys.modules[{module!r}] = None; " for module in modules)
     run = "from datamount.cli.main import main; main()"
-    command = [sys.executable, "-c", hide + run, "ls", "--store", "hdfs://127.0.0.1:1/x"]
+    command = [sys.executable, "-c", hide + run, "ls", "--store", url]
     done = subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60, check=False)
     lines = done.stderr.splitlines()
     assert done.returncode == 1 and len(lines) == 1, done.stderr
-    assert lines[0].endswith("the HDFS client is not installed: pip install 'datamount[hdfs]'")
+    assert lines[0].startswith(f"datamount: error: {url.partition(':')[0]}:// stores need {modules[0]}")
+    assert lines[0].endswith(f"not installed: pip install 'datamount[{extra}]'")
