@@ -8,6 +8,7 @@ from typing import Any
 import click
 from rich.markup import escape
 
+from datamount.cli.completion import complete_datasets
 from datamount.cli.formatting import (
     describe,
     echo_fields,
@@ -31,7 +32,7 @@ from datamount.storage import Store
 
 @click.command()
 @click.argument("list_file", type=click.Path(dir_okay=True, path_type=str))
-@click.argument("name")
+@click.argument("name", shell_complete=complete_datasets)
 @store_options
 @click.option("--kind", type=click.Choice(["image", "text"]), help="Force the list's kind (detected otherwise).")
 @click.option("--root", type=click.Path(file_okay=False), help="Folder that image paths are relative to.")
@@ -98,7 +99,7 @@ def upload(
 
 
 @click.command()
-@click.argument("name")
+@click.argument("name", shell_complete=complete_datasets)
 @shard_size_option("Bytes per shard (e.g. 64MB, 1GiB).")
 @click.option(
     "--ray",
@@ -173,7 +174,7 @@ def _summary_json(summary: catalog.DatasetSummary) -> dict[str, Any]:
 
 
 @click.command()
-@click.argument("name")
+@click.argument("name", shell_complete=complete_datasets)
 @store_options
 @json_option
 def info(name: str, store: Store, as_json: bool) -> None:
@@ -225,7 +226,7 @@ def _packed(manifest: Manifest) -> str:
 
 
 @click.command()
-@click.argument("name")
+@click.argument("name", shell_complete=complete_datasets)
 @click.option("-n", "count", default=5, show_default=True, type=click.IntRange(min=0), help="How many samples.")
 @store_options
 def head(name: str, count: int, store: Store) -> None:
@@ -236,7 +237,7 @@ def head(name: str, count: int, store: Store) -> None:
 
 
 @click.command()
-@click.argument("name")
+@click.argument("name", shell_complete=complete_datasets)
 @store_options
 @click.option("--repair", is_flag=True, help="Put back every missing or damaged part whose right bytes can be found.")
 @click.option(
@@ -305,7 +306,7 @@ def verify(
 
 
 @click.command()
-@click.argument("name")
+@click.argument("name", shell_complete=complete_datasets)
 @yes_option
 @store_options
 def rm(name: str, yes: bool, store: Store) -> None:

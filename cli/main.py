@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from datamount.cli.completion import completion
 from datamount.cli.datasets import head, info, list_datasets, pack, rm, upload, verify
 from datamount.cli.demo import demo
 from datamount.cli.errors import ErrorHandlingGroup
@@ -35,7 +36,22 @@ def cli(ctx: click.Context, debug: bool) -> None:
         logging.getLogger().addHandler(logging.NullHandler())
 
 
-for command in (demo, upload, pack, import_, list_datasets, info, head, verify, rm, cat, pretty_print, stores, doctor):
+for command in (
+    demo,
+    upload,
+    pack,
+    import_,
+    list_datasets,
+    info,
+    head,
+    verify,
+    rm,
+    cat,
+    pretty_print,
+    stores,
+    doctor,
+    completion,
+):
     cli.add_command(command)
 cli.add_command(public)
 cli.add_command(master)

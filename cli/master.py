@@ -6,6 +6,7 @@ import time
 
 import click
 
+from datamount.cli.completion import complete_datasets
 from datamount.cli.formatting import echo_fields, echo_json, json_option
 from datamount.cli.options import store_options
 from datamount.datasets.rows import DEFAULT_ROWS_PER_SPAN
@@ -41,7 +42,7 @@ def master() -> None:
 
 
 @master.command()
-@click.argument("name")
+@click.argument("name", shell_complete=complete_datasets)
 @store_options
 @address_option
 @namespace_option
@@ -97,7 +98,7 @@ def start(
 
 
 @master.command()
-@click.argument("name")
+@click.argument("name", shell_complete=complete_datasets)
 @address_option
 @namespace_option
 def stop(name: str, address: str | None, namespace: str) -> None:
@@ -110,7 +111,7 @@ def stop(name: str, address: str | None, namespace: str) -> None:
 
 
 @click.command()
-@click.argument("name")
+@click.argument("name", shell_complete=complete_datasets)
 @address_option
 @namespace_option
 @json_option

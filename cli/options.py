@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 
 import click
 
+from datamount.cli.completion import complete_stores
 from datamount.cli.formatting import parse_size
 from datamount.storage import open_store
 
@@ -46,7 +47,11 @@ def options_dict(options: tuple[str, ...]) -> dict[str, Any]:
 
 
 _store_option = click.option(
-    "--store", "store_ref", metavar="STORE", help="Store URL, path or profile (default: the default store)."
+    "--store",
+    "store_ref",
+    metavar="STORE",
+    help="Store URL, path or profile (default: the default store).",
+    shell_complete=complete_stores,
 )
 
 

@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from datamount.cli.completion import complete_public
 from datamount.cli.formatting import echo_json, format_size, json_option, plain_table, print_table
 from datamount.cli.options import store_options
 from datamount.cli.progress import ProgressBar
@@ -76,7 +77,7 @@ def _origin(spec: PublicDataset) -> str:
 
 
 @public.command()
-@click.argument("name")
+@click.argument("name", shell_complete=complete_public)
 @click.option("--from", "source", metavar="PATH", help="Build from files you have instead of downloading them.")
 @store_options
 @click.option(
@@ -121,7 +122,7 @@ def install(
 
 
 @public.command(name="rm")
-@click.argument("name")
+@click.argument("name", shell_complete=complete_public)
 @yes_option
 @store_options
 def remove(name: str, yes: bool, store: Store) -> None:

@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from datamount.cli.completion import complete_datasets
 from datamount.cli.formatting import describe
 from datamount.cli.options import shard_size_option, store_options
 from datamount.cli.progress import ProgressBar
@@ -25,7 +26,7 @@ def _stdout_is_a_pipe(ctx: click.Context, param: click.Parameter, name: str) -> 
 
 
 @click.command(name="cat")
-@click.argument("name", callback=_stdout_is_a_pipe)
+@click.argument("name", callback=_stdout_is_a_pipe, shell_complete=complete_datasets)
 @store_options
 def cat(name: str, store: Store) -> None:
     """Write dataset NAME (or NAME@N) to stdout as an Arrow IPC stream, one entry per sample.
@@ -62,7 +63,7 @@ def _stream_source(ctx: click.Context, param: click.Parameter, source: str) -> s
 
 
 @click.command(name="import")
-@click.argument("name")
+@click.argument("name", shell_complete=complete_datasets)
 @click.option(
     "--from",
     "source",
