@@ -92,6 +92,12 @@ def _origin(spec: PublicDataset) -> str:
     type=click.IntRange(min=0, max=100),
     help="Further attempts per file after a failed one (resumed where it stopped).",
 )
+@click.option(
+    "--checksums",
+    metavar="FILE",
+    type=click.Path(dir_okay=False),
+    help="md5s of your site's own copy of the files (md5sum's format), checked instead of the published ones.",
+)
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 def install(
     name: str,
@@ -99,6 +105,7 @@ def install(
     store: Store,
     mirror: str | None,
     retries: int,
+    checksums: str | None,
     quiet: bool,
 ) -> None:
     """Install public dataset NAME (see 'datamount public ls') into the store's public area.
@@ -106,9 +113,22 @@ def install(
     The published files are downloaded (checked against their md5, resumed after an interruption) into the cache,
     or taken from --from PATH, and converted into the dataset public/NAME. Installing it again does nothing.
     """
+    if checksums is not None:
+        own = public_datasets.read_checksums(checksums, public_datasets.get(name))
+        click.echo(
+            f"note: {', '.join(sorted(own))} checked against the md5s in {checksums}, not the published ones: "
+            "the dataset is your site's copy",
+            err=True,
+        )
     with ProgressBar(quiet=quiet) as bar:
         result = public_datasets.install(
-            name, store=store, source=source, mirror=mirror, retry=RetryPolicy(attempts=retries + 1), progress=bar
+            name,
+            store=store,
+            source=source,
+            mirror=mirror,
+            retry=RetryPolicy(attempts=retries + 1),
+            progress=bar,
+            checksums=checksums,
         )
     manifest = result.manifest
     splits = ", ".join(f"{split} {rows:,}" for split, rows in result.splits.items())

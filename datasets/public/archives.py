@@ -84,7 +84,7 @@ def read_tar(
             if found != md5:
                 raise IntegrityError(
                     f"{location}: its md5 is {found}, the published file's is {md5}: the file is damaged or is not "
-                    "the published one"
+                    "the published one (for a site's own copy, give its md5 with --checksums FILE)"
                 )
 
 

@@ -143,7 +143,8 @@ def _download_checked(
     part.unlink()
     raise IntegrityError(
         f"{redact_url(url)}: the downloaded file's md5 is {found}, expected {md5}; it was deleted "
-        "(the server sent other bytes than the published file)"
+        "(the server sent other bytes than the published file; for a site's own copy of the files, give their md5s "
+        "with --checksums FILE, md5sum's format)"
     )
 
 

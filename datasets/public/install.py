@@ -11,6 +11,7 @@ installed dataset does nothing.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +19,7 @@ from pathlib import Path
 import platformdirs
 
 from datamount.datasets import catalog, layout
-from datamount.datasets.errors import DatasetNotFoundError, PublicConfigError, SourceNotFoundError
+from datamount.datasets.errors import DatasetNotFoundError, PublicConfigError, SourceFormatError, SourceNotFoundError
 from datamount.datasets.manifest import Manifest
 from datamount.datasets.progress import Progress, Silent
 from datamount.datasets.public import imagenet, imdb, mnist, wmt14
@@ -99,6 +100,7 @@ def install(
     progress: Progress | None = None,
     shard_bytes: int = DEFAULT_SHARD_BYTES,
     row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES,
+    checksums: str | os.PathLike[str] | None = None,
 ) -> InstallResult:
     """Install public dataset ``name`` into the store's public area (a no-op when it is installed).
 
@@ -116,8 +118,13 @@ def install(
         Attempts, backoff and timeouts of each download.
     progress
         Receives the ``download`` and conversion phases.
+    checksums
+        A file in ``md5sum``'s format (``MD5  NAME`` lines) giving the md5s of a site's own copies of some of the
+        files (``source`` or ``mirror``), checked instead of the published ones.
     """
     spec = get(name)
+    if checksums is not None:
+        spec = spec.with_checksums(read_checksums(checksums, spec))
     target = open_store(store)
     existing = catalog.latest(target, spec.dataset_name)
     if existing is not None:
@@ -176,6 +183,39 @@ def _downloaded_sources(
     return Sources(files, _checksums(spec))
 
 
+def read_checksums(path: str | os.PathLike[str], spec: PublicDataset) -> dict[str, str]:
+    """The md5s of ``path``, in ``md5sum``'s format (``MD5  NAME`` or ``MD5 *NAME``; a NAME's folders are ignored),
+    by file name: each a 32-digit hex md5 of one of ``spec``'s files, or :class:`SourceFormatError` naming the line."""
+    where = os.fspath(path)
+    try:
+        lines = Path(where).read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise SourceNotFoundError(f"{where} does not exist") from None
+    known = {file.name for file in spec.files}
+    found: dict[str, str] = {}
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        match = _MD5SUM_LINE.fullmatch(line.strip())
+        if match is None:
+            raise SourceFormatError(f"{where}:{number}: not an md5sum line ('MD5  NAME'): {line[:80]!r}")
+        digest, file_name = match.group(1).lower(), os.path.basename(match.group(2))
+        if file_name not in known:
+            raise SourceFormatError(
+                f"{where}:{number}: {spec.name} has no file named {file_name!r}; its files: {', '.join(sorted(known))}"
+            )
+        found[file_name] = digest
+    if not found:
+        raise SourceFormatError(f"{where}: no md5sum lines")
+    return found
+
+
+#: A line of ``md5sum``'s output: the hex md5, a space, then `` `` (text) or ``*`` (binary), then the name.
+_MD5SUM_LINE = re.compile(r"([0-9a-fA-F]{32}) [ *](.+)")
+#: What an md5 mismatch says to do about a site's own copy of the files.
+SITE_COPY_HINT = "for a site's own copy of the files, give their md5s with --checksums FILE (md5sum's format)"
+
+
 def _local_sources(spec: PublicDataset, path: Path) -> Sources:
     """The published files found at ``path`` (the file itself, or in the folder), each checked against its md5.
     ImageNet reads its folder itself."""
@@ -189,7 +229,7 @@ def _local_sources(spec: PublicDataset, path: Path) -> Sources:
         if found != file.md5:
             raise IntegrityError(
                 f"{files[file.name]}: its md5 is {found}, the published {file.name}'s is {file.md5}: the file is "
-                "damaged or is not the published one"
+                f"damaged or is not the published one; {SITE_COPY_HINT}"
             )
     return Sources(files, _checksums(spec), folder=path if path.is_dir() else path.parent)
 

@@ -3,6 +3,8 @@ their exit status."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,7 +15,7 @@ from datamount.cli.main import cli
 from datamount.datasets import public
 from datamount.readers import reader
 from tests.datasets.http_files import FileServer
-from tests.datasets.public_files import make_mnist, make_wmt14, registered, serve, with_checksums_of
+from tests.datasets.public_files import make_mnist, make_wmt14, md5, registered, serve, with_checksums_of
 
 
 def run(*args: str) -> Result:
@@ -138,3 +140,38 @@ def test_the_registered_checksums_are_restored(tmp_path: Path) -> None:
     with registered(with_checksums_of("mnist", make_mnist(tmp_path / "m", train=2, test=1).folder)):
         assert public.get("mnist") != original
     assert public.get("mnist") == original
+
+
+def test_a_sites_own_copy_installs_with_its_checksums(store_dir: str, tmp_path: Path) -> None:
+    """Files whose md5s are not the published ones were a dead end; the error now names --checksums."""
+    folder = make_mnist(tmp_path / "site", train=6, test=2).folder
+    refused = run("public", "install", "mnist", "--from", str(folder), "--store", store_dir)
+    assert_one_line_error(refused, 1, "is not the published one", "--checksums FILE (md5sum's format)")
+    sums = tmp_path / "mnist.md5"
+    if shutil.which("md5sum"):  # the tool's own output, as a site would write it
+        listing = subprocess.run(["md5sum", *sorted(str(path) for path in folder.iterdir())], capture_output=True)
+        sums.write_bytes(listing.stdout)
+    else:
+        sums.write_text("".join(f"{md5(path)}  {path}\n" for path in sorted(folder.iterdir())), encoding="utf-8")
+    installed = run("public", "install", "mnist", "--from", str(folder), "--checksums", str(sums), "--store", store_dir)
+    assert installed.exit_code == 0, installed.output
+    assert "checked against the md5s in" in installed.output and "your site's copy" in installed.output
+    assert "installed mnist as public/mnist@1: train 6, test 2 rows" in installed.output
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("not an md5 line\n", "mnist.md5:1: not an md5sum line"),
+        (f"{'0' * 32}  other.gz\n", "mnist.md5:1: mnist has no file named 'other.gz'; its files: t10k-images"),
+        ("\n", "mnist.md5: no md5sum lines"),
+    ],
+    ids=["malformed", "unknown-file", "empty"],
+)
+def test_a_wrong_checksums_file_is_one_line_naming_its_line(
+    store_dir: str, tmp_path: Path, text: str, fragment: str
+) -> None:
+    sums = tmp_path / "mnist.md5"
+    sums.write_text(text, encoding="utf-8")
+    result = run("public", "install", "mnist", "--checksums", str(sums), "--from", str(tmp_path), "--store", store_dir)
+    assert_one_line_error(result, 2, fragment)
