@@ -22,6 +22,7 @@ from datamount.cli.options import shard_size_option, store_options
 from datamount.cli.progress import ProgressBar
 from datamount.cli.removal import confirm_removal, echo_removed, yes_option
 from datamount.datasets import DatasetNotFoundError, Manifest, catalog, layout, pack_ray, parse_ref
+from datamount.datasets import export as export_version
 from datamount.datasets import pack as pack_version
 from datamount.datasets import repair as repair_version
 from datamount.datasets import upload as upload_list
@@ -303,6 +304,25 @@ def verify(
         raise click.exceptions.Exit(1)
     click.echo(f"{manifest.ref}: {len(report.problems)} of {report.checked} objects do not match", err=True)
     raise click.exceptions.Exit(1)
+
+
+@click.command(name="export")
+@click.argument("name", shell_complete=complete_datasets)
+@click.argument("folder", type=click.Path(file_okay=False))
+@store_options
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+def export(name: str, folder: str, store: Store, quiet: bool) -> None:
+    """Write dataset NAME (or NAME@N) into FOLDER as it was uploaded: an image version's files at their list paths
+    and the list; a text version's list; a table version's Parquet shards. Every byte is checked as it is read; a
+    file already there with the same bytes is kept, one with other bytes is an error."""
+    with ProgressBar(quiet=quiet) as bar:
+        result = export_version(name, folder, store=store, progress=bar)
+    listed = f" and {result.list_file.name}" if result.list_file is not None else ""
+    kept = f"; {result.unchanged} already there" if result.unchanged else ""
+    click.echo(
+        f"exported {result.manifest.ref} to {folder}: {result.written} file(s), {format_size(result.size)}{listed}"
+        f"{kept}"
+    )
 
 
 @click.command()

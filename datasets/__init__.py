@@ -4,7 +4,7 @@ public datasets.
 The core: :mod:`.names`, :mod:`.listfile` (checking a ``.list``), :mod:`.manifest`, :mod:`.layout` (where each part
 lives in a store), :mod:`.catalog` (committing, finding and removing versions), :mod:`.verify`. Writing versions:
 :mod:`.upload`, :mod:`.pack` (and :mod:`.pack_ray`), :mod:`.importing`, all through :mod:`.shard_writer` for
-shards. Reading them: :mod:`.rows`. The public area: :mod:`.public`.
+shards. Reading them: :mod:`.rows`; getting them back out as files: :mod:`.export`. The public area: :mod:`.public`.
 """
 
 from datamount.datasets import catalog, layout, public
@@ -26,6 +26,7 @@ from datamount.datasets.errors import (
     SourceNotFoundError,
     StreamFormatError,
 )
+from datamount.datasets.export import ExportResult, export
 from datamount.datasets.importing import import_batches
 from datamount.datasets.listfile import ParsedList, parse_list
 from datamount.datasets.manifest import FileEntry, Kind, Manifest, ShardEntry
@@ -44,6 +45,7 @@ __all__ = [
     "DatasetRef",
     "DownloadError",
     "DownloadNotFoundError",
+    "ExportResult",
     "FileEntry",
     "InstallConflictError",
     "InvalidDatasetNameError",
@@ -69,6 +71,7 @@ __all__ = [
     "catalog",
     "commit",
     "dataset_names",
+    "export",
     "imagenet",
     "imdb",
     "import_batches",
