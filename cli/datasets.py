@@ -21,7 +21,7 @@ from datamount.cli.formatting import (
 from datamount.cli.options import shard_size_option, store_options
 from datamount.cli.progress import ProgressBar
 from datamount.cli.removal import confirm_removal, echo_removed, yes_option
-from datamount.datasets import DatasetNotFoundError, Manifest, catalog, layout, pack_ray, parse_ref
+from datamount.datasets import DatasetNotFoundError, Manifest, catalog, copy_version, layout, pack_ray, parse_ref
 from datamount.datasets import export as export_version
 from datamount.datasets import pack as pack_version
 from datamount.datasets import repair as repair_version
@@ -304,6 +304,28 @@ def verify(
         raise click.exceptions.Exit(1)
     click.echo(f"{manifest.ref}: {len(report.problems)} of {report.checked} objects do not match", err=True)
     raise click.exceptions.Exit(1)
+
+
+@click.command(name="cp")
+@click.argument("name", shell_complete=complete_datasets)
+@click.option("--to", "target", required=True, metavar="STORE", help="The store to copy to (URL, path or profile).")
+@click.option(
+    "--from", "source", metavar="STORE", help="The store to copy from (default: the default store).", default=None
+)
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+def cp(name: str, target: str, source: str | None, quiet: bool) -> None:
+    """Copy dataset NAME (or NAME@N) to the store --to: only the parts it lacks travel, each checked against the
+    manifest, and the version is committed there last. Running it again after an interruption sends the rest."""
+    with ProgressBar(quiet=quiet) as bar:
+        result = copy_version(name, source=source, target=target, progress=bar)
+    m = result.manifest
+    if not result.created:
+        click.echo(f"{target} already holds {name} as {m.ref}; nothing sent")
+        return
+    click.echo(
+        f"copied {name} to {m.ref} in {target}: {result.sent} part(s), {format_size(result.sent_bytes)} sent; "
+        f"{result.present} already there"
+    )
 
 
 @click.command(name="export")

@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from datamount.cli.completion import completion
-from datamount.cli.datasets import export, head, info, list_datasets, pack, rm, upload, verify
+from datamount.cli.datasets import cp, export, head, info, list_datasets, pack, rm, upload, verify
 from datamount.cli.demo import demo
 from datamount.cli.errors import ErrorHandlingGroup
 from datamount.cli.master import master, tasks
@@ -42,6 +42,7 @@ for command in (
     pack,
     import_,
     export,
+    cp,
     list_datasets,
     info,
     head,

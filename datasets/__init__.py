@@ -4,11 +4,13 @@ public datasets.
 The core: :mod:`.names`, :mod:`.listfile` (checking a ``.list``), :mod:`.manifest`, :mod:`.layout` (where each part
 lives in a store), :mod:`.catalog` (committing, finding and removing versions), :mod:`.verify`. Writing versions:
 :mod:`.upload`, :mod:`.pack` (and :mod:`.pack_ray`), :mod:`.importing`, all through :mod:`.shard_writer` for
-shards. Reading them: :mod:`.rows`; getting them back out as files: :mod:`.export`. The public area: :mod:`.public`.
+shards. Reading them: :mod:`.rows`; getting them back out as files: :mod:`.export`; to another store:
+:mod:`.copying`. The public area: :mod:`.public`.
 """
 
 from datamount.datasets import catalog, layout, public
 from datamount.datasets.catalog import commit, dataset_names, latest, remove, resolve, versions
+from datamount.datasets.copying import CopyResult, copy_version
 from datamount.datasets.errors import (
     CommitConflictError,
     DatasetNotFoundError,
@@ -41,6 +43,7 @@ from datamount.datasets.verify import RepairReport, VerifyReport, repair, verify
 
 __all__ = [
     "CommitConflictError",
+    "CopyResult",
     "DatasetNotFoundError",
     "DatasetRef",
     "DownloadError",
@@ -70,6 +73,7 @@ __all__ = [
     "VerifyReport",
     "catalog",
     "commit",
+    "copy_version",
     "dataset_names",
     "export",
     "imagenet",

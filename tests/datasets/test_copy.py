@@ -1,0 +1,75 @@
+"""``copy_version`` / ``datamount cp``: a version moves from one store to another with only the missing parts sent,
+each checked, committed last; a second copy sends nothing; a damaged source part copies nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from datamount.cli.main import cli
+from datamount.datasets import catalog, copy_version, layout, pack, upload, verify
+from datamount.readers import reader
+from datamount.storage import IntegrityError, Store, open_store
+from tests.generated import write_image_list
+
+
+@pytest.mark.parametrize("packed", ["objects", "upload --pack", "pack"])
+def test_a_version_arrives_whole_and_reads_the_same(store: Store, tmp_path: Path, packed: str) -> None:
+    source = open_store(tmp_path / "source")
+    list_file = write_image_list(tmp_path / "src", 6)
+    upload(list_file, "cats", store=source)
+    (tmp_path / "src" / "data" / "new.jpg").write_bytes(b"\xff\xd8\xffnew")
+    with list_file.open("a", encoding="utf-8") as rows:
+        rows.write("data/new.jpg\t2\n")  # version 2 shares version 1's six files
+    upload(list_file, "cats", store=source, packed=packed == "upload --pack")
+    if packed == "pack":
+        pack("cats", store=source, shard_bytes=1000, row_group_bytes=500)
+    expected = list(reader("cats", source)())
+
+    copied = copy_version("cats", source=source, target=store)
+    assert copied.created and copied.manifest.version == 1 and copied.sent > 0 and copied.present == 0
+    assert list(reader("cats", store)()) == expected
+    assert verify(store, copied.manifest).ok
+    assert copy_version("cats", source=source, target=store).created is False  # nothing new to commit
+
+    # An older version: its objects shared with the copied one are not sent again.
+    older = copy_version("cats@1", source=source, target=store)
+    assert older.created and older.manifest.version == 2
+    assert list(reader("cats@2", store)()) == list(reader("cats@1", source)())
+    if packed == "objects":
+        assert older.present > 0
+
+
+def test_an_interrupted_copy_sends_only_the_rest(local_store: Store, tmp_path: Path) -> None:
+    source = open_store(tmp_path / "source")
+    manifest = upload(write_image_list(tmp_path / "src", 10), "cats", store=source).manifest
+    for entry in manifest.files[:4]:  # as if a copy had sent these before it was killed
+        path = layout.object_path("cats", entry.sha256)
+        local_store.write(path, source.read(path))
+    copied = copy_version("cats", source=source, target=local_store)
+    assert (copied.present, copied.sent) == (4, 7)  # six objects and the list
+
+
+def test_a_damaged_source_part_copies_nothing(local_store: Store, tmp_path: Path) -> None:
+    source = open_store(tmp_path / "source")
+    manifest = upload(write_image_list(tmp_path / "src", 5), "cats", store=source).manifest
+    entry = manifest.files[1]
+    source.write(layout.object_path("cats", entry.sha256), b"y" * entry.size)
+    with pytest.raises(IntegrityError, match="datamount verify cats@1 --repair"):
+        copy_version("cats", source=source, target=local_store)
+    assert catalog.versions(local_store, "cats") == []
+
+
+def test_the_command(tmp_path: Path) -> None:
+    source, target = str(tmp_path / "source"), str(tmp_path / "target")
+    upload(write_image_list(tmp_path / "src", 3), "cats", store=source)
+    runner = CliRunner()
+    sent = runner.invoke(cli, ["cp", "cats", "--from", source, "--to", target, "-q"])
+    assert sent.exit_code == 0, sent.output
+    assert sent.output.startswith("copied cats to cats@1 in ") and "4 part(s)" in sent.output
+    again = runner.invoke(cli, ["cp", "cats", "--from", source, "--to", target, "-q"])
+    assert again.output == f"{target} already holds cats as cats@1; nothing sent\n"
+    missing = runner.invoke(cli, ["cp", "dogs", "--from", source, "--to", target])
+    assert missing.exit_code == 3 and missing.output.startswith("datamount: error: no dataset named 'dogs'")
