@@ -92,12 +92,12 @@ def _print_report(report: Report) -> None:
     for step in report.steps:
         result = "[green]ok[/green]" if step.ok else "[red]FAILED[/red]"
         steps.add_row(step.name, result, f"{step.seconds * 1000:.0f} ms", escape(redact_urls(step.detail)))
-    console.print(steps)
+    print_table(steps)
     if report.measurements:
         figures = plain_table("measure", "value")
         for figure in report.measurements:
             figures.add_row(figure.name, f"{figure.value:,.1f} {figure.unit}")
-        console.print(figures)
+        print_table(figures)
     for advice in report.advice:
         console.print(f"[yellow]hint:[/yellow] {escape(advice)}")
     console.print("[green]the store is usable[/green]" if report.ok else "[red]the store is not usable[/red]")
