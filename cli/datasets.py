@@ -29,6 +29,7 @@ from datamount.datasets import upload as upload_list
 from datamount.datasets import verify as verify_version
 from datamount.readers import reader
 from datamount.storage import Store
+from datamount.storage.redact import redact_url
 
 
 @click.command()
@@ -318,12 +319,12 @@ def cp(name: str, target: str, source: str | None, quiet: bool) -> None:
     manifest, and the version is committed there last. Running it again after an interruption sends the rest."""
     with ProgressBar(quiet=quiet) as bar:
         result = copy_version(name, source=source, target=target, progress=bar)
-    m = result.manifest
+    m, where = result.manifest, redact_url(target)
     if not result.created:
-        click.echo(f"{target} already holds {name} as {m.ref}; nothing sent")
+        click.echo(f"{where} already holds {name} as {m.ref}; nothing sent")
         return
     click.echo(
-        f"copied {name} to {m.ref} in {target}: {result.sent} part(s), {format_size(result.sent_bytes)} sent; "
+        f"copied {name} to {m.ref} in {where}: {result.sent} part(s), {format_size(result.sent_bytes)} sent; "
         f"{result.present} already there"
     )
 
