@@ -22,6 +22,10 @@ EXIT_CODES: list[tuple[type[BaseException], int]] = [
 ]
 
 
+#: What click (8.2 and later) raises for a group named without a command.
+_NO_ARGS_IS_HELP: type[BaseException] | tuple[()] = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
+
 def exit_code_for(exc: BaseException) -> int:
     """The exit status that reports ``exc``."""
     return next(code for kind, code in EXIT_CODES if isinstance(exc, kind))
@@ -37,6 +41,9 @@ class ErrorHandlingGroup(click.Group):
         try:
             code = super().main(*args, standalone_mode=False, **kwargs)
         except click.UsageError as exc:  # an unknown option, a missing argument, a bad value: click's 4 lines
+            if exc.ctx is not None and isinstance(exc, _NO_ARGS_IS_HELP):  # a group named alone: its help
+                click.echo(exc.ctx.get_help())
+                sys.exit(0)
             command = exc.ctx.command_path if exc.ctx is not None else "datamount"
             click.echo(f"datamount: error: {_sentence(exc.format_message())} (see '{command} --help')", err=True)
             sys.exit(exc.exit_code)

@@ -83,3 +83,12 @@ def test_a_missing_extra_is_one_line_naming_it(modules: list[str], url: str, ext
     assert done.returncode == 1 and len(lines) == 1, done.stderr
     assert lines[0].startswith(f"datamount: error: {url.partition(':')[0]}:// stores need {modules[0]}")
     assert lines[0].endswith(f"not installed: pip install 'datamount[{extra}]'")
+
+
+@pytest.mark.parametrize("group", [[], ["public"], ["master"]], ids=["datamount", "public", "master"])
+def test_a_group_named_alone_prints_its_help(group: list[str]) -> None:
+    command = [sys.executable, "-m", "datamount.cli.main", *group]
+    done = subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60, check=False)
+    assert done.returncode == 0 and done.stderr == ""
+    assert done.stdout.startswith(f"Usage: {' '.join(['datamount', *group])} [OPTIONS] COMMAND [ARGS]...")
+
