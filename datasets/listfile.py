@@ -189,8 +189,8 @@ def _resolve_files(
     for row, number in zip(rows, numbers, strict=True):
         value = row[0]
         relative, problem = _relative_file(value, root, links)
-        if problem == _THROUGH_A_LINK:
-            escaping.setdefault(_escaping_link(root, relative), []).append((number, value))
+        if problem == _THROUGH_A_LINK and links is not None:  # found only where links are checked
+            escaping.setdefault(_escaping_link(links, relative), []).append((number, value))
             continue
         if problem:
             problems.append(ListProblem(number, problem))
@@ -231,17 +231,14 @@ def _resolve_files(
 _THROUGH_A_LINK = "through a link"
 
 
-def _escaping_link(root: str, relative: str) -> str:
-    """The first part of ``relative`` that is a link leading outside ``root`` (``relative`` itself if none is)."""
-    real_root = os.path.realpath(root)
+def _escaping_link(links: LinkGuard, relative: str) -> str:
+    """The first part of ``relative`` that is a link leading outside the root (``relative`` itself if none is)."""
     parts = relative.split(os.sep)
     for end in range(1, len(parts) + 1):
         partial = os.path.join(*parts[:end])
-        full = os.path.join(root, partial)
-        if os.path.islink(full):
-            real = os.path.realpath(full)
-            if real != real_root and not real.startswith(real_root.rstrip(os.sep) + os.sep):
-                return partial
+        full = os.path.join(links.root, partial)
+        if os.path.islink(full) and not links.resolves_inside(full):
+            return partial
     return relative
 
 

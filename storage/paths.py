@@ -71,7 +71,7 @@ class LinkGuard:
     def leads_inside(self, full: str) -> bool:
         """Whether ``full`` (a normalised path below the root, as ``os.path.join(root, relative)`` makes it) leads
         to the root or inside it, every link on the way followed."""
-        return self.folder_inside(os.path.dirname(full)) and (not os.path.islink(full) or self._resolves_inside(full))
+        return self.folder_inside(os.path.dirname(full)) and (not os.path.islink(full) or self.resolves_inside(full))
 
     def folder_inside(self, folder: str) -> bool:
         """Whether ``folder`` (normalised, as :meth:`leads_inside` takes paths) leads to the root or inside it."""
@@ -79,15 +79,16 @@ class LinkGuard:
             return True
         parent = os.path.dirname(folder)
         if parent == folder or not folder.startswith(self.root):  # not written below the root: resolve it whole
-            return self._resolves_inside(folder)
+            return self.resolves_inside(folder)
         if not self.folder_inside(parent):
             return False
-        if os.path.islink(folder) and not self._resolves_inside(folder):
+        if os.path.islink(folder) and not self.resolves_inside(folder):
             return False
         if os.path.isdir(folder):
             self._inside.add(folder)
         return True
 
-    def _resolves_inside(self, path: str) -> bool:
+    def resolves_inside(self, path: str) -> bool:
+        """Whether ``path``, every link on the way followed, is the root or below it."""
         real = os.path.realpath(path)
         return real == self._real_root or real.startswith(self._real_root.rstrip("/") + "/")
