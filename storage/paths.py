@@ -32,7 +32,10 @@ def clean_relpath(path: str, *, allow_root: bool = False) -> str:
         raise UnsafePathError(f"store path may not contain '..': {path!r}")
     if not parts and not allow_root:
         raise UnsafePathError(f"store path is empty: {path!r}")
-    return "/".join(parts)
+    cleaned = "/".join(parts)
+    if _DRIVE.match(cleaned) or cleaned.startswith("~"):  # as the path reads once its ``.`` parts are gone
+        raise UnsafePathError(f"store path must be relative to the store root: {path!r}")
+    return cleaned
 
 
 def _is_plain(path: str) -> bool:

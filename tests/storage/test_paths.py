@@ -19,6 +19,8 @@ _PIECES = st.sampled_from(
 @example(path="a/../b")
 @example(path="a\n")
 @example(path="./a//b/")
+@example(path="./~").via("a home folder once its '.' part is dropped")
+@example(path="./C:/x").via("a drive letter once its '.' part is dropped")
 def test_a_path_is_refused_or_normal_and_inside(path: str) -> None:
     try:
         cleaned = clean_relpath(path)
@@ -27,6 +29,7 @@ def test_a_path_is_refused_or_normal_and_inside(path: str) -> None:
     parts = cleaned.split("/")
     assert all(part not in ("", ".", "..") for part in parts)
     assert not cleaned.startswith(("/", "~")) and "\\" not in cleaned and "\x00" not in cleaned and "://" not in cleaned
+    assert not (cleaned[1:2] == ":" and cleaned[:1].isascii() and cleaned[:1].isalpha())  # no drive letter
     assert cleaned == "/".join(part for part in path.split("/") if part not in ("", "."))
 
 
