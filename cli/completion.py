@@ -13,12 +13,6 @@ from datamount.datasets import public as public_datasets
 from datamount.storage import open_store, profiles
 
 SHELLS = ("bash", "zsh", "fish")
-#: How each shell loads the script, as ``datamount completion --help`` says.
-SETUP = {
-    "bash": 'eval "$(datamount completion bash)"  # in ~/.bashrc',
-    "zsh": 'eval "$(datamount completion zsh)"  # in ~/.zshrc, after compinit',
-    "fish": "datamount completion fish > ~/.config/fish/completions/datamount.fish",
-}
 
 
 @click.command()
