@@ -17,7 +17,7 @@ from typing import IO, Any
 
 from datamount.datasets.errors import SourceFormatError, SourceNotFoundError
 from datamount.datasets.progress import Progress, Silent
-from datamount.datasets.public.download import CHUNK
+from datamount.datasets.public.download import CHUNK, SITE_COPY_HINT
 from datamount.storage.errors import IntegrityError
 
 #: What a damaged or foreign archive raises while it is read.
@@ -84,7 +84,7 @@ def read_tar(
             if found != md5:
                 raise IntegrityError(
                     f"{location}: its md5 is {found}, the published file's is {md5}: the file is damaged or is not "
-                    "the published one (for a site's own copy, give its md5 with --checksums FILE)"
+                    f"the published one; {SITE_COPY_HINT}"
                 )
 
 

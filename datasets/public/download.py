@@ -71,6 +71,10 @@ class _Transient(Exception):
     """An attempt failed in a way another attempt may not (the reason is the message)."""
 
 
+#: What every md5 mismatch says to do about a site's own copy of the files.
+SITE_COPY_HINT = "for a site's own copy of the files, give their md5s with --checksums FILE (md5sum's format)"
+
+
 def md5_file(path: str | os.PathLike[str]) -> str:
     """The hex md5 of a local file (the checksum public datasets publish)."""
     digest = hashlib.md5(usedforsecurity=False)
@@ -143,8 +147,7 @@ def _download_checked(
     part.unlink()
     raise IntegrityError(
         f"{redact_url(url)}: the downloaded file's md5 is {found}, expected {md5}; it was deleted "
-        "(the server sent other bytes than the published file; for a site's own copy of the files, give their md5s "
-        "with --checksums FILE, md5sum's format)"
+        f"(the server sent other bytes than the published file); {SITE_COPY_HINT}"
     )
 
 

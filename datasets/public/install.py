@@ -23,7 +23,7 @@ from datamount.datasets.errors import DatasetNotFoundError, PublicConfigError, S
 from datamount.datasets.manifest import Manifest
 from datamount.datasets.progress import Progress, Silent
 from datamount.datasets.public import imagenet, imdb, mnist, wmt14
-from datamount.datasets.public.download import RetryPolicy, fetch, md5_file
+from datamount.datasets.public.download import SITE_COPY_HINT, RetryPolicy, fetch, md5_file
 from datamount.datasets.public.spec import PublicDataset, RemoteFile, Sources
 from datamount.datasets.public.writer import PublicWriter
 from datamount.datasets.shard_writer import DEFAULT_ROW_GROUP_BYTES, DEFAULT_SHARD_BYTES
@@ -212,8 +212,6 @@ def read_checksums(path: str | os.PathLike[str], spec: PublicDataset) -> dict[st
 
 #: A line of ``md5sum``'s output: the hex md5, a space, then `` `` (text) or ``*`` (binary), then the name.
 _MD5SUM_LINE = re.compile(r"([0-9a-fA-F]{32}) [ *](.+)")
-#: What an md5 mismatch says to do about a site's own copy of the files.
-SITE_COPY_HINT = "for a site's own copy of the files, give their md5s with --checksums FILE (md5sum's format)"
 
 
 def _local_sources(spec: PublicDataset, path: Path) -> Sources:
