@@ -53,6 +53,8 @@ HASH_GROUP_BYTES = 4 << 20
 #: Hashing tasks at once: sha256 (about 1.6 GB/s per core) is the slowest step of a checked local read, so every
 #: core takes a group.
 HASHERS = max(1, min(4, os.cpu_count() or 1))
+#: Groups read and hashed ahead of the one being handed out: one per hasher, and one more.
+HASH_GROUPS_AHEAD = HASHERS + 1
 #: An upload task on the thread pool copies up to this many files.
 PUT_GROUP_ITEMS = 8
 #: Every store of this process, and (in a forked child) every filesystem it inherited, held so that none is
@@ -363,7 +365,7 @@ class Store:
         groups = _grouped(until_failure(), HASH_GROUP_ITEMS, HASH_GROUP_BYTES)
         with generator_pool(HASHERS, "datamount-hash") as hashers:
             for group, digests in ordered_window(
-                lambda group: hashers.submit(_sha256s, group), groups, max_in_flight=HASHERS + 1
+                lambda group: hashers.submit(_sha256s, group), groups, max_in_flight=HASH_GROUPS_AHEAD
             ):
                 yield from zip((data for data, _ in group), digests, strict=True)
         if failures:

@@ -28,6 +28,7 @@ from datamount.storage.store import (
     DEFAULT_MAX_BYTES_IN_FLIGHT,
     HASH_GROUP_BYTES,
     HASH_GROUP_ITEMS,
+    HASH_GROUPS_AHEAD,
     HASHERS,
     TEMP_PREFIX,
     Store,
@@ -167,7 +168,7 @@ class LocalStore(Store):
         groups = _grouped(items, HASH_GROUP_ITEMS, HASH_GROUP_BYTES)
         with generator_pool(HASHERS, "datamount-io") as pool:
             for _, (pairs, failure) in ordered_window(
-                lambda group: pool.submit(self._read_hashed, group), groups, max_in_flight=2 * HASHERS
+                lambda group: pool.submit(self._read_hashed, group), groups, max_in_flight=HASH_GROUPS_AHEAD
             ):
                 yield from pairs
                 if failure is not None:
