@@ -91,4 +91,3 @@ def test_a_group_named_alone_prints_its_help(group: list[str]) -> None:
     done = subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60, check=False)
     assert done.returncode == 0 and done.stderr == ""
     assert done.stdout.startswith(f"Usage: {' '.join(['datamount', *group])} [OPTIONS] COMMAND [ARGS]...")
-
