@@ -14,6 +14,7 @@ from datamount.cli.completion import completion
 from datamount.cli.datasets import cp, export, head, info, list_datasets, pack, rm, upload, verify
 from datamount.cli.demo import demo
 from datamount.cli.errors import ErrorHandlingGroup
+from datamount.cli.ledger import ledger
 from datamount.cli.master import master, tasks
 from datamount.cli.public import public
 from datamount.cli.stores import doctor, stores
@@ -58,6 +59,7 @@ for command in (
 cli.add_command(public)
 cli.add_command(master)
 cli.add_command(tasks)
+cli.add_command(ledger)
 
 
 def main(argv: list[str] | None = None) -> Any:

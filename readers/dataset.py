@@ -3,21 +3,23 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import threading
 import uuid
-from collections.abc import Iterator, Mapping
+from collections import deque
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from datamount.datasets import catalog
 from datamount.datasets.manifest import Manifest
-from datamount.datasets.rows import DEFAULT_ROWS_PER_SPAN, RowSource, open_rows
+from datamount.datasets.rows import DEFAULT_ROWS_PER_SPAN, Piece, RowSource, open_rows
+from datamount.readers.errors import ReaderStateError
+from datamount.readers.resume import ReaderState, Resume, Segment, WorkerProgress, plan_resume
 from datamount.readers.sharding import (
     DEFAULT_REMAINDER,
     DistributedConfigError,
     EpochOrder,
-    ReaderState,
-    ReaderStateError,
     check_remainder,
     check_worker,
     resolve_rank,
@@ -46,9 +48,11 @@ _STATE_FIT = {
 
 @dataclass
 class _PassProgress:
-    """A pass that has begun: its epoch, the share position it started at, and the samples it has yielded."""
+    """A pass that has begun: its epoch, the segment of the epoch read, the share position it started at, and the
+    samples it has yielded."""
 
     epoch: int
+    segment: Segment
     start: int
     yielded: int = 0
 
@@ -77,16 +81,18 @@ class DatasetReader(EpochLock):
         seed: int = 0,
         remainder: str = DEFAULT_REMAINDER,
         worker_chunk: int = 1,
+        with_row: bool = False,
     ) -> None:
         order = _order_options(rank, world_size, shuffle, seed, remainder, worker_chunk)
         self.source = source
+        self.with_row = arguments.boolean(with_row, "with_row")
         self.rank, self.world_size = order["rank"], order["world_size"]
         self.shuffle = order["shuffle"]
         self.seed = order["seed"]
         self.remainder = order["remainder"]
         self.worker_chunk = order["worker_chunk"]
         self.epoch = 0
-        self._resume: tuple[int, int] | None = None  # (epoch, position) the pass of that epoch starts at
+        self._resume: Resume | None = None  # where the pass of a loaded state's epoch starts
         self._pass: _PassProgress | None = None
         self._worker: tuple[int, int] | None = None  # set in a multiprocess_reader worker that shares this reader
         self._worker_token = uuid.uuid4().hex  # kept by copies, so that workers can tell it is the same reader
@@ -122,19 +128,27 @@ class DatasetReader(EpochLock):
         with self._lock:
             progress = self._begin_pass()
         worker, workers = self._worker_slot()
-        if not self.shuffle and self.world_size == 1 and workers == 1 and progress.start == 0:
+        whole = not progress.segment.done and progress.start == 0
+        if whole and not self.shuffle and self.world_size == 1 and workers == 1:
             samples = self.source.rows(0, len(self.source))
+            if self.with_row:
+                samples = map(_numbered, samples, itertools.count())
         else:
             samples = self._share_pass(progress, worker, workers)
         return _counted(samples, progress)
 
     def _begin_pass(self) -> _PassProgress:
-        epoch = self.epoch
-        start = self._resume[1] if self._resume is not None and self._resume[0] == epoch else 0
+        self._pass = self._next_pass()
         self._resume = None
         self.epoch += 1
-        self._pass = _PassProgress(epoch, start)
         return self._pass
+
+    def _next_pass(self) -> _PassProgress:
+        """The pass the next call reads: epoch :attr:`epoch`, from a loaded state's point if it is of that epoch."""
+        resume = self._resume
+        if resume is not None and resume.epoch == self.epoch:
+            return _PassProgress(self.epoch, resume.segment, resume.position)
+        return _PassProgress(self.epoch, Segment(len(self)), 0)
 
     def _advance_epoch(self, by: int) -> None:
         """A copy of this reader runs the next pass in a worker process (``by=1``), or that pass is taken back to
@@ -147,8 +161,8 @@ class DatasetReader(EpochLock):
             undone = self._pass
             self.epoch += by
             self._pass = None
-            if undone is not None and undone.start:
-                self._resume = (undone.epoch, undone.start)
+            if undone is not None and (undone.start or undone.segment.done):
+                self._resume = Resume(undone.epoch, undone.segment, undone.start)
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next pass epoch ``epoch`` (as ``DistributedSampler.set_epoch``), read from the start of the
@@ -157,7 +171,7 @@ class DatasetReader(EpochLock):
         with self._lock:
             self.epoch = number
             self._pass = None
-            if self._resume is not None and self._resume[0] != number:
+            if self._resume is not None and self._resume.epoch != number:
                 self._resume = None
 
     def _worker_slot(self) -> tuple[int, int]:
@@ -171,14 +185,27 @@ class DatasetReader(EpochLock):
 
     def _share_pass(self, progress: _PassProgress, worker: int, workers: int) -> Iterator[tuple[Any, ...]]:
         order = EpochOrder(self.source.spans(), shuffle=self.shuffle, seed=self.seed, epoch=progress.epoch)
-        low, high = share_bounds(len(self), self.rank, self.world_size, self.remainder)
+        segment = progress.segment
+        low, high = share_bounds(len(segment), self.rank, self.world_size, self.remainder)
         runs = worker_runs(progress.start, high - low, worker, workers, self.worker_chunk)
-        return self.source.pieces(order.pieces((low + first, low + stop) for first, stop in runs))
+        positions = itertools.chain.from_iterable(segment.positions(low + first, low + stop) for first, stop in runs)
+        pieces = order.pieces(positions)
+        if not self.with_row:
+            return self.source.pieces(pieces)
+        numbers: deque[Sequence[int]] = deque()
+        samples = self.source.pieces(_noted(pieces, numbers))
+        return map(_numbered, samples, itertools.chain.from_iterable(_taken(numbers)))
 
     @property
     def share_size(self) -> int:
-        """Samples in this rank's share of each epoch (all of this process's workers together)."""
-        low, high = share_bounds(len(self), self.rank, self.world_size, self.remainder)
+        """Samples in this rank's share of the epoch being read (all of this process's workers together): of each
+        whole epoch, or of the rest of one after a resume under another topology."""
+        with self._lock:
+            segment = self._pass.segment if self._pass is not None else self._next_pass().segment
+        return self._share_size(segment)
+
+    def _share_size(self, segment: Segment) -> int:
+        low, high = share_bounds(len(segment), self.rank, self.world_size, self.remainder)
         return high - low
 
     # ---------------------------------------------------------------------------------------------------- state
@@ -198,25 +225,31 @@ class DatasetReader(EpochLock):
         """
         with self._lock:
             progress = self._pass
-            if progress is not None:
-                epoch, start, done = progress.epoch, progress.start, progress.yielded
+            if progress is None:
+                progress = self._next_pass()
+                done = 0
             else:
-                epoch, done = self.epoch, 0
-                start = self._resume[1] if self._resume is not None and self._resume[0] == epoch else 0
-        size = self.share_size
+                done = progress.yielded
+        size = self._share_size(progress.segment)
+        worker, workers = self._worker_slot()
+        if consumed is None and workers > 1:
+            # A worker process's own part: the rank's state is its workers' states put together.
+            taken = WorkerProgress(workers, self.worker_chunk, {worker: done})
+            return self._state(progress.epoch, progress.segment, progress.start, taken).to_dict()
         if consumed is not None:
             done = arguments.whole_number(consumed, "consumed", minimum=0)
-            if start + done > size:
+            if progress.start + done > size:
                 raise ReaderStateError(
-                    f"consumed={done} is more than the {size - start} samples of epoch {epoch}'s share "
-                    f"{'from position ' + str(start) + ' ' if start else ''}(rank {self.rank} of {self.world_size})"
+                    f"consumed={done} is more than the {size - progress.start} samples of epoch {progress.epoch}'s "
+                    f"share {'from position ' + str(progress.start) + ' ' if progress.start else ''}"
+                    f"(rank {self.rank} of {self.world_size})"
                 )
-        position = start + done
-        if position >= size and (size or progress is not None):  # a pass at its end: the next one starts afresh
-            epoch, position = epoch + 1, 0
-        return self._state(epoch, position).to_dict()
+        position = progress.start + done
+        if position >= size and (size or self._pass is not None):  # a pass at its end: the next one starts afresh
+            return self._state(progress.epoch + 1, Segment(len(self)), 0).to_dict()
+        return self._state(progress.epoch, progress.segment, position).to_dict()
 
-    def _state(self, epoch: int, position: int) -> ReaderState:
+    def _state(self, epoch: int, segment: Segment, position: int, workers: WorkerProgress | None = None) -> ReaderState:
         return ReaderState(
             dataset=self.manifest.ref,
             split=self.split,
@@ -230,52 +263,52 @@ class DatasetReader(EpochLock):
             world_size=self.world_size,
             epoch=epoch,
             position=position,
+            done=segment.done,
+            workers=workers,
         )
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Continue from ``state`` (a :meth:`state_dict`): the next pass is its epoch, from its position.
+    def load_state_dict(self, state: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> None:
+        """Continue from ``state``: the next pass is its epoch, reading what is left of it.
 
-        The state of one rank serves every rank of a job whose ranks consume in step (as data-parallel training
-        does); the world size must be the one the state was saved with.
+        ``state`` is one :meth:`state_dict`, or a list of them: every rank's (each rank's may be its workers' states),
+        saved at the same step. One rank's state stands for every rank of a job whose ranks consume in step, as
+        data-parallel training does. The job that loads it may have another number of ranks and workers: the rows
+        left of the epoch are shared out among them, and none is read twice or left out (``docs/sharding.md``).
 
         Raises
         ------
         ReaderStateError
-            The state is malformed, or of another dataset version, layout, order (shuffle, seed, remainder) or
-            world size than this reader.
+            A state is malformed, of another dataset version, layout or order (shuffle, seed, remainder), or the
+            states given are not one moment of one job.
         """
-        saved = ReaderState.from_dict(state)
-        mine = self._state(saved.epoch, saved.position)
-        if saved.dataset != mine.dataset:
-            raise ReaderStateError(
-                f"the state is for {saved.dataset} but this reader reads {mine.dataset}; build the reader with "
-                f"reader({saved.dataset!r}, ...) or DatasetReader.from_state_dict(state)"
-            )
-        if saved.world_size != mine.world_size:
-            raise ReaderStateError(
-                f"the state was saved by a job of {saved.world_size} ranks and this one has {mine.world_size}: "
-                "a position in one rank's share means nothing under another split. Resume with "
-                f"{saved.world_size} ranks, or start the next epoch afresh with reader.set_epoch({saved.epoch + 1})"
-            )
-        for name, fix in _STATE_FIT.items():
-            if getattr(saved, name) != getattr(mine, name):
+        saved = [ReaderState.from_dict(one) for one in _state_list(state)]
+        mine = self._state(0, Segment(len(self)), 0)
+        for one in saved:
+            if one.dataset != mine.dataset:
                 raise ReaderStateError(
-                    f"the state of {saved.dataset} does not fit this reader: {name} is {getattr(saved, name)!r} "
-                    f"there and {getattr(mine, name)!r} here ({fix})"
+                    f"the state is for {one.dataset} but this reader reads {mine.dataset}; build the reader with "
+                    f"reader({one.dataset!r}, ...) or DatasetReader.from_state_dict(state)"
                 )
+            for name, fix in _STATE_FIT.items():
+                if getattr(one, name) != getattr(mine, name):
+                    raise ReaderStateError(
+                        f"the state of {one.dataset} does not fit this reader: {name} is {getattr(one, name)!r} "
+                        f"there and {getattr(mine, name)!r} here ({fix})"
+                    )
+        resume = plan_resume(saved, self.rank, self.world_size)
         with self._lock:
-            self.epoch = saved.epoch
+            self.epoch = resume.epoch
             self._pass = None
-            self._resume = (saved.epoch, min(saved.position, self.share_size))
+            self._resume = Resume(resume.epoch, resume.segment, min(resume.position, self._share_size(resume.segment)))
 
     @classmethod
     def from_state_dict(
-        cls, state: Mapping[str, Any], store: Store | str | None = None, **options: Any
+        cls, state: Mapping[str, Any] | Sequence[Mapping[str, Any]], store: Store | str | None = None, **options: Any
     ) -> DatasetReader:
         """A reader that continues from ``state``: the same dataset version, layout and order settings, read from
         ``store`` (the default store unless given; the state records the URL it was saved from, not its
         credentials). ``options`` are those of :func:`reader` (rank, world size, cache, ...)."""
-        saved = ReaderState.from_dict(state)
+        saved = ReaderState.from_dict(_state_list(state)[0])
         layout: dict[str, Any] = {"shuffle": saved.shuffle, "seed": saved.seed, "remainder": saved.remainder}
         if saved.split:
             layout["split"] = saved.split
@@ -302,6 +335,34 @@ class DatasetReader(EpochLock):
     def rows(self, start: int, stop: int) -> Iterator[tuple[Any, ...]]:
         """Rows ``start`` to ``stop - 1`` of the version, in order, as :meth:`__call__` yields them."""
         return self.source.rows(start, stop)
+
+
+def _state_list(state: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    if isinstance(state, Mapping):
+        return [state]
+    if isinstance(state, Sequence) and not isinstance(state, (str, bytes)) and state:
+        return list(state)
+    raise ReaderStateError(
+        f"a reader state is a dict from state_dict(), or a list of every rank's, got {type(state).__name__}"
+    )
+
+
+def _noted(pieces: Iterator[Piece], numbers: deque[Sequence[int]]) -> Iterator[Piece]:
+    """``pieces``, each one's row numbers put into ``numbers`` as the source takes it (it may read ahead)."""
+    for piece in pieces:
+        numbers.append(piece.rows)
+        yield piece
+
+
+def _taken(numbers: deque[Sequence[int]]) -> Iterator[Sequence[int]]:
+    """The row numbers of the pieces the source took, in order (a sample is taken before its number, so its piece
+    is there)."""
+    while True:
+        yield numbers.popleft()
+
+
+def _numbered(sample: tuple[Any, ...], number: int) -> tuple[Any, ...]:
+    return (number, *sample)
 
 
 def _counted(samples: Iterator[tuple[Any, ...]], progress: _PassProgress) -> Iterator[tuple[Any, ...]]:
@@ -354,6 +415,7 @@ def reader(
     seed: int = 0,
     remainder: str = DEFAULT_REMAINDER,
     worker_chunk: int = 1,
+    with_row: bool = False,
 ) -> DatasetReader:
     """A Paddle-style reader creator over dataset ``name`` (``name@N`` for a given version).
 
@@ -410,6 +472,9 @@ def reader(
     worker_chunk
         Samples a worker process takes at a time from the rank's share, in turn with the other workers. Set it to
         the ``batch_size`` of a PyTorch DataLoader with workers, which then yields the share in its order.
+    with_row
+        Put each sample's row number (``0 .. len(reader) - 1``, its line in the list) first in its tuple: for a
+        :class:`~datamount.readers.ledger.Ledger` of what training consumed, or to find a sample again.
 
     Raises
     ------
@@ -432,4 +497,4 @@ def reader(
         verify=arguments.boolean(verify, "verify"),
         zero_copy=arguments.boolean(zero_copy, "zero_copy"),
     )
-    return DatasetReader(source, **order)
+    return DatasetReader(source, **order, with_row=with_row)

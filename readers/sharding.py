@@ -12,18 +12,16 @@ Nothing here reads data: :class:`~datamount.readers.dataset.DatasetReader` turns
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import os
 import random
 import sys
 from bisect import bisect_right
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from datamount.datasets.rows import Piece
-from datamount.readers.errors import DistributedConfigError, ReaderStateError
+from datamount.readers.errors import DistributedConfigError
 from datamount.storage import arguments
 
 #: How a remainder of ``rows % world_size`` is handled; see :func:`share_bounds`.
@@ -31,7 +29,6 @@ REMAINDER_RULES = ("pad", "drop", "uneven")
 DEFAULT_REMAINDER = "pad"
 #: Rank and world size variables, in the order they are looked at: torchrun's, then PaddlePaddle's.
 ENVIRONMENTS = (("RANK", "WORLD_SIZE"), ("PADDLE_TRAINER_ID", "PADDLE_TRAINERS_NUM"))
-STATE_FORMAT = 1
 
 
 # ------------------------------------------------------------------------------------------- rank and workers
@@ -216,53 +213,3 @@ class EpochOrder:
             random.Random(f"{self.seed}:{self.epoch}:{index}").shuffle(permutation)
             self._permuted = (index, permutation)
         return self._permuted[1]
-
-
-# ------------------------------------------------------------------------------------------------ reader state
-
-
-@dataclass(frozen=True)
-class ReaderState:
-    """Where a sharded reader stands: the dataset version and its layout, the settings that decide the order, and
-    the position (samples already consumed) in this rank's share of ``epoch``."""
-
-    dataset: str
-    split: str
-    fingerprint: str
-    rows: int
-    layout: str
-    shuffle: bool
-    seed: int
-    remainder: str
-    rank: int
-    world_size: int
-    epoch: int
-    position: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"format": STATE_FORMAT, **dataclasses.asdict(self)}
-
-    @classmethod
-    def from_dict(cls, state: Mapping[str, Any]) -> ReaderState:
-        """Parse a ``state_dict()``; a missing key or a value of the wrong type is a :class:`ReaderStateError`."""
-        if not isinstance(state, Mapping):
-            raise ReaderStateError(f"a reader state is a dict from state_dict(), got {type(state).__name__}")
-        if state.get("format") != STATE_FORMAT:
-            raise ReaderStateError(
-                f"reader state format {state.get('format')!r} is not supported (this datamount reads format "
-                f"{STATE_FORMAT})"
-            )
-        values: dict[str, Any] = {}
-        for field in dataclasses.fields(cls):
-            if field.name not in state:
-                raise ReaderStateError(f"the reader state has no {field.name!r}; pass the dict state_dict() returned")
-            value = state[field.name]
-            wanted = {"str": str, "int": int, "bool": bool}[str(field.type)]
-            if not isinstance(value, wanted) or (wanted is int and isinstance(value, bool)):
-                raise ReaderStateError(f"reader state {field.name!r} must be a {field.type}, got {value!r}")
-            values[field.name] = value
-        parsed = cls(**values)
-        if parsed.epoch < 0 or parsed.position < 0 or parsed.rows < 0:
-            raise ReaderStateError(f"reader state has a negative epoch, position or row count: {dict(state)!r}")
-        check_remainder(parsed.remainder)
-        return parsed

@@ -1,0 +1,333 @@
+"""Where a sharded reader stands, and how any other topology continues from there (elastic resume).
+
+An epoch is a sequence of positions ``0 .. rows - 1`` (``sharding.EpochOrder``). A *segment* is the part of it one
+topology reads: the positions not yet consumed when that topology began (all of them, at first), which its ranks cut
+into shares and its workers into chunks. A state tells what was consumed: the positions done before the segment, and
+how far each rank (or each worker of a rank) got in its share. From the states of the ranks of a job, or from one of
+them when the ranks consume in step, the positions consumed so far are known exactly; a job of any other size reads
+the rest as its new segment. Nothing is read twice and nothing is left out, beyond what the remainder rule itself
+repeats (``pad``) or leaves out (``drop``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from bisect import bisect_right
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from datamount.readers.errors import ReaderStateError
+from datamount.readers.sharding import check_remainder, share_bounds, worker_runs
+
+#: Written by this version; format 1 (no segments, no worker counts) is still read.
+STATE_FORMAT = 2
+READABLE_FORMATS = (1, 2)
+
+Interval = tuple[int, int]
+
+
+# -------------------------------------------------------------------------------------------- sets of positions
+
+
+def merged(intervals: Iterable[Interval]) -> tuple[Interval, ...]:
+    """``intervals`` as sorted, disjoint, non-adjacent ``[start, stop)`` pairs; empty ones dropped."""
+    result: list[list[int]] = []
+    for start, stop in sorted(pair for pair in intervals if pair[0] < pair[1]):
+        if result and start <= result[-1][1]:
+            result[-1][1] = max(result[-1][1], stop)
+        else:
+            result.append([start, stop])
+    return tuple((start, stop) for start, stop in result)
+
+
+def complement(intervals: Sequence[Interval], total: int) -> tuple[Interval, ...]:
+    """The positions of ``0 .. total - 1`` outside the merged ``intervals``."""
+    gaps, last = [], 0
+    for start, stop in intervals:
+        gaps.append((last, start))
+        last = stop
+    gaps.append((last, total))
+    return tuple((start, stop) for start, stop in gaps if start < stop)
+
+
+def count(intervals: Iterable[Interval]) -> int:
+    return sum(stop - start for start, stop in intervals)
+
+
+@dataclass(frozen=True)
+class Segment:
+    """The positions of an epoch left when a topology began (``done`` are those consumed before it), seen as one
+    sequence ``0 .. len - 1`` that the topology's ranks share out."""
+
+    rows: int
+    done: tuple[Interval, ...] = ()
+
+    def __post_init__(self) -> None:
+        left = complement(self.done, self.rows)
+        object.__setattr__(self, "_left", left)
+        object.__setattr__(self, "_starts", list(itertools.accumulate((b - a for a, b in left), initial=0)))
+
+    def __len__(self) -> int:
+        return int(self._starts[-1])  # type: ignore[attr-defined]
+
+    def positions(self, first: int, stop: int) -> Iterator[Interval]:
+        """The epoch positions of segment positions ``[first, stop)``, as runs; past the end they wrap around to the
+        segment's start (the ``pad`` remainder)."""
+        left: tuple[Interval, ...] = self._left  # type: ignore[attr-defined]
+        starts: list[int] = self._starts  # type: ignore[attr-defined]
+        total = len(self)
+        while first < stop and total:
+            here = first % total
+            index = bisect_right(starts, here) - 1
+            offset = here - starts[index]
+            length = min(stop - first, left[index][1] - left[index][0] - offset)
+            yield left[index][0] + offset, left[index][0] + offset + length
+            first += length
+
+    def taken_by_rank(
+        self, rank: int, world_size: int, remainder: str, position: int, workers: WorkerProgress | None
+    ) -> Iterator[Interval]:
+        """The epoch positions rank ``rank`` consumed: the first ``position`` of its share, and what each worker took
+        of the rest."""
+        low, high = share_bounds(len(self), rank, world_size, remainder)
+        position = min(position, high - low)
+        yield from self.positions(low, low + position)
+        if workers is None:
+            return
+        for worker, taken in workers.taken.items():
+            for first, stop in worker_runs(position, high - low, worker, workers.count, workers.chunk):
+                if taken <= 0:
+                    break
+                end = min(stop, first + taken)
+                yield from self.positions(low + first, low + end)
+                taken -= end - first
+
+
+# ------------------------------------------------------------------------------------------------------ states
+
+
+@dataclass(frozen=True)
+class WorkerProgress:
+    """How far each worker process of a rank got beyond the rank's ``position``: worker ``w`` of ``count`` took the
+    first ``taken[w]`` positions of its chunks (``chunk`` positions each, dealt in turn from ``position``)."""
+
+    count: int
+    chunk: int
+    taken: Mapping[int, int]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"count": self.count, "chunk": self.chunk, "taken": {str(w): n for w, n in sorted(self.taken.items())}}
+
+    @classmethod
+    def from_dict(cls, value: Any) -> WorkerProgress:
+        try:
+            count, chunk = _whole(value["count"]), _whole(value["chunk"])
+            taken = {_whole(int(worker)): _whole(number) for worker, number in dict(value["taken"]).items()}
+        except (KeyError, TypeError, ValueError):
+            raise ReaderStateError(
+                f"reader state 'workers' must be {{'count': N, 'chunk': N, 'taken': {{worker: N}}}}, got {value!r}"
+            ) from None
+        if count < 1 or chunk < 1 or any(worker >= count for worker in taken):
+            raise ReaderStateError(f"reader state 'workers' is inconsistent: {value!r}")
+        return cls(count, chunk, taken)
+
+
+def _whole(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(value)
+    return value
+
+
+@dataclass(frozen=True)
+class ReaderState:
+    """Where a sharded reader stands: the dataset version and its layout, the settings that decide the order, the
+    segment of ``epoch`` being read (``done``: positions consumed before it), and how far this rank (``position`` in
+    its share) and its workers got in it."""
+
+    dataset: str
+    split: str
+    fingerprint: str
+    rows: int
+    layout: str
+    shuffle: bool
+    seed: int
+    remainder: str
+    rank: int
+    world_size: int
+    epoch: int
+    position: int
+    done: tuple[Interval, ...] = ()
+    workers: WorkerProgress | None = None
+
+    @property
+    def segment(self) -> Segment:
+        return Segment(self.rows, self.done)
+
+    def to_dict(self) -> dict[str, Any]:
+        state = {"format": STATE_FORMAT, **{field: getattr(self, field) for field in _SCALARS}}
+        state["done"] = [list(pair) for pair in self.done]
+        if self.workers is not None:
+            state["workers"] = self.workers.to_dict()
+        return state
+
+    @classmethod
+    def from_dict(cls, state: Any) -> ReaderState:
+        """Parse a ``state_dict()``; a missing key or a value of the wrong type is a :class:`ReaderStateError`."""
+        if not isinstance(state, Mapping):
+            raise ReaderStateError(f"a reader state is a dict from state_dict(), got {type(state).__name__}")
+        if state.get("format") not in READABLE_FORMATS:
+            raise ReaderStateError(
+                f"reader state format {state.get('format')!r} is not supported (this datamount reads formats "
+                f"{', '.join(map(str, READABLE_FORMATS))})"
+            )
+        values: dict[str, Any] = {}
+        for name, wanted in _SCALARS.items():
+            if name not in state:
+                raise ReaderStateError(f"the reader state has no {name!r}; pass the dict state_dict() returned")
+            value = state[name]
+            if not isinstance(value, wanted) or (wanted is int and isinstance(value, bool)):
+                raise ReaderStateError(f"reader state {name!r} must be a {wanted.__name__}, got {value!r}")
+            values[name] = value
+        if values["epoch"] < 0 or values["position"] < 0 or values["rows"] < 0:
+            raise ReaderStateError(f"reader state has a negative epoch, position or row count: {dict(state)!r}")
+        values["done"] = _parse_done(state.get("done", []), values["rows"])
+        if state.get("workers") is not None:
+            values["workers"] = WorkerProgress.from_dict(state["workers"])
+        check_remainder(values["remainder"])
+        if not 0 <= values["rank"] < values["world_size"]:
+            raise ReaderStateError(f"reader state rank {values['rank']} is not one of {values['world_size']} ranks")
+        return cls(**values)
+
+
+_SCALARS: dict[str, type] = {
+    field.name: {"str": str, "int": int, "bool": bool}[str(field.type)]
+    for field in dataclasses.fields(ReaderState)
+    if str(field.type) in ("str", "int", "bool")
+}
+
+
+def _parse_done(value: Any, rows: int) -> tuple[Interval, ...]:
+    try:
+        pairs = [(_whole(start), _whole(stop)) for start, stop in value]
+    except (TypeError, ValueError):
+        raise ReaderStateError(f"reader state 'done' must be a list of [start, stop] pairs, got {value!r}") from None
+    done = merged(pairs)
+    if done and done[-1][1] > rows:
+        raise ReaderStateError(f"reader state 'done' runs past the epoch's {rows} rows: {value!r}")
+    return done
+
+
+# ------------------------------------------------------------------------------------------------ resuming
+
+
+@dataclass(frozen=True)
+class Resume:
+    """Where the next pass of a loaded reader starts: epoch ``epoch``, segment ``segment``, and ``position`` in this
+    rank's share of it."""
+
+    epoch: int
+    segment: Segment
+    position: int
+
+
+def plan_resume(states: Sequence[ReaderState], rank: int, world_size: int) -> Resume:
+    """Where rank ``rank`` of ``world_size`` continues from the saved ``states`` (each rank's, or one rank's when
+    the ranks consumed in step; a rank's may be split into one state per worker).
+
+    The same topology, with only rank positions saved, continues each share where it stopped, exactly as the
+    uninterrupted epoch would have gone on. Otherwise the positions consumed so far are put together and the
+    positions left become a new segment for this topology.
+    """
+    states = _finished_shares_in_their_epoch(states)
+    first = states[0]
+    for state in states[1:]:
+        if (state.epoch, state.done, state.world_size) != (first.epoch, first.done, first.world_size):
+            raise ReaderStateError(
+                "the states are not of one moment of one job: they differ in epoch, world size or the rows read "
+                f"before (epoch {first.epoch} of {first.world_size} ranks vs epoch {state.epoch} of "
+                f"{state.world_size}); pass the states saved together"
+            )
+    progress = _progress_by_rank(states)
+    segment = first.segment
+    if first.world_size == world_size and all(workers is None for _, workers in progress.values()):
+        position, _ = progress[rank]
+        return _next_epoch_if_read(first.epoch, Resume(first.epoch, segment, position), first.rows)
+    by_rank = [
+        list(segment.taken_by_rank(saved_rank, first.world_size, first.remainder, position, workers))
+        for saved_rank, (position, workers) in progress.items()
+    ]
+    shares = [share_bounds(len(segment), saved_rank, first.world_size, first.remainder) for saved_rank in progress]
+    if all(count(taken) >= high - low for taken, (low, high) in zip(by_rank, shares, strict=True)):
+        return Resume(first.epoch + 1, Segment(first.rows), 0)  # every share read (``drop`` leaves a few rows out)
+    left = Segment(first.rows, merged(itertools.chain(segment.done, *by_rank)))
+    return _next_epoch_if_read(first.epoch, Resume(first.epoch, left, 0), first.rows)
+
+
+def _finished_shares_in_their_epoch(states: Sequence[ReaderState]) -> list[ReaderState]:
+    """The states, a rank's that finished its share (saved as the start of the next epoch) put back at the end of
+    that share, when other ranks' states are still in the epoch."""
+    epoch = min(state.epoch for state in states)
+    unfinished = [state for state in states if state.epoch == epoch]
+    segment_done = unfinished[0].done
+
+    def finished(state: ReaderState) -> bool:
+        return state.epoch == epoch + 1 and state.position == 0 and not state.done and state.workers is None
+
+    if len(unfinished) == len(states) or not all(finished(state) for state in states if state.epoch != epoch):
+        return list(states)
+    at_end = {"epoch": epoch, "done": segment_done, "position": unfinished[0].rows}  # past the end of any share
+    return [state if state.epoch == epoch else dataclasses.replace(state, **at_end) for state in states]
+
+
+def _next_epoch_if_read(epoch: int, resume: Resume, rows: int) -> Resume:
+    """``resume``, or the start of the next epoch when every row of the epoch was read."""
+    return Resume(epoch + 1, Segment(rows), 0) if len(resume.segment) == 0 else resume
+
+
+def _progress_by_rank(states: Sequence[ReaderState]) -> dict[int, tuple[int, WorkerProgress | None]]:
+    """Each saved rank's ``(position, workers)``, its workers' states put together; one rank's stands for all."""
+    by_rank: dict[int, list[ReaderState]] = {}
+    for state in states:
+        by_rank.setdefault(state.rank, []).append(state)
+    world_size = states[0].world_size
+    progress = {rank: _merge_workers(rank, saved) for rank, saved in by_rank.items()}
+    if len(progress) == 1 and world_size > 1:  # one rank's state: every rank consumed in step
+        only = next(iter(progress.values()))
+        return dict.fromkeys(range(world_size), only)
+    missing = sorted(set(range(world_size)) - set(progress))
+    if missing:
+        raise ReaderStateError(
+            f"the states of ranks {', '.join(map(str, missing))} of {world_size} are missing: pass every rank's "
+            "state, or one rank's when the ranks consume in step"
+        )
+    return progress
+
+
+def _merge_workers(rank: int, states: list[ReaderState]) -> tuple[int, WorkerProgress | None]:
+    """A rank's ``(position, workers)`` from its state, or from its workers' states put together."""
+    positions = {state.position for state in states}
+    if len(positions) > 1:
+        raise ReaderStateError(f"rank {rank} has states at different positions ({sorted(positions)})")
+    if all(state.workers is None for state in states):
+        return positions.pop(), None
+    if any(state.workers is None for state in states):
+        raise ReaderStateError(f"rank {rank} has both a rank's state and its workers' states")
+    shape = {(state.workers.count, state.workers.chunk) for state in states if state.workers is not None}
+    if len(shape) > 1:
+        raise ReaderStateError(f"the states of rank {rank}'s workers are of different worker counts: {sorted(shape)}")
+    count, chunk = shape.pop()
+    taken: dict[int, int] = {}
+    for state in states:
+        assert state.workers is not None
+        for worker, number in state.workers.taken.items():
+            if taken.setdefault(worker, number) != number:
+                raise ReaderStateError(f"rank {rank} worker {worker} has two states ({taken[worker]}, {number})")
+    missing = sorted(set(range(count)) - set(taken))
+    if missing:
+        raise ReaderStateError(
+            f"the states of workers {', '.join(map(str, missing))} of rank {rank} are missing: pass every worker's "
+            "state (a StatefulDataLoader's state_dict() holds them all)"
+        )
+    return positions.pop(), WorkerProgress(count, chunk, taken)
