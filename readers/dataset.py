@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import threading
@@ -147,7 +148,7 @@ class DatasetReader(EpochLock):
         """The pass the next call reads: epoch :attr:`epoch`, from a loaded state's point if it is of that epoch."""
         resume = self._resume
         if resume is not None and resume.epoch == self.epoch:
-            return _PassProgress(self.epoch, resume.segment, resume.position)
+            return _PassProgress(self.epoch, resume.segment, resume.position, yielded=resume.skip)
         return _PassProgress(self.epoch, Segment(len(self)), 0)
 
     def _advance_epoch(self, by: int) -> None:
@@ -188,6 +189,8 @@ class DatasetReader(EpochLock):
         segment = progress.segment
         low, high = share_bounds(len(segment), self.rank, self.world_size, self.remainder)
         runs = worker_runs(progress.start, high - low, worker, workers, self.worker_chunk)
+        if progress.yielded:  # a worker going on with its own part: past the positions it read already
+            runs = _past(runs, progress.yielded)
         positions = itertools.chain.from_iterable(segment.positions(low + first, low + stop) for first, stop in runs)
         pieces = order.pieces(positions)
         if not self.with_row:
@@ -295,11 +298,11 @@ class DatasetReader(EpochLock):
                         f"the state of {one.dataset} does not fit this reader: {name} is {getattr(one, name)!r} "
                         f"there and {getattr(mine, name)!r} here ({fix})"
                     )
-        resume = plan_resume(saved, self.rank, self.world_size)
+        resume = plan_resume(saved, self.rank, self.world_size, self._worker_slot())
         with self._lock:
             self.epoch = resume.epoch
             self._pass = None
-            self._resume = Resume(resume.epoch, resume.segment, min(resume.position, self._share_size(resume.segment)))
+            self._resume = dataclasses.replace(resume, position=min(resume.position, self._share_size(resume.segment)))
 
     @classmethod
     def from_state_dict(
@@ -345,6 +348,16 @@ def _state_list(state: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> list[
     raise ReaderStateError(
         f"a reader state is a dict from state_dict(), or a list of every rank's, got {type(state).__name__}"
     )
+
+
+def _past(runs: Iterator[tuple[int, int]], skipped: int) -> Iterator[tuple[int, int]]:
+    """``runs`` without their first ``skipped`` positions."""
+    for first, stop in runs:
+        if skipped >= stop - first:
+            skipped -= stop - first
+            continue
+        yield first + skipped, stop
+        skipped = 0
 
 
 def _noted(pieces: Iterator[Piece], numbers: deque[Sequence[int]]) -> Iterator[Piece]:

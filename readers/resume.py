@@ -224,22 +224,28 @@ def _parse_done(value: Any, rows: int) -> tuple[Interval, ...]:
 
 @dataclass(frozen=True)
 class Resume:
-    """Where the next pass of a loaded reader starts: epoch ``epoch``, segment ``segment``, and ``position`` in this
-    rank's share of it."""
+    """Where the next pass of a loaded reader starts: epoch ``epoch``, segment ``segment``, ``position`` in this
+    rank's share of it, and (in a worker process going on with its own part) ``skip``: the positions of its chunks
+    it read already."""
 
     epoch: int
     segment: Segment
     position: int
+    skip: int = 0
 
 
-def plan_resume(states: Sequence[ReaderState], rank: int, world_size: int) -> Resume:
-    """Where rank ``rank`` of ``world_size`` continues from the saved ``states`` (each rank's, or one rank's when
-    the ranks consumed in step; a rank's may be split into one state per worker).
+def plan_resume(states: Sequence[ReaderState], rank: int, world_size: int, worker: tuple[int, int] = (0, 1)) -> Resume:
+    """Where rank ``rank`` of ``world_size`` (worker ``worker[0]`` of ``worker[1]``) continues from the saved
+    ``states``: each rank's, or one rank's when the ranks consumed in step; a rank's may be one state per worker.
 
     The same topology, with only rank positions saved, continues each share where it stopped, exactly as the
-    uninterrupted epoch would have gone on. Otherwise the positions consumed so far are put together and the
-    positions left become a new segment for this topology.
+    uninterrupted epoch would have gone on; so does a worker given its own state back (a loader that restores each
+    worker's state in that worker). Otherwise the positions consumed so far are put together and the positions
+    left become a new segment for this topology.
     """
+    own = _own_worker_state(states, rank, world_size, worker)
+    if own is not None:
+        return own
     states = _finished_shares_in_their_epoch(states)
     first = states[0]
     for state in states[1:]:
@@ -263,6 +269,19 @@ def plan_resume(states: Sequence[ReaderState], rank: int, world_size: int) -> Re
         return Resume(first.epoch + 1, Segment(first.rows), 0)  # every share read (``drop`` leaves a few rows out)
     left = Segment(first.rows, merged(itertools.chain(segment.done, *by_rank)))
     return _next_epoch_if_read(first.epoch, Resume(first.epoch, left, 0), first.rows)
+
+
+def _own_worker_state(
+    states: Sequence[ReaderState], rank: int, world_size: int, worker: tuple[int, int]
+) -> Resume | None:
+    """The resume of a worker given back its own state alone, in the same topology; None for any other states."""
+    if len(states) != 1 or states[0].workers is None:
+        return None
+    state, workers = states[0], states[0].workers
+    index, count = worker
+    if (state.rank, state.world_size, workers.count) != (rank, world_size, count) or set(workers.taken) != {index}:
+        return None
+    return Resume(state.epoch, state.segment, state.position, skip=workers.taken[index])
 
 
 def _finished_shares_in_their_epoch(states: Sequence[ReaderState]) -> list[ReaderState]:

@@ -37,7 +37,7 @@ def through_multiprocess_reader(samples: DatasetReader, method: str) -> list[tup
 def through_torch(samples: DatasetReader) -> list[tuple[bytes, str]]:
     from torch.utils.data import DataLoader as TorchLoader
 
-    from tests.readers.torch_dataset import ReaderDataset
+    from datamount.torch import ReaderDataset
 
     loader = TorchLoader(ReaderDataset(samples), batch_size=None, num_workers=2)
     return [(bytes(image), label) for image, label in loader]

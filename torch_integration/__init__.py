@@ -1,0 +1,116 @@
+"""PyTorch for datamount readers: datasets for ``torch.utils.data.DataLoader`` and a ``StatefulDataLoader`` whose
+state resumes under any number of workers and ranks.
+
+``ReaderDataset(reader(...))`` is an ``IterableDataset``: in each DataLoader worker it reads that worker's part of
+this rank's share (the reader finds its rank and worker itself), and its ``state_dict()`` says exactly what that
+worker's batches held. :class:`StatefulDataLoader` (torchdata's, made elastic) loads a state saved with any
+``num_workers``, and the reader's state resumes on any number of ranks (``docs/sharding.md``). ``RowDataset`` is a
+map-style dataset for random access by index. Importing this module imports torch; nothing else in datamount does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+try:
+    import torch.utils.data
+except ImportError as exc:  # pragma: no cover - exercised only without torch
+    raise ImportError("datamount.torch needs PyTorch: pip install torch") from exc
+
+from datamount.readers.dataset import DatasetReader
+from datamount.readers.errors import ReaderStateError
+
+__all__ = ["ReaderDataset", "RowDataset", "StatefulDataLoader", "reader_states"]
+
+
+class ReaderDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
+    """An iterable dataset over a :class:`~datamount.readers.DatasetReader`: each iteration is one pass (one epoch)
+    of this rank's share, split among the DataLoader's workers.
+
+    With torch's own DataLoader and ``num_workers > 0``, call :meth:`set_epoch` before each epoch (the workers read
+    copies of this dataset); :class:`StatefulDataLoader` moves the epoch on by itself.
+    """
+
+    def __init__(self, samples: DatasetReader) -> None:
+        if not isinstance(samples, DatasetReader):
+            raise TypeError(f"ReaderDataset takes a reader(...) (a DatasetReader), not {type(samples).__name__}")
+        self.samples = samples
+
+    def __repr__(self) -> str:
+        return f"ReaderDataset({self.samples!r})"
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        return iter(self.samples())
+
+    def __len__(self) -> int:
+        """Samples of this rank's share of an epoch (all workers together)."""
+        return self.samples.share_size
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next pass reads."""
+        return self.samples.epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make the next pass epoch ``epoch`` (its own order, under ``shuffle=True``)."""
+        self.samples.set_epoch(epoch)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the reader stands: in a DataLoader worker, that worker's part (the loader gathers them all)."""
+        return self.samples.state_dict()
+
+    def load_state_dict(self, state: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> None:
+        """Continue from a reader state, a list of them (every rank's or worker's), or a whole DataLoader state."""
+        self.samples.load_state_dict(reader_states(state))
+
+
+class RowDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """A map-style dataset: ``dataset[i]`` is row ``i`` of the reader's version (of its split). On a packed version
+    only the row group that holds the row is read; use it with a sampler (``DistributedSampler`` for ranks)."""
+
+    def __init__(self, samples: DatasetReader) -> None:
+        if not isinstance(samples, DatasetReader):
+            raise TypeError(f"RowDataset takes a reader(...) (a DatasetReader), not {type(samples).__name__}")
+        self.samples = samples
+
+    def __repr__(self) -> str:
+        return f"RowDataset({self.samples!r})"
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int) -> tuple[Any, ...]:
+        if not -len(self) <= index < len(self):
+            raise IndexError(f"row {index} of {len(self)}")
+        return self.samples[index]
+
+
+def reader_states(state: Any) -> list[Mapping[str, Any]]:
+    """The reader states inside ``state``: a reader's own, a list of them, or a (Stateful)DataLoader's state, which
+    holds one per worker however its keys are laid out."""
+    found: list[Mapping[str, Any]] = []
+
+    def collect(value: Any) -> None:
+        if isinstance(value, Mapping):
+            if "fingerprint" in value and "format" in value and "dataset" in value:
+                found.append(value)
+                return
+            for inner in value.values():
+                collect(inner)
+        elif isinstance(value, (list, tuple)):
+            for inner in value:
+                collect(inner)
+
+    collect(state)
+    if not found:
+        raise ReaderStateError("no datamount reader state in the state given (from a ReaderDataset's DataLoader?)")
+    return found
+
+
+def __getattr__(name: str) -> Any:
+    if name == "StatefulDataLoader":  # only when asked for: torchdata is an extra of its own
+        from datamount.torch._stateful import StatefulDataLoader
+
+        return StatefulDataLoader
+    raise AttributeError(f"module 'datamount.torch' has no attribute {name!r}")
