@@ -3,7 +3,8 @@ pipes and the task master.
 
 ``reader`` and :class:`DatasetReader` are in ``dataset.py`` (their plans in ``sharding.py``); the decorators in
 ``decorators/``; :class:`DataLoader` in ``dataloader/``; the threads and processes behind both in ``workers/``;
-the stream format in ``stream.py``; the task master and :func:`dist_reader` in ``master/``.
+states and elastic resume in ``resume.py``; the visitation ledger in ``ledger.py``; the stream format in
+``stream.py``; the task master and :func:`dist_reader` in ``master/``.
 """
 
 from datamount.readers.dataloader import DataLoader
@@ -34,6 +35,7 @@ from datamount.readers.errors import (
     TaskQueueSnapshotError,
     WorkerDiedError,
 )
+from datamount.readers.ledger import Ledger
 from datamount.readers.master import DistReader, connect, dist_reader, start_master, stop_master
 from datamount.readers.stream import import_stream, read_from, stream_reader, write_to
 
@@ -43,6 +45,7 @@ __all__ = [
     "DatasetReader",
     "DistReader",
     "DistributedConfigError",
+    "Ledger",
     "MasterExistsError",
     "MasterFinishedError",
     "MasterNotFoundError",

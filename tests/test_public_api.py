@@ -17,6 +17,7 @@ DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 #: Folders of the installed packages, by package name.
 PACKAGES = {"storage": "datamount.storage", "datasets": "datamount.datasets", "readers": "datamount.readers"}
 PACKAGES["cli"] = "datamount.cli"
+PACKAGES["torch_integration"] = "datamount.torch"
 #: Source folders whose imports are checked: the product, its tests and its benchmarks.
 SOURCE_FOLDERS = [*PACKAGES, "tests", "benchmarks"]
 
