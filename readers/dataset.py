@@ -21,6 +21,7 @@ from datamount.readers.sharding import (
     DEFAULT_REMAINDER,
     DistributedConfigError,
     EpochOrder,
+    Group,
     check_remainder,
     check_worker,
     resolve_rank,
@@ -42,6 +43,7 @@ _STATE_FIT = {
     "rows": "the dataset's row count differs from the one the state was saved from",
     "layout": "spans differ: pass use_shards= (and rows_per_span=) as when the state was saved",
     "shuffle": "pass shuffle= as when the state was saved",
+    "shuffle_block": "pass shuffle_block= as when the state was saved",
     "seed": "pass seed= as when the state was saved",
     "remainder": "pass remainder= as when the state was saved",
 }
@@ -83,8 +85,9 @@ class DatasetReader(EpochLock):
         remainder: str = DEFAULT_REMAINDER,
         worker_chunk: int = 1,
         with_row: bool = False,
+        shuffle_block: int = 1,
     ) -> None:
-        order = _order_options(rank, world_size, shuffle, seed, remainder, worker_chunk)
+        order = _order_options(rank, world_size, shuffle, seed, remainder, worker_chunk, shuffle_block)
         self.source = source
         self.with_row = arguments.boolean(with_row, "with_row")
         self.rank, self.world_size = order["rank"], order["world_size"]
@@ -92,6 +95,7 @@ class DatasetReader(EpochLock):
         self.seed = order["seed"]
         self.remainder = order["remainder"]
         self.worker_chunk = order["worker_chunk"]
+        self.shuffle_block = order["shuffle_block"]
         self.epoch = 0
         self._resume: Resume | None = None  # where the pass of a loaded state's epoch starts
         self._pass: _PassProgress | None = None
@@ -185,13 +189,17 @@ class DatasetReader(EpochLock):
         self._worker = check_worker(index, count)
 
     def _share_pass(self, progress: _PassProgress, worker: int, workers: int) -> Iterator[tuple[Any, ...]]:
-        order = EpochOrder(self.source.spans(), shuffle=self.shuffle, seed=self.seed, epoch=progress.epoch)
+        order = EpochOrder(
+            self.source.spans(), shuffle=self.shuffle, seed=self.seed, epoch=progress.epoch, block=self.shuffle_block
+        )
         segment = progress.segment
         low, high = share_bounds(len(segment), self.rank, self.world_size, self.remainder)
         runs = worker_runs(progress.start, high - low, worker, workers, self.worker_chunk)
         if progress.yielded:  # a worker going on with its own part: past the positions it read already
             runs = _past(runs, progress.yielded)
         positions = itertools.chain.from_iterable(segment.positions(low + first, low + stop) for first, stop in runs)
+        if order.block != 1:
+            return _mixed(self.source, order.groups(positions), with_row=self.with_row)
         pieces = order.pieces(positions)
         if not self.with_row:
             return self.source.pieces(pieces)
@@ -260,6 +268,7 @@ class DatasetReader(EpochLock):
             rows=len(self),
             layout=self.source.layout,
             shuffle=self.shuffle,
+            shuffle_block=self.shuffle_block,
             seed=self.seed,
             remainder=self.remainder,
             rank=self.rank,
@@ -312,7 +321,12 @@ class DatasetReader(EpochLock):
         ``store`` (the default store unless given; the state records the URL it was saved from, not its
         credentials). ``options`` are those of :func:`reader` (rank, world size, cache, ...)."""
         saved = ReaderState.from_dict(_state_list(state)[0])
-        layout: dict[str, Any] = {"shuffle": saved.shuffle, "seed": saved.seed, "remainder": saved.remainder}
+        layout: dict[str, Any] = {
+            "shuffle": saved.shuffle,
+            "shuffle_block": saved.shuffle_block,
+            "seed": saved.seed,
+            "remainder": saved.remainder,
+        }
         if saved.split:
             layout["split"] = saved.split
         if saved.layout == PACKED_LAYOUT:
@@ -360,6 +374,29 @@ def _past(runs: Iterator[tuple[int, int]], skipped: int) -> Iterator[tuple[int, 
         skipped = 0
 
 
+def _mixed(source: RowSource, groups: Iterator[Group], *, with_row: bool) -> Iterator[tuple[Any, ...]]:
+    """The rows of each group in the group's order: its pieces (one per span) read, then put in order."""
+    plans: deque[Group] = deque()
+
+    def noted() -> Iterator[Piece]:
+        for group in groups:
+            plans.append(group)
+            yield from group.pieces
+
+    rows = source.pieces(noted())
+    for first in rows:  # a group's first row: the source has taken its pieces
+        group = plans.popleft()
+        size = sum(len(piece.rows) for piece in group.pieces)
+        read = [first, *itertools.islice(rows, size - 1)]
+        if with_row:
+            numbers = [number for piece in group.pieces for number in piece.rows]
+            read = [(number, *row) for number, row in zip(numbers, read, strict=True)]
+        if group.order is None:
+            yield from read
+        else:
+            yield from map(read.__getitem__, group.order)
+
+
 def _noted(pieces: Iterator[Piece], numbers: deque[Sequence[int]]) -> Iterator[Piece]:
     """``pieces``, each one's row numbers put into ``numbers`` as the source takes it (it may read ahead)."""
     for piece in pieces:
@@ -390,7 +427,13 @@ def _counted(samples: Iterator[tuple[Any, ...]], progress: _PassProgress) -> Ite
 
 
 def _order_options(
-    rank: int | None, world_size: int | None, shuffle: bool, seed: int, remainder: str, worker_chunk: int
+    rank: int | None,
+    world_size: int | None,
+    shuffle: bool,
+    seed: int,
+    remainder: str,
+    worker_chunk: int,
+    shuffle_block: int = 1,
 ) -> dict[str, Any]:
     """The options that decide which rows each pass reads, checked."""
     checked_rank, checked_world_size = resolve_rank(rank, world_size)
@@ -401,6 +444,7 @@ def _order_options(
         "seed": arguments.whole_number(seed, "seed"),
         "remainder": check_remainder(remainder),
         "worker_chunk": arguments.whole_number(worker_chunk, "worker_chunk", minimum=1, error=DistributedConfigError),
+        "shuffle_block": arguments.whole_number(shuffle_block, "shuffle_block", minimum=0),
     }
 
 
@@ -429,6 +473,7 @@ def reader(
     remainder: str = DEFAULT_REMAINDER,
     worker_chunk: int = 1,
     with_row: bool = False,
+    shuffle_block: int = 1,
 ) -> DatasetReader:
     """A Paddle-style reader creator over dataset ``name`` (``name@N`` for a given version).
 
@@ -476,6 +521,11 @@ def reader(
     shuffle
         Each epoch in its own order, drawn from ``(seed, epoch)``: the spans (row groups, or runs of
         ``rows_per_span`` list lines) in a permuted order, the rows of each span permuted within it.
+    shuffle_block
+        How many spans' rows a shuffle mixes: 1 (the default) permutes each span's rows within it; ``k`` mixes the
+        rows of ``k`` consecutive spans of the shuffled span order, holding ``k`` decoded spans per worker at a
+        time; 0 mixes every row of the epoch (a global shuffle, for datasets that fit in memory). See
+        ``docs/sharding.md`` for what each costs and how well it mixes.
     seed
         The shuffle's seed; every rank must use the same one (the default, 0, is).
     remainder
@@ -496,7 +546,7 @@ def reader(
     DatasetNotFoundError
         No dataset (or version, or split) of that name in the store.
     """
-    order = _order_options(rank, world_size, shuffle, seed, remainder, worker_chunk)
+    order = _order_options(rank, world_size, shuffle, seed, remainder, worker_chunk, shuffle_block)
     opened = open_store(store)
     source = open_rows(
         opened,

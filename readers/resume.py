@@ -158,6 +158,7 @@ class ReaderState:
     world_size: int
     epoch: int
     position: int
+    shuffle_block: int = 1
     done: tuple[Interval, ...] = ()
     workers: WorkerProgress | None = None
 
@@ -184,6 +185,9 @@ class ReaderState:
             )
         values: dict[str, Any] = {}
         for name, wanted in _SCALARS.items():
+            if name not in state and name in _OPTIONAL:
+                values[name] = _OPTIONAL[name]
+                continue
             if name not in state:
                 raise ReaderStateError(f"the reader state has no {name!r}; pass the dict state_dict() returned")
             value = state[name]
@@ -206,6 +210,10 @@ _SCALARS: dict[str, type] = {
     for field in dataclasses.fields(ReaderState)
     if str(field.type) in ("str", "int", "bool")
 }
+
+
+#: Keys a state may lack (saved before they existed), with the value they had then.
+_OPTIONAL = {"shuffle_block": 1}
 
 
 def _parse_done(value: Any, rows: int) -> tuple[Interval, ...]:

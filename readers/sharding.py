@@ -18,7 +18,10 @@ import random
 import sys
 from bisect import bisect_right
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from datamount.datasets.rows import Piece
 from datamount.readers.errors import DistributedConfigError
@@ -151,21 +154,41 @@ def worker_runs(start: int, stop: int, worker: int, workers: int, chunk: int) ->
 # -------------------------------------------------------------------------------------------- the epoch's order
 
 
-class EpochOrder:
-    """The sequence of one epoch: ``spans`` in an order drawn from ``(seed, epoch)``, each span's rows permuted
-    with their own generator (``random.Random(f"{seed}:{epoch}:{span}")``), so any part of the sequence is found
-    without drawing the rest. Unshuffled, the sequence is the rows in order."""
+@dataclass(frozen=True)
+class Group:
+    """Rows of one block to read together: ``pieces`` (one per span touched) and ``order``, the positions in the
+    pieces' rows (concatenated) of the rows in the wanted order; None when they already are in it."""
 
-    def __init__(self, spans: Sequence[range], *, shuffle: bool, seed: int, epoch: int) -> None:
+    pieces: list[Piece]
+    order: Sequence[int] | None = None
+
+
+class EpochOrder:
+    """The sequence of one epoch: ``spans`` in an order drawn from ``(seed, epoch)``, cut into *blocks* of
+    ``block`` spans (0: one block of every span), each block's rows permuted with their own generator, so any part
+    of the sequence is found without drawing the rest. Unshuffled, the sequence is the rows in order.
+
+    ``block=1`` (the default) permutes each span's rows within it (``random.Random(f"{seed}:{epoch}:{span}")``); a
+    larger block mixes the rows of that many spans, for a reader holding as many decoded spans at a time.
+    """
+
+    def __init__(self, spans: Sequence[range], *, shuffle: bool, seed: int, epoch: int, block: int = 1) -> None:
         self.spans = spans
         self.shuffle = shuffle
         self.seed = seed
         self.epoch = epoch
-        self.order = [index for index, span in enumerate(spans) if len(span)]
+        order = [index for index, span in enumerate(spans) if len(span)]
         if shuffle:
-            random.Random(f"{seed}:{epoch}").shuffle(self.order)
-        self.starts = list(itertools.accumulate((len(spans[index]) for index in self.order), initial=0))
-        self._permuted: tuple[int, list[int]] | None = None
+            random.Random(f"{seed}:{epoch}").shuffle(order)
+        size = (block or len(order) or 1) if shuffle else 1
+        self.block = size
+        self.blocks = [order[first : first + size] for first in range(0, len(order), size)]
+        self.order = order
+        self.starts = list(itertools.accumulate((self._block_rows(b) for b in self.blocks), initial=0))
+        self._permuted: tuple[int, Any] | None = None
+
+    def _block_rows(self, block: list[int]) -> int:
+        return sum(len(self.spans[index]) for index in block)
 
     @property
     def rows(self) -> int:
@@ -173,21 +196,28 @@ class EpochOrder:
 
     def pieces(self, runs: Iterator[tuple[int, int]]) -> Iterator[Piece]:
         """The rows at sequence positions ``runs`` (which may run past the end and wrap around), grouped into
-        one piece per stretch within a span."""
+        one piece per stretch within a span, in the sequence's order. Only for blocks of one span."""
+        if self.block != 1:
+            raise ValueError("pieces() is for blocks of one span; read groups() instead")
+        for group in self.groups(runs):
+            yield from group.pieces
+
+    def groups(self, runs: Iterator[tuple[int, int]]) -> Iterator[Group]:
+        """The rows at sequence positions ``runs``, one group per stretch within a block."""
         slot = -1
         wanted: list[int] = []
         for first, stop in runs:
             for slot_here, low, high in self._segments(first, stop):
                 if slot_here != slot and wanted:
-                    yield self._piece(slot, wanted)
+                    yield self._group(slot, wanted)
                     wanted = []
                 slot = slot_here
                 wanted.extend(range(low, high))
         if wanted:
-            yield self._piece(slot, wanted)
+            yield self._group(slot, wanted)
 
     def _segments(self, first: int, stop: int) -> Iterator[tuple[int, int, int]]:
-        """``(slot, low, high)``: offsets ``low .. high - 1`` of the span in slot ``slot`` cover ``[first, stop)``."""
+        """``(slot, low, high)``: offsets ``low .. high - 1`` of the block in slot ``slot`` cover ``[first, stop)``."""
         total = self.rows
         while first < stop:
             position = first % total
@@ -197,8 +227,13 @@ class EpochOrder:
             yield slot, low, high
             first += high - low
 
+    def _group(self, slot: int, offsets: list[int]) -> Group:
+        if self.block == 1:
+            return Group([self._piece(slot, offsets)])
+        return self._mixed_group(slot, offsets)
+
     def _piece(self, slot: int, offsets: list[int]) -> Piece:
-        index = self.order[slot]
+        index = self.blocks[slot][0]
         span = self.spans[index]
         if not self.shuffle:
             if offsets[-1] - offsets[0] == len(offsets) - 1:
@@ -212,4 +247,23 @@ class EpochOrder:
             permutation = list(range(len(self.spans[index])))
             random.Random(f"{self.seed}:{self.epoch}:{index}").shuffle(permutation)
             self._permuted = (index, permutation)
-        return self._permuted[1]
+        return self._permuted[1]  # type: ignore[no-any-return]
+
+    def _mixed_group(self, slot: int, offsets: list[int]) -> Group:
+        """The rows of block ``slot`` at ``offsets`` of its permutation: one piece per span, each read once."""
+        block = self.blocks[slot]
+        if self._permuted is None or self._permuted[0] != -1 - slot:
+            generator = np.random.default_rng([self.seed % 2**64, self.epoch, slot])
+            self._permuted = (-1 - slot, generator.permutation(self.starts[slot + 1] - self.starts[slot]))
+        picked = self._permuted[1][np.asarray(offsets)]
+        bounds = np.cumsum([0] + [len(self.spans[index]) for index in block])
+        which = np.searchsorted(bounds, picked, side="right") - 1
+        by_span = np.argsort(which, kind="stable")
+        spans_in_order, rows_in_order = which[by_span], picked[by_span]
+        cuts = [*np.flatnonzero(np.diff(spans_in_order, prepend=-1)).tolist(), len(offsets)]
+        pieces = []
+        for low, high in itertools.pairwise(cuts):
+            here = int(spans_in_order[low])
+            span = self.spans[block[here]]
+            pieces.append(Piece(span, (rows_in_order[low:high] - bounds[here] + span.start).tolist()))
+        return Group(pieces, np.argsort(by_span, kind="stable").tolist())

@@ -127,15 +127,24 @@ topologies = st.builds(Topology, ranks=st.integers(1, 8), workers=st.integers(0,
 @given(
     name=st.sampled_from(["packed", "lines"]),
     shuffle=st.booleans(),
+    shuffle_block=st.sampled_from([1, 3, 0]),
     remainder=st.sampled_from(["uneven", "pad", "drop"]),
     plan=st.lists(topologies, min_size=1, max_size=4),
     per_worker=st.booleans(),
     all_ranks=st.booleans(),
 )
 def test_a_killed_job_resumed_under_any_topology_consumes_each_row_as_its_remainder_rule_says(
-    store: Store, name: str, shuffle: bool, remainder: str, plan: list[Topology], per_worker: bool, all_ranks: bool
+    store: Store,
+    name: str,
+    shuffle: bool,
+    shuffle_block: int,
+    remainder: str,
+    plan: list[Topology],
+    per_worker: bool,
+    all_ranks: bool,
 ) -> None:
-    options = {"shuffle": shuffle, "seed": 11, "remainder": remainder, "rows_per_span": 5}
+    options = {"shuffle": shuffle, "shuffle_block": shuffle_block, "seed": 11, "remainder": remainder}
+    options["rows_per_span"] = 5
     job = Job()
     epochs = [
         run(store, name, options, topology, job, to_the_end=last, per_worker=per_worker, all_ranks=all_ranks)

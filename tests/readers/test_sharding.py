@@ -30,6 +30,7 @@ from datamount.readers.sharding import (
     REMAINDER_RULES,
     DistributedConfigError,
     EpochOrder,
+    Group,
     resolve_rank,
     share_bounds,
     worker_runs,
@@ -139,6 +140,43 @@ def test_workers_dealt_chunks_in_turn_hand_out_the_share_in_its_order(
     chunked = [[part[i : i + chunk] for i in range(0, len(part), chunk)] for part in parts]
     merged = [p for turn in itertools.zip_longest(*chunked, fillvalue=[]) for group in turn for p in group]
     assert merged == list(range(start, share))
+
+
+def group_rows(group: Group) -> list[int]:
+    """The rows of a group in the wanted order, as a reader puts them."""
+    read = [row for piece in group.pieces for row in piece.rows]
+    return read if group.order is None else [read[position] for position in group.order]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    sizes=st.lists(st.integers(0, 9), max_size=12).filter(lambda sizes: sum(sizes) > 0),
+    block=st.integers(0, 5),
+    cuts=st.lists(st.integers(0, 60), max_size=6),
+    seed=st.integers(0, 2**64),
+)
+def test_a_block_shuffle_mixes_the_rows_of_block_spans_and_reads_each_span_once_per_stretch(
+    sizes: list[int], block: int, cuts: list[int], seed: int
+) -> None:
+    spans = consecutive_spans(sizes)
+    total = sum(sizes)
+    order = EpochOrder(spans, shuffle=True, seed=seed, epoch=3, block=block)
+    whole = [row for group in order.groups(iter([(0, total)])) for row in group_rows(group)]
+    assert sorted(whole) == list(range(total))
+    # Each block is the rows of at most ``block`` spans, and each span lies in one block.
+    span_of = {row: index for index, span in enumerate(spans) for row in span}
+    blocks = [{span_of[row] for row in group_rows(g)} for g in order.groups(iter([(0, total)]))]
+    assert all(len(spans_here) <= (block or len(spans)) for spans_here in blocks)
+    assert sum(map(len, blocks)) == len({span_of[row] for row in range(total)})
+    # Any cut of the sequence into runs finds the same rows; a stretch within a block reads each span once.
+    bounds = sorted({0, total, *(cut % (total + 1) for cut in cuts)})
+    runs = list(itertools.pairwise(bounds))
+    groups = list(order.groups(iter(runs)))
+    assert [row for group in groups for row in group_rows(group)] == whole
+    for group in groups:
+        assert len({piece.span for piece in group.pieces}) == len(group.pieces)
+    if block == 1:
+        assert whole == rows_at(EpochOrder(spans, shuffle=True, seed=seed, epoch=3), 0, total)
 
 
 def test_a_shuffled_order_changes_with_the_epoch_and_the_seed() -> None:
