@@ -144,16 +144,26 @@ class DatasetReader(EpochLock):
 
     def _begin_pass(self) -> _PassProgress:
         self._pass = self._next_pass()
-        self._resume = None
+        resume = self._resume
+        if resume is not None:
+            later = {epoch: segment for epoch, segment in resume.segments.items() if epoch > self.epoch}
+            self._resume = Resume(min(later), later) if later else None
         self.epoch += 1
         return self._pass
 
     def _next_pass(self) -> _PassProgress:
-        """The pass the next call reads: epoch :attr:`epoch`, from a loaded state's point if it is of that epoch."""
+        """The pass the next call reads: epoch :attr:`epoch`, the part of it left by a loaded state if any."""
         resume = self._resume
-        if resume is not None and resume.epoch == self.epoch:
-            return _PassProgress(self.epoch, resume.segment, resume.position, yielded=resume.skip)
+        if resume is not None and self.epoch in resume.segments:
+            first = resume.epoch == self.epoch
+            position, skip = (resume.position, resume.skip) if first else (0, 0)
+            return _PassProgress(self.epoch, resume.segments[self.epoch], position, yielded=skip)
         return _PassProgress(self.epoch, Segment(len(self)), 0)
+
+    def _pending_after(self, epoch: int) -> dict[int, Segment]:
+        """The parts left of epochs after ``epoch`` that a loaded state had begun."""
+        resume = self._resume
+        return {} if resume is None else {e: segment for e, segment in resume.segments.items() if e > epoch}
 
     def _advance_epoch(self, by: int) -> None:
         """A copy of this reader runs the next pass in a worker process (``by=1``), or that pass is taken back to
@@ -166,8 +176,9 @@ class DatasetReader(EpochLock):
             undone = self._pass
             self.epoch += by
             self._pass = None
-            if undone is not None and (undone.start or undone.segment.done):
-                self._resume = Resume(undone.epoch, undone.segment, undone.start)
+            if undone is not None and (undone.start or undone.segment.done or self._resume is not None):
+                segments = {undone.epoch: undone.segment, **self._pending_after(undone.epoch)}
+                self._resume = Resume(undone.epoch, segments, undone.start)
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next pass epoch ``epoch`` (as ``DistributedSampler.set_epoch``), read from the start of the
@@ -177,7 +188,8 @@ class DatasetReader(EpochLock):
             self.epoch = number
             self._pass = None
             if self._resume is not None and self._resume.epoch != number:
-                self._resume = None
+                later = {e: segment for e, segment in self._resume.segments.items() if e >= number}
+                self._resume = Resume(min(later), later) if number in later else None
 
     def _worker_slot(self) -> tuple[int, int]:
         if self._worker is not None:
@@ -246,7 +258,7 @@ class DatasetReader(EpochLock):
         if consumed is None and workers > 1:
             # A worker process's own part: the rank's state is its workers' states put together.
             taken = WorkerProgress(workers, self.worker_chunk, {worker: done})
-            return self._state(progress.epoch, progress.segment, progress.start, taken).to_dict()
+            return self._state(progress.epoch, progress.segment, progress.start, taken)
         if consumed is not None:
             done = arguments.whole_number(consumed, "consumed", minimum=0)
             if progress.start + done > size:
@@ -257,10 +269,15 @@ class DatasetReader(EpochLock):
                 )
         position = progress.start + done
         if position >= size and (size or self._pass is not None):  # a pass at its end: the next one starts afresh
-            return self._state(progress.epoch + 1, Segment(len(self)), 0).to_dict()
-        return self._state(progress.epoch, progress.segment, position).to_dict()
+            following = progress.epoch + 1
+            pending = self._pending_after(progress.epoch).get(following)
+            return self._state(following, Segment(len(self)) if pending is None else pending, 0)
+        return self._state(progress.epoch, progress.segment, position)
 
-    def _state(self, epoch: int, segment: Segment, position: int, workers: WorkerProgress | None = None) -> ReaderState:
+    def _state(
+        self, epoch: int, segment: Segment, position: int, workers: WorkerProgress | None = None
+    ) -> dict[str, Any]:
+        ahead = {later: pending.done for later, pending in self._pending_after(epoch).items()}
         return ReaderState(
             dataset=self.manifest.ref,
             split=self.split,
@@ -277,7 +294,8 @@ class DatasetReader(EpochLock):
             position=position,
             done=segment.done,
             workers=workers,
-        )
+            ahead=ahead,
+        ).to_dict()
 
     def load_state_dict(self, state: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> None:
         """Continue from ``state``: the next pass is its epoch, reading what is left of it.
@@ -294,7 +312,7 @@ class DatasetReader(EpochLock):
             states given are not one moment of one job.
         """
         saved = [ReaderState.from_dict(one) for one in _state_list(state)]
-        mine = self._state(0, Segment(len(self)), 0)
+        mine = ReaderState.from_dict(self._state(0, Segment(len(self)), 0))
         for one in saved:
             if one.dataset != mine.dataset:
                 raise ReaderStateError(
@@ -311,7 +329,9 @@ class DatasetReader(EpochLock):
         with self._lock:
             self.epoch = resume.epoch
             self._pass = None
-            self._resume = dataclasses.replace(resume, position=min(resume.position, self._share_size(resume.segment)))
+            first = resume.segments.get(resume.epoch)
+            position = min(resume.position, self._share_size(first)) if first is not None else 0
+            self._resume = dataclasses.replace(resume, position=position) if resume.segments else None
 
     @classmethod
     def from_state_dict(

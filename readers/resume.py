@@ -161,6 +161,8 @@ class ReaderState:
     shuffle_block: int = 1
     done: tuple[Interval, ...] = ()
     workers: WorkerProgress | None = None
+    #: The positions done before the saved segments of later epochs already begun by other workers or ranks.
+    ahead: Mapping[int, tuple[Interval, ...]] = dataclasses.field(default_factory=dict)
 
     @property
     def segment(self) -> Segment:
@@ -171,6 +173,8 @@ class ReaderState:
         state["done"] = [list(pair) for pair in self.done]
         if self.workers is not None:
             state["workers"] = self.workers.to_dict()
+        if self.ahead:
+            state["ahead"] = {str(epoch): [list(pair) for pair in done] for epoch, done in sorted(self.ahead.items())}
         return state
 
     @classmethod
@@ -199,6 +203,7 @@ class ReaderState:
         values["done"] = _parse_done(state.get("done", []), values["rows"])
         if state.get("workers") is not None:
             values["workers"] = WorkerProgress.from_dict(state["workers"])
+        values["ahead"] = _parse_ahead(state.get("ahead", {}), values["rows"], values["epoch"])
         check_remainder(values["remainder"])
         if not 0 <= values["rank"] < values["world_size"]:
             raise ReaderStateError(f"reader state rank {values['rank']} is not one of {values['world_size']} ranks")
@@ -216,6 +221,16 @@ _SCALARS: dict[str, type] = {
 _OPTIONAL = {"shuffle_block": 1}
 
 
+def _parse_ahead(value: Any, rows: int, epoch: int) -> dict[int, tuple[Interval, ...]]:
+    try:
+        ahead = {int(key): _parse_done(done, rows) for key, done in dict(value).items()}
+    except (TypeError, ValueError):
+        raise ReaderStateError(f"reader state 'ahead' must be {{epoch: [[start, stop], ...]}}, got {value!r}") from None
+    if any(later <= epoch for later in ahead):
+        raise ReaderStateError(f"reader state 'ahead' names epochs not after epoch {epoch}: {sorted(ahead)}")
+    return ahead
+
+
 def _parse_done(value: Any, rows: int) -> tuple[Interval, ...]:
     try:
         pairs = [(_whole(start), _whole(stop)) for start, stop in value]
@@ -229,16 +244,19 @@ def _parse_done(value: Any, rows: int) -> tuple[Interval, ...]:
 
 # ------------------------------------------------------------------------------------------------ resuming
 
+#: Positions past the end of any share: what a worker or rank that moved on to a later epoch took of this one.
+_ALL = 1 << 62
+
 
 @dataclass(frozen=True)
 class Resume:
-    """Where the next pass of a loaded reader starts: epoch ``epoch``, segment ``segment``, ``position`` in this
-    rank's share of it, and (in a worker process going on with its own part) ``skip``: the positions of its chunks
-    it read already."""
+    """Where the passes of a loaded reader go on: ``segments``, the part left of each epoch begun (the first at
+    ``epoch``); ``position`` in this rank's share of the first, and (in a worker process going on with its own
+    part) ``skip``: the positions of its chunks it read already."""
 
     epoch: int
-    segment: Segment
-    position: int
+    segments: Mapping[int, Segment]
+    position: int = 0
     skip: int = 0
 
 
@@ -248,35 +266,44 @@ def plan_resume(states: Sequence[ReaderState], rank: int, world_size: int, worke
 
     The same topology, with only rank positions saved, continues each share where it stopped, exactly as the
     uninterrupted epoch would have gone on; so does a worker given its own state back (a loader that restores each
-    worker's state in that worker). Otherwise the positions consumed so far are put together and the positions
-    left become a new segment for this topology.
+    worker's state in that worker). Otherwise the positions consumed so far are put together, epoch by epoch (a
+    worker may have moved on to the next epoch while another finishes this one), and the positions left of each
+    become a segment for this topology.
     """
     own = _own_worker_state(states, rank, world_size, worker)
     if own is not None:
         return own
-    states = _finished_shares_in_their_epoch(states)
     first = states[0]
     for state in states[1:]:
-        if (state.epoch, state.done, state.world_size) != (first.epoch, first.done, first.world_size):
+        if state.world_size != first.world_size:
             raise ReaderStateError(
-                "the states are not of one moment of one job: they differ in epoch, world size or the rows read "
-                f"before (epoch {first.epoch} of {first.world_size} ranks vs epoch {state.epoch} of "
-                f"{state.world_size}); pass the states saved together"
+                f"the states are not of one moment of one job: saved by {first.world_size} and by "
+                f"{state.world_size} ranks; pass the states saved together"
             )
-    progress = _progress_by_rank(states)
-    segment = first.segment
-    if first.world_size == world_size and all(workers is None for _, workers in progress.values()):
-        position, _ = progress[rank]
-        return _next_epoch_if_read(first.epoch, Resume(first.epoch, segment, position), first.rows)
-    by_rank = [
-        list(segment.taken_by_rank(saved_rank, first.world_size, first.remainder, position, workers))
-        for saved_rank, (position, workers) in progress.items()
-    ]
-    shares = [share_bounds(len(segment), saved_rank, first.world_size, first.remainder) for saved_rank in progress]
-    if all(count(taken) >= high - low for taken, (low, high) in zip(by_rank, shares, strict=True)):
-        return Resume(first.epoch + 1, Segment(first.rows), 0)  # every share read (``drop`` leaves a few rows out)
-    left = Segment(first.rows, merged(itertools.chain(segment.done, *by_rank)))
-    return _next_epoch_if_read(first.epoch, Resume(first.epoch, left, 0), first.rows)
+    by_rank = _states_by_rank(states)
+    done = _done_by_epoch(states)
+    epochs = sorted({state.epoch for state in states})
+    if len(epochs) == 1 and first.world_size == world_size and all(s.workers is None for s in states):
+        position = _rank_position(rank, by_rank[rank])  # the same topology goes on with each share
+        segment = Segment(first.rows, done[first.epoch])
+        return Resume(first.epoch, {first.epoch: segment, **_ahead(first, done)}, position)
+    left: dict[int, Segment] = {}
+    for epoch in sorted(done):
+        segment = Segment(first.rows, done[epoch])
+        taken, finished = [], True
+        for saved_rank, saved in by_rank.items():
+            position, workers = _progress_in(epoch, saved_rank, saved)
+            low, high = share_bounds(len(segment), saved_rank, first.world_size, first.remainder)
+            rank_taken = list(segment.taken_by_rank(saved_rank, first.world_size, first.remainder, position, workers))
+            finished = finished and count(rank_taken) >= high - low
+            taken.extend(rank_taken)
+        if not finished:  # every share read: the epoch is over (``drop`` leaves a few rows out)
+            rest = Segment(first.rows, merged(itertools.chain(segment.done, taken)))
+            if len(rest):
+                left[epoch] = rest
+    if not left:
+        return Resume(max(done) + 1, {})
+    return Resume(min(left), left)
 
 
 def _own_worker_state(
@@ -289,72 +316,83 @@ def _own_worker_state(
     index, count = worker
     if (state.rank, state.world_size, workers.count) != (rank, world_size, count) or set(workers.taken) != {index}:
         return None
-    return Resume(state.epoch, state.segment, state.position, skip=workers.taken[index])
+    segments = {state.epoch: state.segment, **_ahead(state, _done_by_epoch(states))}
+    return Resume(state.epoch, segments, state.position, skip=workers.taken[index])
 
 
-def _finished_shares_in_their_epoch(states: Sequence[ReaderState]) -> list[ReaderState]:
-    """The states, a rank's that finished its share (saved as the start of the next epoch) put back at the end of
-    that share, when other ranks' states are still in the epoch."""
-    epoch = min(state.epoch for state in states)
-    unfinished = [state for state in states if state.epoch == epoch]
-    segment_done = unfinished[0].done
-
-    def finished(state: ReaderState) -> bool:
-        return state.epoch == epoch + 1 and state.position == 0 and not state.done and state.workers is None
-
-    if len(unfinished) == len(states) or not all(finished(state) for state in states if state.epoch != epoch):
-        return list(states)
-    at_end = {"epoch": epoch, "done": segment_done, "position": unfinished[0].rows}  # past the end of any share
-    return [state if state.epoch == epoch else dataclasses.replace(state, **at_end) for state in states]
+def _ahead(state: ReaderState, done: Mapping[int, tuple[Interval, ...]]) -> dict[int, Segment]:
+    return {epoch: Segment(state.rows, positions) for epoch, positions in done.items() if epoch > state.epoch}
 
 
-def _next_epoch_if_read(epoch: int, resume: Resume, rows: int) -> Resume:
-    """``resume``, or the start of the next epoch when every row of the epoch was read."""
-    return Resume(epoch + 1, Segment(rows), 0) if len(resume.segment) == 0 else resume
+def _done_by_epoch(states: Sequence[ReaderState]) -> dict[int, tuple[Interval, ...]]:
+    """The positions of each epoch begun that were done before the saved segment of it, as the states agree."""
+    done: dict[int, tuple[Interval, ...]] = {}
+    for state in states:
+        for epoch, positions in ((state.epoch, state.done), *state.ahead.items()):
+            if done.setdefault(epoch, positions) != positions:
+                raise ReaderStateError(
+                    f"the states are not of one moment of one job: they differ in the rows of epoch {epoch} read "
+                    "before; pass the states saved together"
+                )
+    return done
 
 
-def _progress_by_rank(states: Sequence[ReaderState]) -> dict[int, tuple[int, WorkerProgress | None]]:
-    """Each saved rank's ``(position, workers)``, its workers' states put together; one rank's stands for all."""
+def _states_by_rank(states: Sequence[ReaderState]) -> dict[int, list[ReaderState]]:
+    """The states of each saved rank; one rank's stand for every rank (ranks in step)."""
     by_rank: dict[int, list[ReaderState]] = {}
     for state in states:
         by_rank.setdefault(state.rank, []).append(state)
     world_size = states[0].world_size
-    progress = {rank: _merge_workers(rank, saved) for rank, saved in by_rank.items()}
-    if len(progress) == 1 and world_size > 1:  # one rank's state: every rank consumed in step
-        only = next(iter(progress.values()))
+    if len(by_rank) == 1 and world_size > 1:
+        only = next(iter(by_rank.values()))
         return dict.fromkeys(range(world_size), only)
-    missing = sorted(set(range(world_size)) - set(progress))
+    missing = sorted(set(range(world_size)) - set(by_rank))
     if missing:
         raise ReaderStateError(
             f"the states of ranks {', '.join(map(str, missing))} of {world_size} are missing: pass every rank's "
             "state, or one rank's when the ranks consume in step"
         )
-    return progress
+    return by_rank
 
 
-def _merge_workers(rank: int, states: list[ReaderState]) -> tuple[int, WorkerProgress | None]:
-    """A rank's ``(position, workers)`` from its state, or from its workers' states put together."""
+def _rank_position(rank: int, states: list[ReaderState]) -> int:
     positions = {state.position for state in states}
     if len(positions) > 1:
         raise ReaderStateError(f"rank {rank} has states at different positions ({sorted(positions)})")
+    return positions.pop()
+
+
+def _progress_in(epoch: int, rank: int, states: list[ReaderState]) -> tuple[int, WorkerProgress | None]:
+    """How far rank ``rank`` got in ``epoch``: ``(position, workers)``, from its states (or its workers' states)
+    there; a state of a later epoch means its rank (or worker) read all of its part of this one, of an earlier
+    epoch none of it."""
+    here = [state for state in states if state.epoch == epoch]
     if all(state.workers is None for state in states):
-        return positions.pop(), None
+        if len(states) > 1 and len(here) != len(states):
+            raise ReaderStateError(f"rank {rank} has several states of different epochs")
+        if here:
+            return _rank_position(rank, here), None
+        return (_ALL if states[0].epoch > epoch else 0), None
     if any(state.workers is None for state in states):
         raise ReaderStateError(f"rank {rank} has both a rank's state and its workers' states")
     shape = {(state.workers.count, state.workers.chunk) for state in states if state.workers is not None}
     if len(shape) > 1:
         raise ReaderStateError(f"the states of rank {rank}'s workers are of different worker counts: {sorted(shape)}")
-    count, chunk = shape.pop()
+    workers, chunk = shape.pop()
     taken: dict[int, int] = {}
     for state in states:
         assert state.workers is not None
-        for worker, number in state.workers.taken.items():
-            if taken.setdefault(worker, number) != number:
-                raise ReaderStateError(f"rank {rank} worker {worker} has two states ({taken[worker]}, {number})")
-    missing = sorted(set(range(count)) - set(taken))
+        for index, number in state.workers.taken.items():
+            if state.epoch != epoch:
+                number = _ALL if state.epoch > epoch else 0
+            if taken.setdefault(index, number) != number:
+                raise ReaderStateError(f"rank {rank} worker {index} has two states ({taken[index]}, {number})")
+    missing = sorted(set(range(workers)) - set(taken))
     if missing:
         raise ReaderStateError(
             f"the states of workers {', '.join(map(str, missing))} of rank {rank} are missing: pass every worker's "
             "state (a StatefulDataLoader's state_dict() holds them all)"
         )
-    return positions.pop(), WorkerProgress(count, chunk, taken)
+    # A pass begun after the resume starts at position 0; the states in the epoch say where theirs began.
+    position = _rank_position(rank, here) if here else 0
+    return position, WorkerProgress(workers, chunk, taken)

@@ -239,3 +239,30 @@ def test_a_ledger_is_compact_and_survives_its_file(tmp_path: Path) -> None:
     (tmp_path / "bad.json").write_text('{"format": 1, "rows": 5, "epochs": {"0": {"seen": "!!"}}}')
     with pytest.raises(ReaderStateError, match=r"bad\.json: a ledger epoch is damaged"):
         Ledger.load(tmp_path / "bad.json")
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_workers_in_different_epochs_resume_both_epochs_exactly(store: Store, shuffle: bool) -> None:
+    """Worker 0 finished its part of epoch 0 and began epoch 1 while worker 1 was still in epoch 0 (a worker that
+    restarts a part of a mixture does this): the states of both epochs resume under 2 ranks of 3 workers."""
+    options = {"shuffle": shuffle, "seed": 3, "remainder": "uneven", "with_row": True}
+    main = reader("packed", store, **options)
+    copies = [_worker_copy(main, worker, 2) for worker in range(2)]
+    ledger = Ledger(ROWS)
+    _take(copies[0](), ledger, 0, None)  # all of worker 0's chunks of epoch 0
+    _take(copies[0](), ledger, 1, 7)  # and 7 samples of its chunks of epoch 1
+    _take(copies[1](), ledger, 0, 20)
+    states = [json.loads(json.dumps(copy.state_dict())) for copy in copies]
+    assert [state["epoch"] for state in states] == [1, 0]
+    ledgers = [ledger]
+    for rank in range(2):
+        resumed = reader("packed", store, rank=rank, world_size=2, **options)
+        resumed.load_state_dict(states)
+        assert resumed.epoch == 0
+        workers = [_worker_copy(resumed, worker, 3) for worker in range(3)]
+        for epoch in (0, 1):
+            ledgers.append(Ledger(ROWS))
+            for copy in workers:
+                _take(copy(), ledgers[-1], epoch, None)
+    reports = check(ledgers)
+    assert [(report.epoch, report.exact) for report in reports] == [(0, True), (1, True)], reports
