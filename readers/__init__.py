@@ -3,8 +3,8 @@ pipes and the task master.
 
 ``reader`` and :class:`DatasetReader` are in ``dataset.py`` (their plans in ``sharding.py``); the decorators in
 ``decorators/``; :class:`DataLoader` in ``dataloader/``; the threads and processes behind both in ``workers/``;
-states and elastic resume in ``resume.py``; the visitation ledger in ``ledger.py``; the stream format in
-``stream.py``; the task master and :func:`dist_reader` in ``master/``.
+states and elastic resume in ``resume.py``; the visitation ledger in ``ledger.py``; weighted mixtures in
+``mixture.py``; the stream format in ``stream.py``; the task master and :func:`dist_reader` in ``master/``.
 """
 
 from datamount.readers.dataloader import DataLoader
@@ -37,6 +37,7 @@ from datamount.readers.errors import (
 )
 from datamount.readers.ledger import Ledger
 from datamount.readers.master import DistReader, connect, dist_reader, start_master, stop_master
+from datamount.readers.mixture import Mixture, mix
 from datamount.readers.stream import import_stream, read_from, stream_reader, write_to
 
 __all__ = [
@@ -50,6 +51,7 @@ __all__ = [
     "MasterFinishedError",
     "MasterNotFoundError",
     "MasterUnavailableError",
+    "Mixture",
     "NotPicklableError",
     "ReaderStateError",
     "SharedMemoryError",
@@ -66,6 +68,7 @@ __all__ = [
     "firstn",
     "import_stream",
     "map_readers",
+    "mix",
     "multiprocess_reader",
     "read_from",
     "reader",

@@ -288,8 +288,8 @@ def plan_resume(states: Sequence[ReaderState], rank: int, world_size: int, worke
         segment = Segment(first.rows, done[first.epoch])
         return Resume(first.epoch, {first.epoch: segment, **_ahead(first, done)}, position)
     left: dict[int, Segment] = {}
-    for epoch in sorted(done):
-        segment = Segment(first.rows, done[epoch])
+    for epoch in range(min(done), max(done) + 1):  # an epoch no state is in was begun too, by those past it
+        segment = Segment(first.rows, done.get(epoch, ()))
         taken, finished = [], True
         for saved_rank, saved in by_rank.items():
             position, workers = _progress_in(epoch, saved_rank, saved)

@@ -20,21 +20,22 @@ except ImportError as exc:  # pragma: no cover - exercised only without torch
 
 from datamount.readers.dataset import DatasetReader
 from datamount.readers.errors import ReaderStateError
+from datamount.readers.mixture import Mixture
 
 __all__ = ["ReaderDataset", "RowDataset", "StatefulDataLoader", "reader_states"]
 
 
 class ReaderDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
-    """An iterable dataset over a :class:`~datamount.readers.DatasetReader`: each iteration is one pass (one epoch)
-    of this rank's share, split among the DataLoader's workers.
+    """An iterable dataset over a :class:`~datamount.readers.DatasetReader` or a :class:`~datamount.readers.Mixture`:
+    each iteration is one pass (one epoch) of this rank's share, split among the DataLoader's workers.
 
     With torch's own DataLoader and ``num_workers > 0``, call :meth:`set_epoch` before each epoch (the workers read
     copies of this dataset); :class:`StatefulDataLoader` moves the epoch on by itself.
     """
 
-    def __init__(self, samples: DatasetReader) -> None:
-        if not isinstance(samples, DatasetReader):
-            raise TypeError(f"ReaderDataset takes a reader(...) (a DatasetReader), not {type(samples).__name__}")
+    def __init__(self, samples: DatasetReader | Mixture) -> None:
+        if not isinstance(samples, (DatasetReader, Mixture)):
+            raise TypeError(f"ReaderDataset takes a reader(...) or a mix(...), not {type(samples).__name__}")
         self.samples = samples
 
     def __repr__(self) -> str:
@@ -44,8 +45,8 @@ class ReaderDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
         return iter(self.samples())
 
     def __len__(self) -> int:
-        """Samples of this rank's share of an epoch (all workers together)."""
-        return self.samples.share_size
+        """Samples of this rank's share of an epoch (all workers together); a mixture's ``samples``."""
+        return len(self.samples) if isinstance(self.samples, Mixture) else self.samples.share_size
 
     @property
     def epoch(self) -> int:
@@ -87,13 +88,13 @@ class RowDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
 
 
 def reader_states(state: Any) -> list[Mapping[str, Any]]:
-    """The reader states inside ``state``: a reader's own, a list of them, or a (Stateful)DataLoader's state, which
-    holds one per worker however its keys are laid out."""
+    """The reader (or mixture) states inside ``state``: a reader's own, a list of them, or a (Stateful)DataLoader's
+    state, which holds one per worker however its keys are laid out."""
     found: list[Mapping[str, Any]] = []
 
     def collect(value: Any) -> None:
         if isinstance(value, Mapping):
-            if "fingerprint" in value and "format" in value and "dataset" in value:
+            if "format" in value and ("mixture" in value or ("fingerprint" in value and "dataset" in value)):
                 found.append(value)
                 return
             for inner in value.values():

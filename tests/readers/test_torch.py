@@ -163,5 +163,41 @@ def test_a_row_dataset_gives_random_access_for_samplers(store: Store) -> None:
 def test_states_from_elsewhere_are_refused_clearly(store: Store) -> None:
     with pytest.raises(ReaderStateError, match="no datamount reader state"):
         reader_states({"_snapshot": {"something": 1}})
-    with pytest.raises(TypeError, match="ReaderDataset takes a reader"):
+    with pytest.raises(TypeError, match=r"ReaderDataset takes a reader\(\.\.\.\) or a mix"):
         ReaderDataset([1, 2, 3])  # type: ignore[arg-type]
+
+
+def test_a_mixture_in_a_stateful_loader_resumes_with_other_workers(store: Store, tmp_path: Path) -> None:
+    """A mixture of two parts (packed and shuffled; unpacked, drawn a quarter of the time) in 2 workers, saved
+    mid-pass, resumed in 3: no part row twice in a part epoch, and with all_exhausted each part's first epoch read
+    whole."""
+    from datamount.readers import mix
+
+    def mixture() -> ReaderDataset:
+        parts = {
+            "rows": reader("rows", store, shuffle=True, seed=1, remainder="uneven", with_row=True),
+            "few": reader("rows", store, split=None, rows_per_span=4, use_shards=False, with_row=True),
+        }
+        return ReaderDataset(mix({"rows": 3, "few": 1}, readers=parts, stop="all_exhausted", with_part=True))
+
+    ledgers = {"rows": Ledger(ROWS), "few": Ledger(ROWS)}
+
+    def take_mixed(loader: Any, batches: int | None) -> None:
+        for taken, (names, epochs, rows, sources, _) in enumerate(loader, start=1):
+            for name, epoch, row, source in zip(names, epochs.tolist(), rows.tolist(), sources, strict=True):
+                assert source == f"s{row}"
+                ledgers[name].record(epoch, row)
+            if taken == batches:
+                return
+
+    first = StatefulDataLoader(mixture(), batch_size=BATCH, num_workers=2)
+    take_mixed(first, 20)
+    state = json.loads(json.dumps(first.state_dict()))
+    del first
+    resumed = StatefulDataLoader(mixture(), batch_size=BATCH, num_workers=3)
+    resumed.load_state_dict(state)
+    take_mixed(resumed, None)
+    for name, ledger in ledgers.items():
+        reports = check([ledger])
+        assert all(report.duplicates == 0 for report in reports), (name, reports)
+        assert reports[0].exact, (name, reports[0])

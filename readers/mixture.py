@@ -1,0 +1,289 @@
+"""Weighted mixtures of datasets: ``mix({"web": 0.7, "books": 0.2, "code": 0.1})``.
+
+A mixture's pass draws, sample after sample, which part the next sample comes from, with the parts' weights as
+probabilities, from a generator seeded with ``(seed, epoch, worker, resumes)``: the same on every rank (the ranks'
+batches have the same mix) and in every run. Each part is a :class:`~datamount.readers.DatasetReader` with its own
+version pin, store, shuffle and sharding, read as it would be alone: rank shares, worker chunks, and a state that
+resumes on any topology. When a part runs out, the stop rule decides:
+
+- ``"first_exhausted"``: the pass ends (each part read at most once in it);
+- ``"all_exhausted"``: the part starts its next epoch, until every part has run out at least once (the small parts
+  are read again, so the large ones are read whole);
+- ``samples=N``: the pass is N samples per rank; parts start their next epoch whenever they run out.
+
+A part's epochs within mixture pass ``e`` are numbered ``e * EPOCH_STRIDE + k`` (its ``k``-th restart), so each
+pass's order is fixed by the seed and the pass, whatever the workers did before. A state (``state_dict()``) holds the
+parts' states and the pass's counts; a list of them (every rank's or worker's) resumes on any number of ranks and
+workers, each part's rows read at most once per part epoch and every part epoch that ran out read exactly once
+(``"uneven"``; ``docs/sharding.md`` for the other remainder rules). The weights may change at a resume: the choices
+from then on follow the new ones.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from datamount.readers.dataset import DatasetReader, reader
+from datamount.readers.errors import ReaderStateError
+from datamount.readers.sharding import check_worker, torch_worker
+from datamount.readers.workers import EpochLock, close_iterator
+from datamount.storage import Store, arguments
+
+__all__ = ["EPOCH_STRIDE", "STOP_RULES", "Mixture", "mix"]
+
+STOP_RULES = ("first_exhausted", "all_exhausted")
+#: A part's epoch in mixture pass ``e`` is ``e * EPOCH_STRIDE + k``, ``k`` the part's restarts in that pass.
+EPOCH_STRIDE = 1 << 20
+MIXTURE_STATE_FORMAT = 1
+#: Choices drawn at a time.
+CHOICES_AT_ONCE = 4096
+
+
+def mix(
+    weights: Mapping[str, float],
+    store: Store | str | None = None,
+    *,
+    readers: Mapping[str, DatasetReader] | None = None,
+    seed: int = 0,
+    stop: str = "first_exhausted",
+    samples: int | None = None,
+    with_part: bool = False,
+    **reader_options: Any,
+) -> Mixture:
+    """A mixture of datasets, each sample drawn from part ``name`` with probability ``weights[name]`` (normalised).
+
+    Parameters
+    ----------
+    weights
+        ``{name: weight}``: each name is a dataset (``name`` or ``name@N``) read with ``reader(name, store,
+        **reader_options)``, or a key of ``readers``. Weights are positive numbers; they need not add up to 1.
+    readers
+        Readers made beforehand, for parts that need their own store, split, shuffle or other options.
+    seed
+        Seeds the choices (and, unless given in ``reader_options``, nothing else: each part has its own seed).
+    stop, samples
+        When a pass ends: ``"first_exhausted"`` (default), ``"all_exhausted"``, or after ``samples`` samples per
+        rank (parts restart as they run out); see the module's documentation.
+    with_part
+        Put the part's name and the part's epoch first in each sample: ``(name, part_epoch, *sample)`` (with
+        ``with_row=True`` on the parts, a :class:`~datamount.readers.Ledger` per part can record what was read).
+    """
+    readers = dict(readers or {})
+    parts = {name: readers[name] if name in readers else reader(name, store, **reader_options) for name in weights}
+    unused = sorted(set(readers) - set(weights))
+    if unused:
+        raise ValueError(f"readers {', '.join(unused)} have no weight: give every part a weight")
+    return Mixture(parts, weights, seed=seed, stop=stop, samples=samples, with_part=with_part)
+
+
+class Mixture(EpochLock):
+    """Passes over a weighted mixture of dataset readers; see :func:`mix`. Picklable: worker processes take it."""
+
+    def __init__(
+        self,
+        parts: Mapping[str, DatasetReader],
+        weights: Mapping[str, float],
+        *,
+        seed: int = 0,
+        stop: str = "first_exhausted",
+        samples: int | None = None,
+        with_part: bool = False,
+    ) -> None:
+        if not parts:
+            raise ValueError("a mixture needs at least one part")
+        if set(parts) != set(weights):
+            raise ValueError(f"parts {sorted(parts)} and weights {sorted(weights)} name different datasets")
+        for name, part in parts.items():
+            if not isinstance(part, DatasetReader):
+                raise TypeError(f"part {name!r} must be a reader(...) (a DatasetReader), not {type(part).__name__}")
+        self.parts = dict(parts)
+        self.weights = _checked_weights(weights)
+        self.seed = arguments.whole_number(seed, "seed")
+        self.stop = str(arguments.one_of(stop, "stop", STOP_RULES))
+        self.samples = None if samples is None else arguments.whole_number(samples, "samples", minimum=1)
+        self.with_part = arguments.boolean(with_part, "with_part")
+        self.epoch = 0
+        self._worker: tuple[int, int] | None = None
+        self._resumes = 0
+        self._loaded: tuple[int, int, frozenset[str]] | None = None  # (epoch, samples taken, parts run out)
+        self._pass: dict[str, Any] | None = None
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        mixed = ", ".join(f"{name}: {weight:.3g}" for name, weight in self.weights.items())
+        return f"Mixture({{{mixed}}}, stop={self.stop!r}, samples={self.samples})"
+
+    @property
+    def readers(self) -> list[DatasetReader]:
+        """The parts' readers (for the decorators and workers, which look for ``readers``)."""
+        return list(self.parts.values())
+
+    def __len__(self) -> int:
+        if self.samples is None:
+            raise TypeError("a mixture's pass has a length only with samples=N")
+        return self.samples
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make the next pass epoch ``epoch``."""
+        with self._lock:
+            self.epoch = arguments.whole_number(epoch, "epoch", minimum=0)
+
+    def _advance_epoch(self, by: int) -> None:
+        """A copy runs the next pass in a worker process (``by=1``), or it is taken back (``by=-1``)."""
+        with self._lock:
+            self.epoch += by
+
+    def _assign_worker(self, index: int, count: int) -> None:
+        self._worker = check_worker(index, count)
+        for part in self.parts.values():
+            part._assign_worker(index, count)
+
+    def _worker_slot(self) -> tuple[int, int]:
+        return self._worker or torch_worker() or (0, 1)
+
+    # --------------------------------------------------------------------------------------------------- passes
+
+    def __call__(self) -> Iterator[tuple[Any, ...]]:
+        """One pass of the mixture (epoch :attr:`epoch`, which then moves on by one)."""
+        with self._lock:
+            epoch = self.epoch
+            self.epoch += 1
+            loaded = self._loaded if self._loaded is not None and self._loaded[0] == epoch else None
+        worker, workers = self._worker_slot()
+        progress: dict[str, Any] = {
+            "epoch": epoch,
+            "taken": loaded[1] if loaded else 0,
+            "exhausted": set(loaded[2]) if loaded else set(),
+            "ended": False,
+            "resumes": self._resumes,
+            "worker": (worker, workers),
+        }
+        self._pass = progress
+        if not loaded:
+            for part in self.parts.values():
+                part.set_epoch(epoch * EPOCH_STRIDE)
+        quota = None
+        if self.samples is not None:
+            left = self.samples - progress["taken"]
+            quota = max(left // workers + (worker < left % workers), 0)
+        return self._samples(progress, quota)
+
+    def _samples(self, progress: dict[str, Any], quota: int | None) -> Iterator[tuple[Any, ...]]:
+        running = {name: iter(part()) for name, part in self.parts.items()}
+        produced = 0
+        try:
+            for name in self._choices(progress):
+                sample = next(running[name], None)
+                if sample is None:
+                    progress["exhausted"].add(name)
+                    if quota is None and self._pass_ends(progress["exhausted"]):
+                        break
+                    running[name] = iter(self.parts[name]())  # the part's next epoch
+                    sample = next(running[name], None)
+                    if sample is None:  # no rows for this rank or worker: never chosen again in this pass
+                        progress.setdefault("empty", set()).add(name)
+                        continue
+                progress["taken"] += 1
+                produced += 1
+                yield (name, self.parts[name].epoch - 1, *sample) if self.with_part else sample
+                if quota is not None and produced >= quota:
+                    break
+            progress["ended"] = True
+        finally:
+            for iterator in running.values():
+                close_iterator(iterator)
+
+    def _choices(self, progress: dict[str, Any]) -> Iterator[str]:
+        """The part of each next sample, drawn by weight, endlessly (until every part is empty here)."""
+        names = list(self.parts)
+        weights = np.array([self.weights[name] for name in names])
+        worker = progress["worker"][0]
+        generator = np.random.default_rng([self.seed % 2**64, progress["epoch"], worker, progress["resumes"]])
+        empty: set[str] = progress.setdefault("empty", set())
+        while len(empty) < len(names):
+            for index in generator.choice(len(names), size=CHOICES_AT_ONCE, p=weights / weights.sum()):
+                if names[index] not in empty:
+                    yield names[index]
+
+    def _pass_ends(self, exhausted: set[str]) -> bool:
+        return self.stop == "first_exhausted" or exhausted == set(self.parts)
+
+    # ---------------------------------------------------------------------------------------------------- state
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the mixture stands in this process (a worker process: its part): the pass, its counts and every
+        part's reader state. Save the states of every rank (or one rank's, the ranks being in step)."""
+        progress = self._pass
+        worker, workers = self._worker_slot()
+        if progress is None:
+            epoch, taken, exhausted, ended = self.epoch, 0, set(), False
+            if self._loaded is not None and self._loaded[0] == epoch:
+                taken, exhausted = self._loaded[1], set(self._loaded[2])
+        else:
+            epoch, taken, exhausted, ended = (progress[key] for key in ("epoch", "taken", "exhausted", "ended"))
+        any_part = next(iter(self.parts.values()))
+        return {
+            "format": MIXTURE_STATE_FORMAT,
+            "mixture": sorted(self.parts),
+            "epoch": epoch,
+            "taken": taken,
+            "exhausted": sorted(exhausted),
+            "ended": ended,
+            "resumes": self._resumes,
+            "rank": any_part.rank,
+            "world_size": any_part.world_size,
+            "worker": [worker, workers],
+            "parts": {name: part.state_dict() for name, part in self.parts.items()},
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> None:
+        """Continue from ``state`` (a :meth:`state_dict`) or a list of them: every rank's (or one rank's, the ranks
+        being in step), each rank's as one state or one per worker. Any number of ranks and workers may load them;
+        the weights may differ from the saved ones."""
+        states = [state] if isinstance(state, Mapping) else list(state)
+        for one in states:
+            if not isinstance(one, Mapping) or one.get("format") != MIXTURE_STATE_FORMAT or "mixture" not in one:
+                raise ReaderStateError(f"not a mixture state (from Mixture.state_dict()): {str(one)[:80]!r}")
+            if sorted(one["mixture"]) != sorted(self.parts):
+                raise ReaderStateError(
+                    f"the state mixes {sorted(one['mixture'])} and this mixture {sorted(self.parts)}: the parts must "
+                    "be the same datasets"
+                )
+        epoch = min(int(one["epoch"]) for one in states)
+        in_pass = [one for one in states if int(one["epoch"]) == epoch]
+        over = all(one.get("ended") for one in in_pass)
+        with self._lock:
+            self._resumes = max(int(one["resumes"]) for one in states) + 1
+            self._pass = None
+            if over:  # every process had finished the pass: the next one starts afresh
+                self.epoch, self._loaded = epoch + 1, None
+                return
+            # The parts go on from every process's part states; the pass's counts are carried over.
+            for name, part in self.parts.items():
+                part.load_state_dict([one["parts"][name] for one in states])
+            # A part has run out in this pass when it ran out in every process: each new one reads the rest of it.
+            exhausted = frozenset.intersection(*(frozenset(one["exhausted"]) for one in in_pass))
+            self.epoch, self._loaded = epoch, (epoch, _rank_taken(in_pass), exhausted)
+
+
+def _rank_taken(states: list[Mapping[str, Any]]) -> int:
+    """Samples one rank took in the pass: its workers' counts added up (the ranks are in step)."""
+    ranks: dict[int, int] = {}
+    for one in states:
+        ranks[int(one["rank"])] = ranks.get(int(one["rank"]), 0) + int(one["taken"])
+    return max(ranks.values(), default=0)
+
+
+def _checked_weights(weights: Mapping[str, float]) -> dict[str, float]:
+    checked = {}
+    for name, weight in weights.items():
+        number = float(weight) if isinstance(weight, (int, float)) and not isinstance(weight, bool) else math.nan
+        if not 0 < number < math.inf:
+            raise ValueError(f"the weight of part {name!r} must be a number > 0, got {weight!r}")
+        checked[name] = number
+    return checked
