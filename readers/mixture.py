@@ -111,7 +111,7 @@ class Mixture(EpochLock):
         self._worker: tuple[int, int] | None = None
         self._resumes = 0
         self._loaded: tuple[int, int, frozenset[str]] | None = None  # (epoch, samples taken, parts run out)
-        self._pass: dict[str, Any] | None = None
+        self._pass: _Pass | None = None
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -155,60 +155,67 @@ class Mixture(EpochLock):
             self.epoch += 1
             loaded = self._loaded if self._loaded is not None and self._loaded[0] == epoch else None
         worker, workers = self._worker_slot()
-        progress: dict[str, Any] = {
-            "epoch": epoch,
-            "taken": loaded[1] if loaded else 0,
-            "exhausted": set(loaded[2]) if loaded else set(),
-            "ended": False,
-            "resumes": self._resumes,
-            "worker": (worker, workers),
-        }
+        progress = _Pass(epoch, worker, self._resumes, loaded[1] if loaded else 0, set(loaded[2]) if loaded else set())
         self._pass = progress
         if not loaded:
             for part in self.parts.values():
                 part.set_epoch(epoch * EPOCH_STRIDE)
         quota = None
         if self.samples is not None:
-            left = self.samples - progress["taken"]
+            left = self.samples - progress.taken
             quota = max(left // workers + (worker < left % workers), 0)
         return self._samples(progress, quota)
 
-    def _samples(self, progress: dict[str, Any], quota: int | None) -> Iterator[tuple[Any, ...]]:
+    def _samples(self, progress: _Pass, quota: int | None) -> Iterator[tuple[Any, ...]]:
+        """The pass's samples, each counted into ``progress`` as it is handed out."""
+        end = -1 if quota is None else progress.taken + quota
+        if progress.taken == end:
+            progress.ended = True
+            return
         running = {name: iter(part()) for name, part in self.parts.items()}
-        produced = 0
+        nexts = {name: iterator.__next__ for name, iterator in running.items()}
+        epochs = {name: part.epoch - 1 for name, part in self.parts.items()}  # each part's pass begun
+        with_part, until_all_run_out = self.with_part, self.samples is None
         try:
-            for name in self._choices(progress):
-                sample = next(running[name], None)
-                if sample is None:
-                    progress["exhausted"].add(name)
-                    if quota is None and self._pass_ends(progress["exhausted"]):
-                        break
-                    running[name] = iter(self.parts[name]())  # the part's next epoch
-                    sample = next(running[name], None)
-                    if sample is None:  # no rows for this rank or worker: never chosen again in this pass
-                        progress.setdefault("empty", set()).add(name)
-                        continue
-                progress["taken"] += 1
-                produced += 1
-                yield (name, self.parts[name].epoch - 1, *sample) if self.with_part else sample
-                if quota is not None and produced >= quota:
-                    break
-            progress["ended"] = True
+            for block in self._choices(progress):
+                for name in block:
+                    try:
+                        sample = nexts[name]()
+                    except StopIteration:
+                        progress.exhausted.add(name)
+                        if until_all_run_out and self._pass_ends(progress.exhausted):
+                            progress.ended = True
+                            return
+                        close_iterator(running[name])
+                        running[name] = iter(self.parts[name]())  # the part's next epoch
+                        nexts[name], epochs[name] = running[name].__next__, self.parts[name].epoch - 1
+                        sample = next(running[name], None)
+                        if sample is None:  # no rows for this rank or worker: never chosen again in this pass
+                            progress.empty.add(name)
+                            break  # draw the next block without it
+                    progress.taken += 1
+                    yield (name, epochs[name], *sample) if with_part else sample
+                    if progress.taken == end:
+                        progress.ended = True
+                        return
+            progress.ended = True  # every part is empty here
         finally:
             for iterator in running.values():
                 close_iterator(iterator)
 
-    def _choices(self, progress: dict[str, Any]) -> Iterator[str]:
-        """The part of each next sample, drawn by weight, endlessly (until every part is empty here)."""
-        names = list(self.parts)
-        weights = np.array([self.weights[name] for name in names])
-        worker = progress["worker"][0]
-        generator = np.random.default_rng([self.seed % 2**64, progress["epoch"], worker, progress["resumes"]])
-        empty: set[str] = progress.setdefault("empty", set())
-        while len(empty) < len(names):
-            for index in generator.choice(len(names), size=CHOICES_AT_ONCE, p=weights / weights.sum()):
-                if names[index] not in empty:
-                    yield names[index]
+    def _choices(self, progress: _Pass) -> Iterator[list[str]]:
+        """Blocks of the parts of the next samples, drawn by weight, endlessly (until every part is empty here); a
+        block is cut short where a part turned out empty."""
+        names = np.array(list(self.parts), dtype=object)
+        weights = np.array([self.weights[name] for name in self.parts])
+        generator = np.random.default_rng([self.seed % 2**64, progress.epoch, progress.worker, progress.resumes])
+        drawn: list[str] = []
+        while len(progress.empty) < len(names):
+            if not drawn:
+                drawn = names[generator.choice(len(names), size=CHOICES_AT_ONCE, p=weights / weights.sum())].tolist()
+            block = [name for name in drawn if name not in progress.empty] if progress.empty else drawn
+            drawn = []
+            yield block
 
     def _pass_ends(self, exhausted: set[str]) -> bool:
         return self.stop == "first_exhausted" or exhausted == set(self.parts)
@@ -225,7 +232,7 @@ class Mixture(EpochLock):
             if self._loaded is not None and self._loaded[0] == epoch:
                 taken, exhausted = self._loaded[1], set(self._loaded[2])
         else:
-            epoch, taken, exhausted, ended = (progress[key] for key in ("epoch", "taken", "exhausted", "ended"))
+            epoch, taken, exhausted, ended = progress.epoch, progress.taken, progress.exhausted, progress.ended
         any_part = next(iter(self.parts.values()))
         return {
             "format": MIXTURE_STATE_FORMAT,
@@ -269,6 +276,19 @@ class Mixture(EpochLock):
             # A part has run out in this pass when it ran out in every process: each new one reads the rest of it.
             exhausted = frozenset.intersection(*(frozenset(one["exhausted"]) for one in in_pass))
             self.epoch, self._loaded = epoch, (epoch, _rank_taken(in_pass), exhausted)
+
+
+class _Pass:
+    """A mixture pass that has begun in this process: its epoch, this worker, the samples taken (counted as they are
+    handed out), the parts that ran out and those with no rows here, and whether it ended."""
+
+    __slots__ = ("empty", "ended", "epoch", "exhausted", "resumes", "taken", "worker")
+
+    def __init__(self, epoch: int, worker: int, resumes: int, taken: int, exhausted: set[str]) -> None:
+        self.epoch, self.worker, self.resumes = epoch, worker, resumes
+        self.taken, self.exhausted = taken, exhausted
+        self.empty: set[str] = set()
+        self.ended = False
 
 
 def _rank_taken(states: list[Mapping[str, Any]]) -> int:
