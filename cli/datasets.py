@@ -27,6 +27,7 @@ from datamount.datasets import pack as pack_version
 from datamount.datasets import repair as repair_version
 from datamount.datasets import upload as upload_list
 from datamount.datasets import verify as verify_version
+from datamount.datasets.rows.split import parse_fractions, row_splits
 from datamount.readers import reader
 from datamount.storage import Store
 from datamount.storage.redact import redact_url
@@ -50,6 +51,13 @@ from datamount.storage.redact import redact_url
     help="Store the version as Parquet shards: an image list's files go straight into them (no object per file).",
 )
 @shard_size_option("With --pack: bytes per shard.")
+@click.option(
+    "--split",
+    "split_text",
+    metavar="NAME=FRACTION,...",
+    help="Split the rows, e.g. train=0.9,val=0.1: each row's split drawn from its number and --seed.",
+)
+@click.option("--seed", "split_seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of --split.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 def upload(
     list_file: str,
@@ -60,13 +68,23 @@ def upload(
     follow_links: bool,
     then_pack: bool,
     shard_bytes: int,
+    split_text: str | None,
+    split_seed: int,
     quiet: bool,
 ) -> None:
     """Upload the samples of LIST_FILE as a new version of dataset NAME.
 
     The list is checked as a whole first (nothing is written if any line is wrong); running the same command again
-    after an interruption sends only what is missing.
+    after an interruption sends only what is missing. With --split, read a split with reader(NAME, split="train").
     """
+    try:
+        split = parse_fractions(split_text) if split_text is not None else None
+        if split is not None:
+            row_splits(split, split_seed, 0)  # a wrong split is a usage error, found before the upload
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--split") from None
+    if split is None and split_seed:
+        raise click.UsageError("--seed goes with --split")
     with ProgressBar(quiet=quiet) as bar:
         result = upload_list(
             list_file,
@@ -78,8 +96,12 @@ def upload(
             packed=then_pack,
             shard_bytes=shard_bytes,
             follow_links=follow_links,
+            split=split,
+            split_seed=split_seed,
         )
     m = result.manifest
+    if m.splits and result.created:
+        click.echo("splits: " + ", ".join(f"{split} {rows} rows" for split, rows in m.splits.items()))
     if then_pack:
         stored = "" if m.objects else ", its files stored only there"
         click.echo(f"{m.ref} is packed in {len(m.shards)} shard(s){stored}")
@@ -218,6 +240,8 @@ def info(name: str, store: Store, as_json: bool) -> None:
         ("created", manifest.created),
         ("source", manifest.source),
     ]
+    if manifest.splits:
+        fields.append(("splits", ", ".join(f"{split} {rows:,} rows" for split, rows in manifest.splits.items())))
     echo_fields(fields)
 
 

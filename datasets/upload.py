@@ -5,16 +5,17 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from datamount.datasets import catalog, layout
 from datamount.datasets.listfile import ParsedList, parse_list
-from datamount.datasets.manifest import FileEntry, Kind, Manifest
+from datamount.datasets.manifest import SPLITS_KEY, FileEntry, Kind, Manifest
 from datamount.datasets.names import validate_name
 from datamount.datasets.pack import pack
 from datamount.datasets.progress import Progress, Silent
+from datamount.datasets.rows.split import row_splits
 from datamount.datasets.shard_writer import DEFAULT_ROW_GROUP_BYTES, DEFAULT_SHARD_BYTES, check_sizes
 from datamount.datasets.upload_shards import commit_packed
 from datamount.storage import Store, arguments, open_store
@@ -51,6 +52,8 @@ def upload(
     shard_bytes: int = DEFAULT_SHARD_BYTES,
     row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES,
     follow_links: bool = False,
+    split: Mapping[str, float] | None = None,
+    split_seed: int = 0,
 ) -> UploadResult:
     """Upload the samples of ``list_file`` as a new version of dataset ``name``.
 
@@ -83,6 +86,9 @@ def upload(
         Store the version as shards of these sizes (as ``pack`` cuts them).
     follow_links
         Read image files through links that lead outside the root (refused by default).
+    split, split_seed
+        Splits of the rows, ``{name: fraction}`` (adding up to 1), each row put in one by a hash of its number and
+        ``split_seed`` (:mod:`.rows.split`): recorded in the manifest, read with ``reader(name, split="train")``.
     """
     validate_name(name)
     if packed:
@@ -104,13 +110,17 @@ def upload(
         list_size=len(list_bytes),
         source=os.path.basename(os.fspath(list_file)),
     )
+    if split:
+        seed = arguments.whole_number(split_seed, "split_seed")
+        draft = dataclasses.replace(draft, extra={SPLITS_KEY: row_splits(split, seed, len(parsed.rows))})
     latest = catalog.latest(target, name)
     # The files are hashed first unless they go straight into shards, where they are hashed as they are read (then
     # only a latest version of the same list needs them hashed first, to tell whether it holds these very files).
     direct = packed and parsed.kind is Kind.IMAGE
     if not direct or (latest is not None and latest.list_sha256 == list_sha):
         draft = dataclasses.replace(draft, files=hash_files(parsed, report))
-    if latest is not None and latest.list_sha256 == list_sha and latest.files == draft.files:
+    same_splits = latest is not None and latest.extra.get(SPLITS_KEY) == draft.extra.get(SPLITS_KEY)
+    if latest is not None and latest.list_sha256 == list_sha and latest.files == draft.files and same_splits:
         if latest.objects:
             repaired = _send_missing(target, latest, parsed, list_bytes, report, max_requests)
             if packed:

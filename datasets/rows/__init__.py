@@ -1,13 +1,13 @@
 """Reading a version's rows whatever its layout: the :class:`RowSource` protocol and one implementation per layout.
 
-=================  =========================================================
+=================  ==========================================================================
 layout             row source
-=================  =========================================================
+=================  ==========================================================================
 packed             :class:`ShardRows` (Parquet shards)
 unpacked image     :class:`ObjectRows` (the list, and one object per file)
 unpacked text      :class:`ListRows` (the list alone)
-a split of any     :class:`SplitRows`
-=================  =========================================================
+a split of any     :class:`SplitRows` (a range of rows), :class:`RowSplitRows` (rows by hash)
+=================  ==========================================================================
 
 :func:`open_rows` picks the one a version needs.
 """
@@ -28,7 +28,7 @@ from datamount.datasets.rows.listed import (
 )
 from datamount.datasets.rows.shards import ShardRows, decoded_rows
 from datamount.datasets.rows.source import DEFAULT_ROWS_PER_SPAN, Piece, Row, RowSource, closing
-from datamount.datasets.rows.split import SplitRows, split_bounds
+from datamount.datasets.rows.split import RowSplitRows, SplitRows, open_split, split_bounds
 from datamount.storage import Store
 from datamount.storage.cache import CACHE_DIR_ENV, ContentCache
 from datamount.storage.store import DEFAULT_MAX_BYTES_IN_FLIGHT
@@ -41,6 +41,7 @@ __all__ = [
     "Piece",
     "Row",
     "RowSource",
+    "RowSplitRows",
     "ShardRows",
     "SplitRows",
     "check_object",
@@ -93,7 +94,7 @@ def open_rows(
         )
     else:
         source = ListRows(store, manifest, rows_per_span=rows_per_span)
-    return source if split is None else SplitRows(source, split)
+    return source if split is None else open_split(source, split)
 
 
 def shard_cache(option: ContentCache | str | os.PathLike[str] | bool | None) -> ContentCache | None:
