@@ -28,6 +28,7 @@ from datamount.datasets import repair as repair_version
 from datamount.datasets import upload as upload_list
 from datamount.datasets import verify as verify_version
 from datamount.datasets.rows.split import parse_fractions, row_splits
+from datamount.datasets.transform import load_function, map_version
 from datamount.readers import reader
 from datamount.storage import Store
 from datamount.storage.redact import redact_url
@@ -136,9 +137,51 @@ def upload(
     "Ray); the result is the same. Needs datamount[ray].",
 )
 @store_options
+@click.option(
+    "--map",
+    "function",
+    metavar="MODULE:FUNCTION",
+    help="Write FUNCTION(row) for every row as the new dataset --to (a dict of columns per row); resumable.",
+)
+@click.option("--to", "target", metavar="NEW", help="With --map: the dataset the mapped rows become.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
-def pack(name: str, shard_bytes: int, ray_address: str | None, store: Store, quiet: bool) -> None:
-    """Pack dataset NAME (or NAME@N) into Parquet shards for fast sequential and sharded reads."""
+def pack(
+    name: str,
+    shard_bytes: int,
+    ray_address: str | None,
+    store: Store,
+    function: str | None,
+    target: str | None,
+    quiet: bool,
+) -> None:
+    """Pack dataset NAME (or NAME@N) into Parquet shards for fast sequential and sharded reads.
+
+    With --map MODULE:FUNCTION --to NEW, each row goes through FUNCTION (imported from the current folder or the
+    installed packages) and the results become dataset NEW, packed; a run that is killed goes on where it stopped
+    when started again.
+    """
+    if (function is None) != (target is None):
+        raise click.UsageError("--map and --to go together: --map MODULE:FUNCTION --to NEW")
+    if function is not None and target is not None:
+        try:
+            load_function(function)  # a wrong reference is a usage error, found before anything is read
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--map") from None
+        with ProgressBar(quiet=quiet) as bar:
+            mapped = map_version(
+                name,
+                function,
+                target,
+                store=store,
+                shard_bytes=shard_bytes,
+                use_ray=ray_address is not None,
+                ray_address=ray_address or None,
+                progress=bar,
+            )
+        click.echo(
+            f"{mapped.ref}: {mapped.rows:,} rows of {', '.join(mapped.columns)} in {len(mapped.shards)} shard(s)"
+        )
+        return
     packed = catalog.resolve(store, name, public_fallback=False)
     if packed.shards:
         size = sum(shard.size for shard in packed.shards)

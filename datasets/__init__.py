@@ -21,6 +21,7 @@ from datamount.datasets.errors import (
     ListFormatError,
     ListProblem,
     ManifestError,
+    MapFunctionError,
     MissingDependencyError,
     PublicConfigError,
     RayUnreachableError,
@@ -38,6 +39,7 @@ from datamount.datasets.pack_ray import pack_ray
 from datamount.datasets.progress import Progress, Silent
 from datamount.datasets.public import imagenet, imdb, mnist, wmt14
 from datamount.datasets.rows import RowSource, open_rows
+from datamount.datasets.transform import map_version
 from datamount.datasets.upload import UploadResult, upload
 from datamount.datasets.verify import RepairReport, VerifyReport, repair, verify
 
@@ -57,6 +59,7 @@ __all__ = [
     "ListProblem",
     "Manifest",
     "ManifestError",
+    "MapFunctionError",
     "MissingDependencyError",
     "ParsedList",
     "Progress",
@@ -81,6 +84,7 @@ __all__ = [
     "import_batches",
     "latest",
     "layout",
+    "map_version",
     "mnist",
     "open_rows",
     "pack",

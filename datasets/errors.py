@@ -91,3 +91,8 @@ class PublicConfigError(DatamountError, ValueError):
 
 class MissingDependencyError(DatamountError, ImportError):
     """Building a dataset needs an optional package that is not installed; the message names the extra."""
+
+
+class MapFunctionError(DatamountError):
+    """A map function (``pack --map``) failed on a row, or returned something that is not a row of the new
+    dataset; the message names the row."""
