@@ -13,7 +13,7 @@ from datamount.datasets import catalog
 from datamount.datasets.manifest import Manifest, ShardEntry
 from datamount.datasets.pack import PackUnit, plan_pack, write_unit
 from datamount.datasets.progress import Progress, Silent
-from datamount.datasets.ray_cluster import connect_ray
+from datamount.datasets.ray_cluster import connect_ray, gather
 from datamount.datasets.shard_writer import DEFAULT_ROW_GROUP_BYTES, DEFAULT_SHARD_BYTES, check_sizes
 from datamount.storage import Store, open_store
 
@@ -61,25 +61,11 @@ def pack_ray(
 def _run(ray: Any, store: Store, manifest: Manifest, units: list[PackUnit], report: Progress) -> list[ShardEntry]:
     """Write every unit as a Ray task; the shards' entries in the units' order. The first failure cancels the rest
     and is raised as the task raised it."""
-    from ray.exceptions import RayTaskError
-
     task = ray.remote(num_cpus=1, max_retries=TASK_RETRIES)(write_unit)
     shared_store, shared_manifest = ray.put(store), ray.put(manifest)
-    numbers = {task.remote(shared_store, shared_manifest, unit): number for number, unit in enumerate(units)}
-    entries: list[ShardEntry | None] = [None] * len(units)
-    waiting = list(numbers)
-    try:
-        while waiting:
-            finished, waiting = ray.wait(waiting, num_returns=1)
-            for ref in finished:
-                unit = units[numbers[ref]]
-                entries[numbers[ref]] = ray.get(ref)
-                report.advance(items=unit.stop - unit.start, size=sum(o.size for o in unit.objects))
-    except RayTaskError as exc:
-        for ref in waiting:
-            ray.cancel(ref)
-        cause = getattr(exc, "cause", None)
-        if isinstance(cause, BaseException):
-            raise cause from exc
-        raise
-    return [entry for entry in entries if entry is not None]
+
+    def done(number: int) -> None:
+        unit = units[number]
+        report.advance(items=unit.stop - unit.start, size=sum(o.size for o in unit.objects))
+
+    return gather(ray, [task.remote(shared_store, shared_manifest, unit) for unit in units], done)

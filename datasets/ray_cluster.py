@@ -5,7 +5,9 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from collections.abc import Callable, Sequence
 from types import ModuleType
+from typing import Any
 
 from datamount.datasets.errors import RayUnreachableError
 from datamount.storage.errors import BackendNotInstalledError
@@ -66,3 +68,27 @@ def probe(address: str) -> None:
             pass
     except OSError as exc:
         raise RayUnreachableError(f"no Ray cluster answers at {address}: {exc.strerror or exc}") from exc
+
+
+def gather(ray: ModuleType, tasks: Sequence[Any], on_done: Callable[[int], None]) -> list[Any]:
+    """The results of Ray ``tasks`` (object refs), in their order; ``on_done(i)`` as task ``i`` finishes. The first
+    failure cancels the tasks still running and is raised as the task raised it."""
+    from ray.exceptions import RayTaskError
+
+    numbers = {task: number for number, task in enumerate(tasks)}
+    results: list[Any] = [None] * len(tasks)
+    waiting = list(tasks)
+    try:
+        while waiting:
+            finished, waiting = ray.wait(waiting, num_returns=1)
+            for ref in finished:
+                results[numbers[ref]] = ray.get(ref)
+                on_done(numbers[ref])
+    except RayTaskError as exc:
+        for ref in waiting:
+            ray.cancel(ref)
+        cause = getattr(exc, "cause", None)
+        if isinstance(cause, BaseException):
+            raise cause from exc
+        raise
+    return results

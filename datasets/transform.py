@@ -273,36 +273,16 @@ def _run_ray(
 ) -> list[dict[str, Any]]:
     """Each unit as a Ray task; their results in the units' order. The first failure cancels the rest."""
     from datamount.datasets.pack_ray import TASK_RETRIES
-    from datamount.datasets.ray_cluster import connect_ray
+    from datamount.datasets.ray_cluster import connect_ray, gather
 
     if not store.shareable:
         raise ValueError(f"a Ray map needs a store every Ray worker can reach; {store.url} lives in this process only")
     ray, connected_here = connect_ray(address, start_local=True)
     try:
-        from ray.exceptions import RayTaskError
-
         task = ray.remote(num_cpus=1, max_retries=TASK_RETRIES)(write_map_unit)
         shared = ray.put(store)
-        numbers = {
-            task.remote(shared, source_ref, function, name, unit, row_group_bytes): i for i, unit in enumerate(units)
-        }
-        results: list[dict[str, Any]] = [{} for _ in units]
-        waiting = list(numbers)
-        try:
-            while waiting:
-                finished, waiting = ray.wait(waiting, num_returns=1)
-                for ref in finished:
-                    results[numbers[ref]] = ray.get(ref)
-                    unit = units[numbers[ref]]
-                    report.advance(items=unit.stop - unit.start)
-        except RayTaskError as exc:
-            for ref in waiting:
-                ray.cancel(ref)
-            cause = getattr(exc, "cause", None)
-            if isinstance(cause, BaseException):
-                raise cause from exc
-            raise
-        return results
+        calls = [task.remote(shared, source_ref, function, name, unit, row_group_bytes) for unit in units]
+        return gather(ray, calls, lambda number: report.advance(items=units[number].stop - units[number].start))
     finally:
         if connected_here:
             ray.shutdown()
