@@ -264,6 +264,11 @@ class Mixture(EpochLock):
         epoch = min(int(one["epoch"]) for one in states)
         in_pass = [one for one in states if int(one["epoch"]) == epoch]
         over = all(one.get("ended") for one in in_pass)
+        if not over and len(in_pass) < len(states):
+            raise ReaderStateError(
+                f"the states are of passes {epoch} and {max(int(one['epoch']) for one in states)} of the mixture, and "
+                f"pass {epoch} was not over: pass the states saved together, at one step"
+            )
         with self._lock:
             self._resumes = max(int(one["resumes"]) for one in states) + 1
             self._pass = None

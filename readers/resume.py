@@ -12,6 +12,7 @@ repeats (``pad``) or leaves out (``drop``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -64,19 +65,21 @@ class Segment:
     rows: int
     done: tuple[Interval, ...] = ()
 
-    def __post_init__(self) -> None:
-        left = complement(self.done, self.rows)
-        object.__setattr__(self, "_left", left)
-        object.__setattr__(self, "_starts", list(itertools.accumulate((b - a for a, b in left), initial=0)))
+    @functools.cached_property
+    def _left(self) -> tuple[Interval, ...]:
+        return complement(self.done, self.rows)
+
+    @functools.cached_property
+    def _starts(self) -> list[int]:
+        return list(itertools.accumulate((stop - start for start, stop in self._left), initial=0))
 
     def __len__(self) -> int:
-        return int(self._starts[-1])  # type: ignore[attr-defined]
+        return self._starts[-1]
 
     def positions(self, first: int, stop: int) -> Iterator[Interval]:
         """The epoch positions of segment positions ``[first, stop)``, as runs; past the end they wrap around to the
         segment's start (the ``pad`` remainder)."""
-        left: tuple[Interval, ...] = self._left  # type: ignore[attr-defined]
-        starts: list[int] = self._starts  # type: ignore[attr-defined]
+        left, starts = self._left, self._starts
         total = len(self)
         while first < stop and total:
             here = first % total
@@ -244,6 +247,9 @@ def _parse_done(value: Any, rows: int) -> tuple[Interval, ...]:
 
 # ------------------------------------------------------------------------------------------------ resuming
 
+#: How many epochs apart the states of one moment may be (a worker restarting a small part of a mixture moves on
+#: by one epoch each time it runs out; it may run out this many times while another worker finishes its part).
+MAX_EPOCHS_APART = 10_000
 #: Positions past the end of any share: what a worker or rank that moved on to a later epoch took of this one.
 _ALL = 1 << 62
 
@@ -287,6 +293,11 @@ def plan_resume(states: Sequence[ReaderState], rank: int, world_size: int, worke
         position = _rank_position(rank, by_rank[rank])  # the same topology goes on with each share
         segment = Segment(first.rows, done[first.epoch])
         return Resume(first.epoch, {first.epoch: segment, **_ahead(first, done)}, position)
+    if max(done) - min(done) > MAX_EPOCHS_APART:
+        raise ReaderStateError(
+            f"the states are of epochs {min(done)} to {max(done)}: states of one moment of a job are at most "
+            f"{MAX_EPOCHS_APART} epochs apart; pass the states saved together"
+        )
     left: dict[int, Segment] = {}
     for epoch in range(min(done), max(done) + 1):  # an epoch no state is in was begun too, by those past it
         segment = Segment(first.rows, done.get(epoch, ()))

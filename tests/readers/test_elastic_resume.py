@@ -200,6 +200,9 @@ def test_the_states_of_some_ranks_only_are_refused(store: Store) -> None:
     states = [reader("packed", store, rank=rank, world_size=4).state_dict(consumed=3) for rank in (0, 2)]
     with pytest.raises(ReaderStateError, match="the states of ranks 1, 3 of 4 are missing"):
         reader("packed", store, rank=0, world_size=2).load_state_dict(states)
+    apart = [{**states[0], "world_size": 2}, {**states[0], "rank": 1, "world_size": 2, "epoch": 20_000}]
+    with pytest.raises(ReaderStateError, match=r"epochs 0 to 20000: .* at most 10000 epochs apart"):
+        reader("packed", store, rank=0, world_size=3).load_state_dict(apart)
 
 
 def test_ledger_check_reports_duplicates_and_gaps_and_exits_1(tmp_path: Path) -> None:

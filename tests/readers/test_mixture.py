@@ -105,6 +105,11 @@ def test_mistakes_are_named(stores: dict[str, Store]) -> None:
         mixture.load_state_dict(mix({"tiny": 1}, stores["tiny"]).state_dict())
     with pytest.raises(ReaderStateError, match="not a mixture state"):
         mixture.load_state_dict(reader("big", stores["big"]).state_dict())
+    going = mix({"big": 1}, stores["big"])
+    next(iter(going()))
+    mid_pass = going.state_dict()
+    with pytest.raises(ReaderStateError, match="passes 0 and 1 of the mixture, and pass 0 was not over"):
+        mixture.load_state_dict([mid_pass, {**mid_pass, "epoch": 1}])
 
 
 # ------------------------------------------------------------------------------------- killed and resumed, any size
