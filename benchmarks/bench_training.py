@@ -9,12 +9,13 @@ Every figure comes from a fresh process per pass (as a job starts), medians of `
 packed local datasets of 784-byte samples (an MNIST-sized image and its label):
 
 - ``mixture``: ``mix({a: 1, b: 1, c: 1}, samples=N)`` against reading the slowest part alone (target >= 0.9x),
-  for the first pass (opening three datasets against one) and the next pass of the same reader;
+  for the first pass (opening three datasets against one) and the median of the next passes of the same reader;
 - ``resume``: from ``DatasetReader.from_state_dict(state)`` to the first sample, against ``reader(name)`` to its
   first sample (target: resume <= fresh open + one row group);
 - ``torch``: ``ReaderDataset`` in torch's DataLoader, sample by sample (``batch_size=None``) against iterating
   ``reader()``, and in batches of 64 (collated as lists) with 0 and 2 workers against ``batch(reader, 64)`` in
-  the process (target with 0 workers >= 0.9x); skipped without torch.
+  the process (target with 0 workers >= 0.9x); with workers also the next epoch of persistent workers and the CPU
+  the main process spends per sample receiving batches; skipped without torch.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ from bench_shards import make_dataset
 
 SIZE = 784
 BATCH = 64
+#: Passes after the first of the same reader, whose median is the steady figure.
+STEADY_PASSES = 4
 PARTS = ("a", "b", "c")
 
 
@@ -68,9 +71,12 @@ def child(what: str, store_url: str, rows: int) -> dict[str, float]:
         return _loader_pass(what, store_url)
     count = sum(1 for _ in samples())
     first = time.perf_counter() - started
-    started = time.perf_counter()
-    count += sum(1 for _ in samples())  # the next pass of the same reader: reading alone, opened already
-    return {"seconds": first, "steady": time.perf_counter() - started, "samples": count / 2}
+    later = []
+    for _ in range(STEADY_PASSES):  # the next passes of the same reader: reading alone, opened already
+        started = time.perf_counter()
+        sum(1 for _ in samples())
+        later.append(time.perf_counter() - started)
+    return {"seconds": first, "steady": statistics.median(later), "samples": count}
 
 
 def _first_sample(what: str, store_url: str, started: float) -> dict[str, float]:
@@ -106,11 +112,20 @@ def _loader_pass(what: str, store_url: str) -> dict[str, float]:
 
         count = sum(len(group) for group in batch(samples, BATCH)())
     else:
-        workers, size = what.removeprefix("torch-").split("x")
+        workers, size = (int(part) for part in what.removeprefix("torch-").split("x"))
         loader = torch.utils.data.DataLoader(
-            ReaderDataset(samples), batch_size=int(size) or None, num_workers=int(workers), collate_fn=_lists
+            ReaderDataset(samples),
+            batch_size=size or None,
+            num_workers=workers,
+            collate_fn=_lists,
+            persistent_workers=workers > 0,
         )
-        count = sum(len(group) if size != "0" else 1 for group in loader)
+        count = sum(len(group) if size else 1 for group in loader)
+        if workers:  # the next epoch, workers running already: the loader's own cost in this process
+            first, started, cpu = time.perf_counter() - started, time.perf_counter(), time.process_time()
+            sum(len(group) for group in loader)
+            steady, cpu = time.perf_counter() - started, time.process_time() - cpu
+            return {"seconds": first, "steady": steady, "main_cpu": cpu, "samples": count, "import": imported}
     return {"seconds": time.perf_counter() - started, "samples": count, "import": imported}
 
 
@@ -160,7 +175,7 @@ def main() -> None:
         mixed = medians(["mixture", *(f"alone:{name}" for name in PARTS)], store_url, rows, arguments.runs)
         started = medians(["fresh", "resume"], store_url, rows, arguments.runs)
         torch_whats = ["reader", "reader-batches"]
-        torch_whats += ["torch-0x0", "torch-0x64", "torch-2x64"] if _has_torch() else []
+        torch_whats += ["torch-0x0", "torch-0x64", "torch-1x64", "torch-2x64"] if _has_torch() else []
         torched = medians(torch_whats, store_url, rows, arguments.runs)
     report(mixed, started, torched, rows, arguments.runs)
 
@@ -176,7 +191,10 @@ def report(mixed: dict[str, Any], started: dict[str, Any], torched: dict[str, An
         return result["samples"] / result["seconds"]
 
     print(f"\n{SIZE}-byte samples, packed, local disk; medians of {runs} fresh processes each")
-    for key, what in (("seconds", "first pass, opening included"), ("steady", "next pass of the same reader")):
+    for key, what in (
+        ("seconds", "first pass, opening included"),
+        ("steady", f"median of the next {STEADY_PASSES} passes of the same reader"),
+    ):
         slowest = min(mixed[f"alone:{name}"]["samples"] / mixed[f"alone:{name}"][key] for name in PARTS)
         mixture = mixed["mixture"]["samples"] / mixed["mixture"][key]
         print(
@@ -193,13 +211,20 @@ def report(mixed: dict[str, Any], started: dict[str, Any], torched: dict[str, An
     for what, label, against, name in (
         ("torch-0x0", "0 workers, batch_size=None", base, "reader()"),
         ("torch-0x64", f"0 workers, batches of {BATCH}", batched, "batch(reader)"),
+        ("torch-1x64", f"1 worker, batches of {BATCH}", batched, "batch(reader)"),
         ("torch-2x64", f"2 workers, batches of {BATCH}", batched, "batch(reader)"),
     ):
         if what in torched:
+            result = torched[what]
             print(
-                f"torch DataLoader over ReaderDataset, {label}: {rate(torched[what]):,.0f} samples/s, "
-                f"{rate(torched[what]) / against:.2f}x {name}; importing torch {torched[what]['import']:.2f} s more"
+                f"torch DataLoader over ReaderDataset, {label}: {rate(result):,.0f} samples/s, "
+                f"{rate(result) / against:.2f}x {name}; importing torch {result['import']:.2f} s more"
             )
+            if "steady" in result:
+                print(
+                    f"  next epoch (persistent workers): {result['samples'] / result['steady']:,.0f} samples/s; the "
+                    f"main process's CPU {result['main_cpu'] / result['samples'] * 1e6:.1f} us per sample"
+                )
     if "torch-0x0" not in torched:
         print("torch: not installed, skipped")
 
