@@ -22,6 +22,7 @@ from then on follow the new ones.
 from __future__ import annotations
 
 import math
+import operator
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -175,31 +176,45 @@ class Mixture(EpochLock):
         running = {name: iter(part()) for name, part in self.parts.items()}
         nexts = {name: iterator.__next__ for name, iterator in running.items()}
         epochs = {name: part.epoch - 1 for name, part in self.parts.items()}  # each part's pass begun
-        with_part, until_all_run_out = self.with_part, self.samples is None
+        until_all_run_out = self.samples is None
         try:
             for block in self._choices(progress):
-                for name in block:
-                    try:
-                        sample = nexts[name]()
-                    except StopIteration:
-                        progress.exhausted.add(name)
-                        if until_all_run_out and self._pass_ends(progress.exhausted):
-                            progress.ended = True
-                            return
-                        close_iterator(running[name])
-                        running[name] = iter(self.parts[name]())  # the part's next epoch
-                        nexts[name], epochs[name] = running[name].__next__, self.parts[name].epoch - 1
-                        sample = next(running[name], None)
-                        if sample is None:  # no rows for this rank or worker: never chosen again in this pass
-                            progress.empty.add(name)
-                            break  # draw the next block without it
-                    progress.taken += 1
-                    yield (name, epochs[name], *sample) if with_part else sample
-                    if progress.taken == end:
+                if end >= 0:
+                    block = block[: end - progress.taken]
+                while block:
+                    # The block's samples are handed out by C code (one call per sample, no bytecode between them);
+                    # ``progress`` reads how far it got from the calls' iterator.
+                    calls = iter([*map(nexts.__getitem__, block), _block_end])
+                    progress.block(calls, len(block))
+                    if self.with_part:
+                        # the calls first: their iterator must be the one that ends the map
+                        yield from map(_with_part, map(operator.call, calls), block, map(epochs.__getitem__, block))
+                    else:
+                        yield from map(operator.call, calls)
+                    done = progress.block_done()
+                    if done == len(block):
+                        break
+                    name, block = block[done], block[done:]  # part ``name`` ran out at the block's sample ``done``
+                    progress.exhausted.add(name)
+                    if until_all_run_out and self._pass_ends(progress.exhausted):
                         progress.ended = True
                         return
+                    close_iterator(running[name])
+                    running[name] = iter(self.parts[name]())  # the part's next epoch
+                    nexts[name], epochs[name] = running[name].__next__, self.parts[name].epoch - 1
+                    first = next(running[name], None)
+                    if first is None:  # no rows for this rank or worker: never chosen again in this pass
+                        progress.empty.add(name)
+                        break  # draw the next block without it
+                    progress.taken += 1
+                    yield (name, epochs[name], *first) if self.with_part else first
+                    block = block[1:]
+                if progress.taken == end:
+                    progress.ended = True
+                    return
             progress.ended = True  # every part is empty here
         finally:
+            progress.block_left()
             for iterator in running.values():
                 close_iterator(iterator)
 
@@ -285,15 +300,54 @@ class Mixture(EpochLock):
 
 class _Pass:
     """A mixture pass that has begun in this process: its epoch, this worker, the samples taken (counted as they are
-    handed out), the parts that ran out and those with no rows here, and whether it ended."""
+    handed out), the parts that ran out and those with no rows here, and whether it ended.
 
-    __slots__ = ("empty", "ended", "epoch", "exhausted", "resumes", "taken", "worker")
+    While a block of samples is handed out, :attr:`taken` counts the calls its iterator has given out: each sample
+    is the result of one call, and the consumer holds it by the time it can ask."""
+
+    __slots__ = ("_before", "_block", "_size", "empty", "ended", "epoch", "exhausted", "resumes", "worker")
 
     def __init__(self, epoch: int, worker: int, resumes: int, taken: int, exhausted: set[str]) -> None:
         self.epoch, self.worker, self.resumes = epoch, worker, resumes
-        self.taken, self.exhausted = taken, exhausted
+        self._before, self.exhausted = taken, exhausted
+        self._block: Iterator[Any] | None = None
+        self._size = 0
         self.empty: set[str] = set()
         self.ended = False
+
+    @property
+    def taken(self) -> int:
+        if self._block is None:
+            return self._before
+        return self._before + min(self._size + 1 - operator.length_hint(self._block), self._size)
+
+    @taken.setter
+    def taken(self, value: int) -> None:
+        self._before = value
+
+    def block(self, calls: Iterator[Any], size: int) -> None:
+        """Count the samples of ``calls``: ``size`` calls for samples, then one that ends the block."""
+        self._block, self._size = calls, size
+
+    def block_done(self) -> int:
+        """The block's calls have run out: the number of its samples handed out (fewer than its size when a part
+        ran out: that part's call was the last one taken)."""
+        handed_out = self._size - operator.length_hint(self._block) if self._block is not None else 0
+        self._before, self._block = self._before + handed_out, None
+        return handed_out
+
+    def block_left(self) -> None:
+        """The pass stops in the middle of a block: its samples handed out count."""
+        self._before, self._block = self.taken, None
+
+
+def _block_end() -> Any:
+    """The last call of a block: ends its ``map``."""
+    raise StopIteration
+
+
+def _with_part(sample: tuple[Any, ...], name: str, epoch: int) -> tuple[Any, ...]:
+    return (name, epoch, *sample)
 
 
 def _rank_taken(states: list[Mapping[str, Any]]) -> int:
