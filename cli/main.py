@@ -16,6 +16,7 @@ from datamount.cli.demo import demo
 from datamount.cli.errors import ErrorHandlingGroup
 from datamount.cli.ledger import ledger
 from datamount.cli.master import master, tasks
+from datamount.cli.mount import mount, unmount
 from datamount.cli.public import public
 from datamount.cli.stores import doctor, stores
 from datamount.cli.stream import cat, import_, pretty_print
@@ -44,6 +45,8 @@ for command in (
     import_,
     export,
     cp,
+    mount,
+    unmount,
     list_datasets,
     info,
     head,

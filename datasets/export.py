@@ -59,9 +59,9 @@ def export(
         raise IntegrityError(f"the list of {manifest.ref} does not match its manifest's sha256")
     if manifest.kind is Kind.IMAGE:
         _export_files(target, manifest, out, counts, report)
-    list_name = _list_name(manifest)
-    counts.put(out, list_name, listed)
-    return ExportResult(manifest, out / list_name, counts.written, counts.unchanged, counts.size)
+    listed_as = list_name(manifest)
+    counts.put(out, listed_as, listed)
+    return ExportResult(manifest, out / listed_as, counts.written, counts.unchanged, counts.size)
 
 
 def _export_files(store: Store, manifest: Manifest, out: Path, counts: _Counts, report: Progress) -> None:
@@ -84,8 +84,8 @@ def _export_files(store: Store, manifest: Manifest, out: Path, counts: _Counts, 
     report.finish()
 
 
-def _list_name(manifest: Manifest) -> str:
-    """The list's file name: the uploaded list's own, else ``NAME.list``."""
+def list_name(manifest: Manifest) -> str:
+    """The list's file name in an export or a mount: the uploaded list's own, else ``NAME.list``."""
     name = os.path.basename(manifest.source)
     return name if name and name not in (".", "..") else f"{manifest.name.replace('/', '-')}.list"
 

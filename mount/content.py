@@ -1,0 +1,184 @@
+"""The bytes of a mounted version's files: fetched once, checked, and kept in memory under a byte budget.
+
+A file's bytes are served only after they were checked against the manifest: an object's and a packed row's
+against the file's sha256, the list against the list's, a shard against the shard's. A damaged file is an
+:class:`~datamount.storage.IntegrityError`; the mount turns it into ``EIO`` for that file alone.
+
+Files are fetched by *unit*: an object, the list, a shard, or a packed version's row group (whose rows are the files
+of consecutive list rows, decoded together and kept while their neighbours are read). Units are fetched in a pool of
+threads, so that the mount reads ahead (:meth:`Contents.prefetch`) while a file is read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from datamount.datasets import layout
+from datamount.datasets.manifest import Manifest
+from datamount.datasets.rows import ShardRows, closing
+from datamount.mount.tree import Content, group_of
+from datamount.storage import IntegrityError, Store
+from datamount.storage.cache import ContentCache
+
+log = logging.getLogger("datamount.mount")
+
+#: Bytes of checked files the mount keeps in memory by default.
+DEFAULT_MEMORY = 256 << 20
+#: Requests in flight at most: to a remote store, and to local disk.
+REMOTE_REQUESTS = 32
+LOCAL_REQUESTS = 4
+
+Unit = tuple[str, Any]
+
+
+class Contents:
+    """Checked bytes of the files of ``manifest``'s version, from ``store`` (remote objects and shards through
+    ``cache`` when given)."""
+
+    def __init__(
+        self,
+        store: Store,
+        manifest: Manifest,
+        *,
+        row_sha256: list[str] | None = None,
+        cache: ContentCache | None = None,
+        memory: int = DEFAULT_MEMORY,
+    ) -> None:
+        self.store = store
+        self.manifest = manifest
+        self.cache = cache
+        self.memory = memory
+        local = store.local_path() is not None
+        self._pool = ThreadPoolExecutor(LOCAL_REQUESTS if local else REMOTE_REQUESTS, "datamount-mount")
+        # Reentrant: a future that is done already runs its callback (which takes the lock) at once.
+        self._lock = threading.RLock()
+        self._held: OrderedDict[Unit, Any] = OrderedDict()
+        self._held_bytes = 0
+        self._loading: dict[Unit, Future[Any]] = {}
+        self._row_sha256 = row_sha256 or []
+        self._rows = ShardRows(store, manifest, cache=cache) if manifest.shards and not manifest.objects else None
+        self._group_starts = [span.start for span in self._rows.spans()] if self._rows is not None else []
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    # ----------------------------------------------------------------------------------------------- serving
+
+    def get(self, content: Content) -> bytes:
+        """The file's bytes, checked (waiting for them when they are being fetched)."""
+        return self.file_of(content, self.fetch(content).result())
+
+    def fetch(self, content: Content) -> Future[Any]:
+        """The file's unit: a future done already when it is held, else one that is done when it has come."""
+        unit = self._unit(content)
+        with self._lock:
+            held = self._held.get(unit)
+            if held is None:
+                return self._loading.get(unit) or self._start(unit, content)
+            self._held.move_to_end(unit)
+        done: Future[Any] = Future()
+        done.set_result(held)
+        return done
+
+    def file_of(self, content: Content, unit: Any) -> bytes:
+        """The file's bytes in its unit's value (a row group holds the files of its rows)."""
+        if content.kind != "row":
+            return unit
+        return unit[content.row - self._group_starts[group_of(self._group_starts, content.row)]]
+
+    def prefetch(self, contents: Iterable[Content]) -> None:
+        """Start fetching these files' units (those neither held nor on their way)."""
+        with self._lock:
+            for content in contents:
+                unit = self._unit(content)
+                if unit not in self._held and unit not in self._loading:
+                    self._start(unit, content)
+
+    @property
+    def held_bytes(self) -> int:
+        return self._held_bytes
+
+    # -------------------------------------------------------------------------------------------------- units
+
+    def _unit(self, content: Content) -> Unit:
+        if content.kind == "row":
+            return ("group", group_of(self._group_starts, content.row))
+        if content.kind == "object":
+            assert content.entry is not None
+            return ("object", content.entry.sha256)
+        if content.kind == "shard":
+            assert content.shard is not None
+            return ("shard", content.shard.sha256)
+        return ("list", None)
+
+    def _start(self, unit: Unit, content: Content) -> Future[Any]:
+        """Fetch ``unit`` in the pool (called under the lock); its result goes into memory when it comes."""
+        future = self._pool.submit(self._fetch, unit, content)
+        self._loading[unit] = future
+        future.add_done_callback(lambda done: self._arrived(unit, done))
+        return future
+
+    def _arrived(self, unit: Unit, future: Future[Any]) -> None:
+        with self._lock:
+            self._loading.pop(unit, None)
+            if future.cancelled() or future.exception() is not None:
+                return  # a failure is not kept: the next open tries again
+            value = future.result()
+            self._held[unit] = value
+            self._held_bytes += _size(value)
+            while self._held_bytes > self.memory and len(self._held) > 1:
+                _, dropped = self._held.popitem(last=False)
+                self._held_bytes -= _size(dropped)
+
+    def _fetch(self, unit: Unit, content: Content) -> Any:
+        kind = unit[0]
+        if kind == "group":
+            return self._fetch_group(unit[1])
+        if kind == "object":
+            assert content.entry is not None
+            entry = content.entry
+            return self._checked(layout.object_path(self.manifest.name, entry.sha256), entry.size, entry.sha256)
+        if kind == "shard":
+            assert content.shard is not None
+            shard = content.shard
+            return self._checked(layout.shard_path(self.manifest.name, shard), shard.size, shard.sha256)
+        return self._checked(layout.list_path(self.manifest), self.manifest.list_size, self.manifest.list_sha256)
+
+    def _checked(self, path: str, size: int, sha256: str) -> bytes:
+        """The object at ``path``, which must have ``size`` bytes and that sha256; through the cache for a remote
+        store when there is one."""
+        if self.cache is not None and self.store.local_path() is None:
+            with self.cache.use(sha256, size, lambda out: out.write(self.store.read(path)), name=path) as local:
+                data = local.read_bytes()  # checked by the cache when it came in (and once per process after)
+        else:
+            data = self.store.read(path)
+        if len(data) != size or hashlib.sha256(data).hexdigest() != sha256:
+            got = f"{len(data):,} bytes" if len(data) != size else "other bytes"
+            raise IntegrityError(f"{self.store.url_for(path)} holds {got} than its manifest records (a damaged copy)")
+        return data
+
+    def _fetch_group(self, group: int) -> list[bytes]:
+        """The files of one row group of a packed image version, checked by its pages' CRCs and row count, and each
+        against its file's sha256."""
+        assert self._rows is not None
+        span = self._rows.spans()[group]
+        with closing(self._rows.rows(span.start, span.stop)) as rows:
+            files = [row[0] for row in itertools.islice(rows, len(span))]
+        for row, data in zip(span, files, strict=True):
+            if hashlib.sha256(data).hexdigest() != self._row_sha256[row]:
+                raise IntegrityError(
+                    f"{self.manifest.ref}, row {row}: the bytes in its shard do not match the file's sha256 (a damaged "
+                    "shard)"
+                )
+        return files
+
+
+def _size(value: Any) -> int:
+    return sum(map(len, value)) if isinstance(value, list) else len(value)

@@ -1,0 +1,218 @@
+"""The FUSE operations of a mounted version (pyfuse3 over libfuse 3): a read-only tree answered from the manifest,
+bytes from :class:`~datamount.mount.content.Contents`, and read-ahead of the files a reader will open next.
+
+Requests are served by trio tasks in one thread; fetching and checking bytes happens in the contents' threads, so a
+request waiting for its bytes holds up no other. Names and attributes come with directory listings (readdirplus)
+and are kept by the kernel: the tree never changes while it is mounted.
+
+Read-ahead follows each reader: a file opened right after its list predecessor starts a window of the next files in
+list order, any other one a window of the files after it in its folder (what ``find``, ``os.walk`` and
+``ImageFolder`` open next). When the reader reaches the middle of its window, the next window is fetched, so that
+each reader keeps between half a window and a window of bytes ahead; concurrent readers each keep their own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import itertools
+import logging
+import os
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import Future
+from typing import Any
+
+import pyfuse3
+import trio
+
+from datamount.mount.content import Contents
+from datamount.mount.tree import Node, Tree
+from datamount.storage import DatamountError
+from datamount.storage.redact import redact_url
+
+log = logging.getLogger("datamount.mount")
+
+#: Bytes fetched ahead of each reader, at most (half of it at least, once it reads on).
+DEFAULT_READ_AHEAD = 32 << 20
+#: Files in one read-ahead window, at most.
+WINDOW_FILES = 256
+#: Opens remembered to tell which order a reader follows.
+RECENT_OPENS = 64
+#: Seconds the kernel keeps names and attributes: a mounted version never changes.
+METADATA_SECONDS = 3600.0
+
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+
+class DatasetFilesystem(pyfuse3.Operations):
+    """``tree`` as a read-only filesystem, its files' bytes from ``contents`` (checked before they are served)."""
+
+    def __init__(self, tree: Tree, contents: Contents, *, read_ahead: int = DEFAULT_READ_AHEAD, created_ns: int = 0):
+        super().__init__()
+        self.tree = tree
+        self.contents = contents
+        self.read_ahead = read_ahead
+        self._time = created_ns
+        self._uid, self._gid = os.getuid(), os.getgid()
+        self._handles: dict[int, tuple[Node, bytes | None]] = {}
+        self._next_handle = itertools.count(1)
+        self._recent: deque[Node] = deque(maxlen=RECENT_OPENS)
+        #: A file whose opening fetches the next window: the window's last file and the order it follows.
+        self._triggers: dict[int, tuple[Node, str]] = {}
+
+    # --------------------------------------------------------------------------------------------- metadata
+
+    async def lookup(self, parent_inode: int, name: bytes, ctx: Any = None) -> pyfuse3.EntryAttributes:
+        parent = self._node(parent_inode)
+        text = os.fsdecode(name)
+        node = parent if text == "." else parent.parent or parent if text == ".." else parent.children.get(text)
+        if node is None:
+            missing = pyfuse3.EntryAttributes()
+            missing.st_ino = 0  # a negative entry, kept by the kernel
+            missing.entry_timeout = METADATA_SECONDS
+            return missing
+        return self._attributes(node)
+
+    async def getattr(self, inode: int, ctx: Any = None) -> pyfuse3.EntryAttributes:
+        return self._attributes(self._node(inode))
+
+    async def opendir(self, inode: int, ctx: Any) -> int:
+        if not self._node(inode).is_folder:
+            raise pyfuse3.FUSEError(errno.ENOTDIR)
+        return inode
+
+    async def readdir(self, fh: int, start_id: int, token: Any) -> None:
+        folder = self._node(fh)
+        if folder.cached is None:
+            self._attributes(folder)
+        listing = folder.cached[1]
+        for index in range(start_id, len(listing)):
+            child = listing[index]
+            if not pyfuse3.readdir_reply(token, os.fsencode(child.name), self._attributes(child), index + 1):
+                return
+
+    async def releasedir(self, fh: int) -> None:
+        return None
+
+    async def statfs(self, ctx: Any) -> pyfuse3.StatvfsData:
+        data = pyfuse3.StatvfsData()
+        data.f_bsize = data.f_frsize = 4096
+        data.f_blocks = (self.tree.size + 4095) // 4096
+        data.f_bfree = data.f_bavail = data.f_ffree = data.f_favail = 0
+        data.f_files = len(self.tree)
+        data.f_namemax = 255
+        return data
+
+    async def access(self, inode: int, mode: int, ctx: Any) -> bool:
+        self._node(inode)
+        return not mode & os.W_OK
+
+    # ------------------------------------------------------------------------------------------------ files
+
+    async def open(self, inode: int, flags: int, ctx: Any) -> pyfuse3.FileInfo:
+        node = self._node(inode)
+        if node.is_folder:
+            raise pyfuse3.FUSEError(errno.EISDIR)
+        if flags & _WRITE_FLAGS:
+            raise pyfuse3.FUSEError(errno.EROFS)
+        self._read_ahead(node)
+        handle = next(self._next_handle)
+        self._handles[handle] = (node, None)
+        return pyfuse3.FileInfo(fh=handle, keep_cache=True)
+
+    async def read(self, fh: int, offset: int, size: int) -> bytes:
+        node, data = self._handles[fh]
+        if data is None:
+            data = await self._bytes_of(node)
+            if fh in self._handles:
+                self._handles[fh] = (node, data)
+        return data[offset : offset + size]
+
+    async def release(self, fh: int) -> None:
+        self._handles.pop(fh, None)
+
+    # ---------------------------------------------------------------------------------------------- helpers
+
+    def _node(self, inode: int) -> Node:
+        node = self.tree.node(inode)
+        if node is None:
+            raise pyfuse3.FUSEError(errno.ENOENT)
+        return node
+
+    def _attributes(self, node: Node) -> pyfuse3.EntryAttributes:
+        """The node's attributes, made once (a folder's with its listing)."""
+        if node.cached is not None:
+            return node.cached[0]
+        content = node.content
+        entry = pyfuse3.EntryAttributes()
+        entry.st_ino = node.inode
+        entry.generation = 0
+        entry.st_mode = node.mode
+        entry.st_nlink = 2 + sum(child.is_folder for child in node.children.values()) if content is None else 1
+        entry.st_size = 0 if content is None else content.size
+        entry.st_blocks = 0 if content is None else (content.size + 511) // 512
+        entry.st_blksize = 128 << 10
+        entry.st_uid, entry.st_gid = self._uid, self._gid
+        entry.st_atime_ns = entry.st_mtime_ns = entry.st_ctime_ns = self._time
+        entry.attr_timeout = entry.entry_timeout = METADATA_SECONDS
+        node.cached = (entry, list(node.children.values()) if content is None else None)
+        return entry
+
+    async def _bytes_of(self, node: Node) -> bytes:
+        """The file's checked bytes; a failure (damaged bytes, an unreachable store) is ``EIO``, logged."""
+        assert node.content is not None
+        try:
+            unit = await _result(self.contents.fetch(node.content))
+            return self.contents.file_of(node.content, unit)
+        except (DatamountError, OSError) as exc:
+            log.error("%s: %s", node.path, redact_url(str(exc)))
+            raise pyfuse3.FUSEError(errno.EIO) from exc
+
+    def _read_ahead(self, node: Node) -> None:
+        """Fetch what the reader that opens ``node`` will open next (see the module's documentation)."""
+        trigger = self._triggers.pop(node.inode, None)
+        if trigger is not None:
+            start, order = trigger
+            window = list(self._after(start, order))
+        else:
+            order = "list" if self._follows_list(node) else "folder"
+            window = [node, *self._after(node, order)]
+        self._recent.append(node)
+        if len(window) > 1:
+            self._triggers[window[len(window) // 2].inode] = (window[-1], order)
+        self.contents.prefetch(file.content for file in window if file.content is not None)
+
+    def _follows_list(self, node: Node) -> bool:
+        """Whether a file opened lately (by any reader) is ``node``'s list predecessor."""
+        return any(self.tree.next_in_list(recent) is node for recent in self._recent)
+
+    def _after(self, node: Node, order: str) -> Iterator[Node]:
+        """The files after ``node`` in ``order`` (list or folder), a window's worth of bytes."""
+        budget, current = self.read_ahead, self._step(node, order)
+        for _ in range(WINDOW_FILES):
+            if current is None or current.content is None:
+                return
+            yield current
+            budget -= current.content.size
+            if budget <= 0:
+                return
+            current = self._step(current, order)
+
+    def _step(self, node: Node, order: str) -> Node | None:
+        return self.tree.next_in_list(node) if order == "list" else node.next_sibling
+
+
+async def _result(future: Future[Any]) -> Any:
+    """The result of a future of the contents' threads, awaited without holding up other requests."""
+    if not future.done():
+        token = trio.lowlevel.current_trio_token()
+        arrived = trio.Event()
+        future.add_done_callback(lambda _: _soon(token, arrived.set))
+        await arrived.wait()
+    return future.result()
+
+
+def _soon(token: trio.lowlevel.TrioToken, call: Any) -> None:
+    with contextlib.suppress(trio.RunFinishedError):  # the mount ended while the bytes were on their way
+        token.run_sync_soon(call)

@@ -1,0 +1,182 @@
+"""The folder tree a mounted version shows, built from its manifest and list alone (no store listing).
+
+An image version shows each row's file at its list path and the list itself; a text version its list; a table
+version (and the shards of a packed text version) its Parquet shards. The tree is the one ``datamount export``
+writes, and every path in it is checked: none can climb out of the mount.
+"""
+
+from __future__ import annotations
+
+import bisect
+import stat
+from dataclasses import dataclass, field
+from typing import Any
+
+from datamount.datasets.export import list_name
+from datamount.datasets.manifest import FileEntry, Kind, Manifest, ShardEntry
+from datamount.datasets.rows.listed import Line
+from datamount.storage import UnsafePathError
+
+#: Where a packed text version's shards appear, beside its list.
+SHARDS_FOLDER = "shards"
+#: The root folder's inode number (FUSE's); the others are numbered from it in the order they are added.
+ROOT_INODE = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Content:
+    """What a file's bytes are: a stored object (``entry``), row ``row`` of a packed version, the version's list, or
+    one of its shards."""
+
+    kind: str  # "object", "row", "list" or "shard"
+    size: int
+    entry: FileEntry | None = None
+    row: int = -1
+    shard: ShardEntry | None = None
+
+
+@dataclass(slots=True, eq=False)
+class Node:
+    """A file or folder of the tree. A file knows its content and its neighbours in its folder; a folder its
+    children in list order."""
+
+    name: str
+    parent: Node | None
+    inode: int
+    content: Content | None = None  # None for a folder
+    children: dict[str, Node] = field(default_factory=dict)
+    #: The file after this one in its folder (in list order): what a walker opens next.
+    next_sibling: Node | None = None
+    #: What the filesystem layer keeps for the node (its attributes, a folder's listing).
+    cached: Any = None
+
+    @property
+    def is_folder(self) -> bool:
+        return self.content is None
+
+    @property
+    def mode(self) -> int:
+        return stat.S_IFDIR | 0o555 if self.content is None else stat.S_IFREG | 0o444
+
+    @property
+    def path(self) -> str:
+        parts: list[str] = []
+        node: Node | None = self
+        while node is not None and node.parent is not None:
+            parts.append(node.name)
+            node = node.parent
+        return "/" + "/".join(reversed(parts))
+
+
+class Tree:
+    """Every path of a mounted version, found in one dictionary look-up."""
+
+    def __init__(self, manifest: Manifest, lines: list[Line] | None) -> None:
+        self.manifest = manifest
+        self.root = Node("", None, ROOT_INODE)
+        self.nodes: dict[str, Node] = {"/": self.root}
+        #: Every node by its inode number.
+        self.inodes: list[Node | None] = [None] * ROOT_INODE + [self.root]
+        #: The file of each list row (image versions): a reader that follows the list opens them in this order.
+        self.row_files: list[Node] = []
+        self._first_row: dict[int, int] = {}
+        self.folders = 1
+        if manifest.kind is Kind.IMAGE and lines is not None:
+            self._add_row_files(lines)
+        if manifest.has_list:
+            self._add(list_name(manifest), Content("list", manifest.list_size))
+        if manifest.kind is Kind.TABLE or (manifest.kind is Kind.TEXT and manifest.shards):
+            folder = "" if manifest.kind is Kind.TABLE else SHARDS_FOLDER + "/"
+            for shard in manifest.shards:
+                self._add(folder + shard.path.rsplit("/", 1)[-1], Content("shard", shard.size, shard=shard))
+        self._link_siblings(self.root)
+
+    def __len__(self) -> int:
+        """Files and folders, the root included."""
+        return len(self.nodes)
+
+    @property
+    def size(self) -> int:
+        """Bytes of all files (each once)."""
+        return sum(node.content.size for node in self.nodes.values() if node.content is not None)
+
+    @property
+    def row_sha256(self) -> list[str]:
+        """The sha256 of each list row's file (image versions)."""
+        return [node.content.entry.sha256 for node in self.row_files if node.content and node.content.entry]
+
+    def find(self, path: str) -> Node | None:
+        return self.nodes.get(path)
+
+    def node(self, inode: int) -> Node | None:
+        return self.inodes[inode] if 0 <= inode < len(self.inodes) else None
+
+    def next_in_list(self, node: Node) -> Node | None:
+        """The file of the list row after ``node``'s (first) row, if it is a row's file."""
+        content = node.content
+        if content is None or content.kind not in ("object", "row"):
+            return None
+        following = self._first_row.get(id(node), -2) + 1
+        return self.row_files[following] if 0 < following < len(self.row_files) else None
+
+    def _add_row_files(self, lines: list[Line]) -> None:
+        entries = {entry.path: entry for entry in self.manifest.files}
+        packed = not self.manifest.objects
+        seen: dict[str, Node] = {}
+        for row, line in enumerate(lines):
+            path = line[0]
+            node = seen.get(path)
+            if node is None:
+                entry = entries.get(path)
+                if entry is None:
+                    raise UnsafePathError(f"{self.manifest.ref}: the list names {path!r}, which the manifest has not")
+                kind, at = ("row", row) if packed else ("object", -1)
+                content = Content(kind, entry.size, entry=entry, row=at)
+                node = seen[path] = self._add(path, content)
+                self._first_row[id(node)] = row
+            self.row_files.append(node)
+
+    def _add(self, path: str, content: Content) -> Node:
+        parts = _parts(path, self.manifest)
+        folder = self.root
+        for part in parts[:-1]:
+            child = folder.children.get(part)
+            if child is None:
+                child = folder.children[part] = self._node(part, folder, None)
+            elif not child.is_folder:
+                raise UnsafePathError(f"{self.manifest.ref}: {path!r} puts a file inside the file {child.path!r}")
+            folder = child
+        if parts[-1] in folder.children:
+            raise UnsafePathError(f"{self.manifest.ref}: two files at {path!r} (is the list named like a file?)")
+        node = folder.children[parts[-1]] = self._node(parts[-1], folder, content)
+        return node
+
+    def _node(self, name: str, parent: Node, content: Content | None) -> Node:
+        node = Node(name, parent, len(self.inodes), content)
+        self.inodes.append(node)
+        self.nodes[node.path] = node
+        self.folders += content is None
+        return node
+
+    def _link_siblings(self, folder: Node) -> None:
+        previous: Node | None = None
+        for child in folder.children.values():
+            if child.is_folder:
+                self._link_siblings(child)
+                continue
+            if previous is not None:
+                previous.next_sibling = child
+            previous = child
+
+
+def _parts(path: str, manifest: Manifest) -> list[str]:
+    """``path``'s components, refused if it is absolute, climbs out, or holds what no file name may."""
+    parts = path.split("/")
+    if not path or path.startswith("/") or any(part in ("", ".", "..") or "\0" in part for part in parts):
+        raise UnsafePathError(f"{manifest.ref}: the path {path!r} cannot be shown in a mount (it would leave it)")
+    return parts
+
+
+def group_of(starts: list[int], row: int) -> int:
+    """The index of the range, among ranges beginning at ``starts``, that holds ``row``."""
+    return bisect.bisect_right(starts, row) - 1

@@ -1,0 +1,284 @@
+"""``datamount mount``: a version as a read-only folder through real FUSE, on a local store and on moto's S3, packed
+and unpacked; damaged bytes are an I/O error for that file only; writes are refused; a mount whose process was
+killed is found and cleared by the documented step."""
+
+from __future__ import annotations
+
+import errno
+import io
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from datamount.datasets import catalog, layout, upload
+from datamount.datasets.manifest import FileEntry, Kind, Manifest
+from datamount.mount import FSTYPE, check_fuse, mount, unmount
+from datamount.mount.tree import Tree
+from datamount.readers.stream import import_stream, write_to
+from datamount.storage import MountError, Store, UnsafePathError
+from datamount.storage.mounts import read_mounts
+from tests.generated import write_image_list
+from tests.servers._launch import cannot_run
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def fuse() -> None:
+    try:
+        check_fuse()
+    except MountError as exc:
+        cannot_run("FUSE mount", str(exc))
+
+
+@pytest.fixture
+def mountpoint(tmp_path: Path, fuse: None) -> Iterator[Path]:
+    """An empty folder, unmounted at the end whatever the test did."""
+    folder = tmp_path / "mnt"
+    folder.mkdir()
+    yield folder
+    if any(entry.target == str(folder) for entry in read_mounts()):
+        unmount(folder)
+
+
+def class_folders(root: Path, count: int, classes: int = 3) -> Path:
+    """An ImageFolder-style source: ``cls<k>/img<i>.jpg`` files of random bytes and the list naming them."""
+    rows = []
+    for i in range(count):
+        path = root / f"cls{i % classes}" / f"img{i:04d}.jpg"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"\xff\xd8\xff" + os.urandom(200 + 37 * i))
+        rows.append(f"{path.relative_to(root).as_posix()}\tcls{i % classes}\n")
+    list_file = root / "train.list"
+    list_file.write_text("".join(rows), encoding="utf-8")
+    return list_file
+
+
+def tree_of(folder: Path) -> dict[str, bytes]:
+    """Every file under ``folder`` by its relative path, read with plain ``open``."""
+    found = {}
+    for parent, _, files in os.walk(folder):
+        for name in files:
+            path = Path(parent, name)
+            found[path.relative_to(folder).as_posix()] = path.read_bytes()
+    return found
+
+
+@pytest.mark.parametrize("store", ["local", pytest.param("s3", marks=pytest.mark.s3)], indirect=True)
+@pytest.mark.parametrize("packed", [False, True], ids=["objects", "packed"])
+def test_a_walk_of_the_mount_gives_the_uploaded_files_byte_for_byte(
+    store: Store, tmp_path: Path, mountpoint: Path, packed: bool
+) -> None:
+    list_file = class_folders(tmp_path / "src", 60)
+    manifest = upload(list_file, "pets", store=store, packed=packed).manifest
+    mounted = mount("pets", mountpoint, store=store, cache=tmp_path / "cache")
+    assert mounted.ref == "pets@1" and mounted.pid != os.getpid()
+
+    expected = tree_of(tmp_path / "src")
+    assert tree_of(mountpoint) == expected  # the files and the list, nothing else
+    assert (mountpoint / "train.list").read_bytes() == store.read(layout.list_path(manifest))
+    # stat comes from the manifest: sizes, read-only modes, one mtime
+    info = (mountpoint / "cls1" / "img0001.jpg").stat()
+    assert info.st_size == len(expected["cls1/img0001.jpg"]) and info.st_mode & 0o777 == 0o444
+    # ImageFolder's walk: each class a folder, every file found with its class
+    classes = sorted(entry.name for entry in os.scandir(mountpoint) if entry.is_dir())
+    assert classes == ["cls0", "cls1", "cls2"]
+    found = {(cls, name) for cls in classes for name in os.listdir(mountpoint / cls)}
+    assert found == {(f"cls{i % 3}", f"img{i:04d}.jpg") for i in range(60)}
+    # reads at any offset, as tools do them
+    with open(mountpoint / "cls2" / "img0050.jpg", "rb") as file:
+        file.seek(100)
+        assert file.read(50) == expected["cls2/img0050.jpg"][100:150]
+
+
+@pytest.mark.parametrize("store", ["local", pytest.param("s3", marks=pytest.mark.s3)], indirect=True)
+def test_several_walkers_at_once_read_the_same_bytes(store: Store, tmp_path: Path, mountpoint: Path) -> None:
+    list_file = class_folders(tmp_path / "src", 90)
+    upload(list_file, "pets", store=store)
+    mount("pets", mountpoint, store=store, cache=False, memory=64 << 10, read_ahead=16 << 10)  # much evicted
+    walkers = [
+        subprocess.Popen(
+            f"find {mountpoint}/cls{k} -type f | sort | xargs cat | sha256sum", shell=True, stdout=subprocess.PIPE
+        )
+        for k in range(3)
+    ]
+    for k, walker in enumerate(walkers):
+        out, _ = walker.communicate(timeout=120)
+        expected = subprocess.run(
+            f"find {tmp_path}/src/cls{k} -type f | sort | xargs cat | sha256sum", shell=True, capture_output=True
+        ).stdout
+        assert out.split()[0] == expected.split()[0]
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["objects", "packed"])
+def test_a_damaged_file_is_an_io_error_for_that_file_only(
+    local_store: Store, tmp_path: Path, mountpoint: Path, packed: bool
+) -> None:
+    list_file = write_image_list(tmp_path / "src", 8, size=3000)
+    manifest = upload(list_file, "pets", store=local_store, packed=packed).manifest
+    victim = next(entry for entry in manifest.files if entry.path == "data/img0003.jpg")
+    if packed:
+        shard = manifest.shards[0]
+        stored = Path(local_store.local_path(layout.shard_path(manifest.name, shard)) or "")
+        data = bytearray(stored.read_bytes())
+        source = (tmp_path / "src" / victim.path).read_bytes()
+        at = bytes(data).index(source[100:140]) + 10  # a byte of that file's value in the shard
+    else:
+        stored = Path(local_store.local_path(layout.object_path(manifest.name, victim.sha256)) or "")
+        data, at = bytearray(stored.read_bytes()), 50
+    data[at] ^= 0xFF
+    stored.write_bytes(bytes(data))
+    log_file = tmp_path / "mount.log"
+    mount("pets", mountpoint, store=local_store, log_file=log_file)
+
+    with pytest.raises(OSError) as caught:
+        (mountpoint / victim.path).read_bytes()
+    assert caught.value.errno == errno.EIO
+    assert "data/img0003.jpg" in log_file.read_text()
+    if not packed:  # a packed version's damaged page spoils its row group: the others are intact
+        for entry in manifest.files:
+            if entry.path != victim.path:
+                assert (mountpoint / entry.path).read_bytes() == (tmp_path / "src" / entry.path).read_bytes()
+
+
+def test_writes_are_refused_as_a_read_only_filesystem(local_store: Store, tmp_path: Path, mountpoint: Path) -> None:
+    upload(write_image_list(tmp_path / "src", 3), "pets", store=local_store)
+    mount("pets", mountpoint, store=local_store)
+    attempts = [
+        lambda: (mountpoint / "new.txt").write_bytes(b"x"),
+        lambda: os.close(os.open(mountpoint / "data" / "img0000.jpg", os.O_RDWR)),
+        lambda: (mountpoint / "data" / "img0000.jpg").unlink(),
+        lambda: (mountpoint / "made").mkdir(),
+        lambda: (mountpoint / "train.list").rename(mountpoint / "other.list"),
+    ]
+    for attempt in attempts:
+        with pytest.raises(OSError) as caught:
+            attempt()
+        assert caught.value.errno == errno.EROFS
+    assert sorted(os.listdir(mountpoint)) == ["data", "train.list"]
+
+
+def test_text_and_table_versions_show_their_list_and_shards(
+    local_store: Store, tmp_path: Path, mountpoint: Path
+) -> None:
+    pairs = tmp_path / "pairs.list"
+    pairs.write_text("".join(f"source {i}\ttarget {i}\n" for i in range(20)), encoding="utf-8")
+    upload(pairs, "pairs", store=local_store, packed=True)
+    manifest = catalog.resolve(local_store, "pairs")
+    mount("pairs", mountpoint, store=local_store)
+    assert (mountpoint / "pairs.list").read_bytes() == pairs.read_bytes()
+    shards = sorted(os.listdir(mountpoint / "shards"))
+    assert len(shards) == len(manifest.shards)
+    for shard in manifest.shards:
+        name = shard.path.rsplit("/", 1)[-1]
+        assert (mountpoint / "shards" / name).read_bytes() == local_store.read(layout.shard_path("pairs", shard))
+    unmount(mountpoint)
+
+    buffer = io.BytesIO()
+    with write_to(buffer) as out:
+        out.set_columns("x", "name")
+        out.write_many([(i, f"n{i}") for i in range(50)])
+    import_stream(io.BytesIO(buffer.getvalue()), "table", store=local_store)
+    manifest = catalog.resolve(local_store, "table")
+    mount("table", mountpoint, store=local_store)
+    assert sorted(os.listdir(mountpoint)) == sorted(shard.path.rsplit("/", 1)[-1] for shard in manifest.shards)
+
+
+def test_a_mount_point_in_use_or_not_empty_is_refused(local_store: Store, tmp_path: Path, mountpoint: Path) -> None:
+    upload(write_image_list(tmp_path / "src", 3), "pets", store=local_store)
+    (mountpoint / "mine.txt").write_text("keep")
+    with pytest.raises(MountError, match="is not empty"):
+        mount("pets", mountpoint, store=local_store)
+    (mountpoint / "mine.txt").unlink()
+    with pytest.raises(MountError, match="does not exist"):
+        mount("pets", tmp_path / "nowhere", store=local_store)
+    mount("pets", mountpoint, store=local_store)
+    with pytest.raises(MountError, match="mounted already"):
+        mount("pets", mountpoint, store=local_store)
+    with pytest.raises(MountError, match="is not mounted"):
+        unmount(tmp_path)
+
+
+def test_a_mount_killed_with_sigkill_is_found_and_cleared_by_unmount(
+    local_store: Store, tmp_path: Path, mountpoint: Path
+) -> None:
+    list_file = write_image_list(tmp_path / "src", 4)
+    upload(list_file, "pets", store=local_store)
+    mounted = mount("pets", mountpoint, store=local_store)
+    os.kill(mounted.pid, signal.SIGKILL)
+    _wait_gone(mounted.pid)
+    with pytest.raises(MountError, match=r"serving process is gone .*datamount unmount"):
+        mount("pets", mountpoint, store=local_store)
+    result = _cli("unmount", str(mountpoint))
+    assert result.returncode == 0, result.stderr
+    again = _cli("mount", "pets", str(mountpoint), "--store", local_store.url)
+    assert again.returncode == 0, again.stderr
+    assert (mountpoint / "data" / "img0002.jpg").read_bytes() == (
+        tmp_path / "src" / "data" / "img0002.jpg"
+    ).read_bytes()
+
+
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_sigterm_and_sigint_unmount_and_exit(local_store: Store, tmp_path: Path, mountpoint: Path, how: int) -> None:
+    upload(write_image_list(tmp_path / "src", 3), "pets", store=local_store)
+    mounted = mount("pets", mountpoint, store=local_store)
+    assert [entry.fstype for entry in read_mounts() if entry.target == str(mountpoint)] == [FSTYPE]
+    os.kill(mounted.pid, how)
+    _wait_gone(mounted.pid)
+    assert not any(entry.target == str(mountpoint) for entry in read_mounts())
+    assert os.listdir(mountpoint) == []
+
+
+def test_foreground_serves_until_unmounted(local_store: Store, tmp_path: Path, mountpoint: Path) -> None:
+    upload(write_image_list(tmp_path / "src", 3), "pets", store=local_store)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "datamount.cli.main", "mount", "pets", str(mountpoint), "--foreground"],
+        env={**os.environ, "DATAMOUNT_STORE": local_store.url},
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 60
+    while not (mountpoint / "train.list").exists():
+        assert server.poll() is None and time.monotonic() < deadline, server.stderr
+        time.sleep(0.1)
+    assert _cli("unmount", str(mountpoint)).returncode == 0
+    assert server.wait(30) == 0
+
+
+def test_the_command_line_says_what_is_wrong_in_one_line(local_store: Store, tmp_path: Path, mountpoint: Path) -> None:
+    result = _cli("mount", "missing", str(mountpoint), "--store", local_store.url)
+    assert result.returncode == 3 and result.stderr.count("\n") == 1
+    assert "no dataset named 'missing'" in result.stderr
+    result = _cli("mount", "x", str(mountpoint), "--cache", str(tmp_path), "--no-cache")
+    assert result.returncode == 2 and "exclude each other" in result.stderr
+
+
+def test_a_list_path_that_would_leave_the_mount_is_refused() -> None:
+    for path in ("../escape.jpg", "/etc/passwd", "a//b.jpg", "a/./b.jpg", "a/../../b.jpg"):
+        manifest = Manifest(
+            name="bad", kind=Kind.IMAGE, columns=["image", "label"], rows=1, files=[FileEntry(path, 1, "0" * 64)]
+        )
+        with pytest.raises(UnsafePathError, match="would leave it"):
+            Tree(manifest, [(path, "0")])
+
+
+def _cli(*arguments: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "datamount.cli.main", *arguments], capture_output=True, text=True, timeout=120
+    )
+
+
+def _wait_gone(pid: int) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"process {pid} still runs")
