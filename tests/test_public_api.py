@@ -18,6 +18,7 @@ DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 PACKAGES = {"storage": "datamount.storage", "datasets": "datamount.datasets", "readers": "datamount.readers"}
 PACKAGES["cli"] = "datamount.cli"
 PACKAGES["torch_integration"] = "datamount.torch"
+PACKAGES["mount"] = "datamount.mount"
 #: Source folders whose imports are checked: the product, its tests and its benchmarks.
 SOURCE_FOLDERS = [*PACKAGES, "tests", "benchmarks"]
 
