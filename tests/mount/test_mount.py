@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import io
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -282,3 +283,17 @@ def _wait_gone(pid: int) -> None:
             return
         time.sleep(0.05)
     raise AssertionError(f"process {pid} still runs")
+
+
+@pytest.mark.skipif(os.getuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare(1)")
+def test_a_machine_without_fuse_gets_one_line_naming_what_is_missing(tmp_path: Path) -> None:
+    # A private mount namespace whose /dev is an empty tmpfs: this machine's own /dev is untouched.
+    (tmp_path / "mnt").mkdir()
+    command = f"mount -t tmpfs none /dev && exec {sys.executable} -m datamount.cli.main mount pets {tmp_path / 'mnt'}"
+    result = subprocess.run(["unshare", "-m", "sh", "-c", command], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 6
+    assert result.stderr.strip().splitlines() == [
+        "datamount: error: FUSE is not available: /dev/fuse is missing (in a container, give it the device /dev/fuse "
+        "and the SYS_ADMIN capability; on a machine, install FUSE 3: apt-get install fuse3 (Debian, Ubuntu), dnf "
+        "install fuse3 (Fedora))"
+    ]
