@@ -199,3 +199,45 @@ def test_a_killed_mixture_resumed_under_any_topology_reads_no_part_row_twice_in_
         if stop == "all_exhausted":  # every part ran out in every process: its first epoch is read whole
             (first,) = [report for report in reports if report.epoch == 0]
             assert first.exact, (name, first)
+
+
+def _through_dataloader_spawn(mixture: Mixture) -> list[tuple[Any, ...]]:
+    from datamount.readers import DataLoader
+
+    loader = DataLoader.from_generator(capacity=4, use_multiprocess=True, mp_context="spawn")
+    loader.set_sample_generator(mixture, batch_size=5, drop_last=False)
+    return [sample for columns in loader() for sample in zip(*columns, strict=True)]
+
+
+def _through_torch_workers(mixture: Mixture) -> list[tuple[Any, ...]]:
+    pytest.importorskip("torch")
+    from torch.utils.data import DataLoader as TorchLoader
+
+    from datamount.torch import ReaderDataset
+
+    loader = TorchLoader(ReaderDataset(mixture), batch_size=None, num_workers=2, multiprocessing_context="spawn")
+    return [tuple(sample) for sample in loader]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("store", ["local", pytest.param("s3", marks=pytest.mark.s3)], indirect=True)
+@pytest.mark.parametrize("through", [_through_dataloader_spawn, _through_torch_workers], ids=["dataloader", "torch"])
+def test_a_mixture_on_a_remote_store_in_spawned_workers_reads_every_part_row_once(
+    store: Store, tmp_path: Path, through: Any
+) -> None:
+    for name in ("big", "tiny"):
+        make(store, tmp_path, name, SIZES[name], packed=name == "big")
+    mixture = mix(
+        {"big": 3, "tiny": 1},
+        readers=parts({"big": store, "tiny": store}, ["big", "tiny"]),
+        stop="all_exhausted",
+        seed=2,
+        with_part=True,
+    )
+    ledgers = {"big": Ledger(SIZES["big"]), "tiny": Ledger(SIZES["tiny"])}
+    for name, epoch, row, text, _ in through(mixture):
+        assert text == f"{name}{row}"
+        ledgers[str(name)].record(int(epoch), int(row))
+    for name, ledger in ledgers.items():
+        first = next(report for report in check([ledger]) if report.epoch == 0)
+        assert first.exact, (name, first)  # every worker ran out of each part: its first epoch was read whole, once
