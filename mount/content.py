@@ -11,6 +11,7 @@ threads, so that the mount reads ahead (:meth:`Contents.prefetch`) while a file 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import logging
@@ -21,7 +22,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from datamount.datasets import layout
-from datamount.datasets.manifest import Manifest
+from datamount.datasets.manifest import FileEntry, Manifest
 from datamount.datasets.rows import ShardRows, closing
 from datamount.mount.tree import Content, group_of
 from datamount.storage import IntegrityError, Store
@@ -47,7 +48,7 @@ class Contents:
         store: Store,
         manifest: Manifest,
         *,
-        row_sha256: list[str] | None = None,
+        row_files: list[FileEntry] | None = None,
         cache: ContentCache | None = None,
         memory: int = DEFAULT_MEMORY,
     ) -> None:
@@ -55,16 +56,18 @@ class Contents:
         self.manifest = manifest
         self.cache = cache
         self.memory = memory
-        local = store.local_path() is not None
-        self._pool = ThreadPoolExecutor(LOCAL_REQUESTS if local else REMOTE_REQUESTS, "datamount-mount")
+        self._remote = store.local_path() is None
+        self._pool = ThreadPoolExecutor(REMOTE_REQUESTS if self._remote else LOCAL_REQUESTS, "datamount-mount")
         # Reentrant: a future that is done already runs its callback (which takes the lock) at once.
         self._lock = threading.RLock()
         self._held: OrderedDict[Unit, Any] = OrderedDict()
         self._held_bytes = 0
         self._loading: dict[Unit, Future[Any]] = {}
-        self._row_sha256 = row_sha256 or []
+        self._row_files = row_files or []
         self._rows = ShardRows(store, manifest, cache=cache) if manifest.shards and not manifest.objects else None
-        self._group_starts = [span.start for span in self._rows.spans()] if self._rows is not None else []
+        spans = self._rows.spans() if self._rows is not None else []
+        self._group_starts = [span.start for span in spans]
+        self._group_bytes = [sum(self._row_files[row].size for row in span) for span in spans]
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -81,7 +84,9 @@ class Contents:
         with self._lock:
             held = self._held.get(unit)
             if held is None:
-                return self._loading.get(unit) or self._start(unit, content)
+                if unit not in self._loading:
+                    self.prefetch([content])
+                return self._loading[unit]
             self._held.move_to_end(unit)
         done: Future[Any] = Future()
         done.set_result(held)
@@ -94,12 +99,33 @@ class Contents:
         return unit[content.row - self._group_starts[group_of(self._group_starts, content.row)]]
 
     def prefetch(self, contents: Iterable[Content]) -> None:
-        """Start fetching these files' units (those neither held nor on their way)."""
+        """Start fetching these files' units (those neither held nor on their way). A remote store's objects are
+        fetched together, many requests in flight, as a reader fetches them."""
+        together: list[tuple[Unit, Content, Future[Any]]] = []
         with self._lock:
             for content in contents:
                 unit = self._unit(content)
-                if unit not in self._held and unit not in self._loading:
+                if unit in self._held or unit in self._loading:
+                    continue
+                if unit[0] == "object" and self._remote and not self._in_cache(content):
+                    future: Future[Any] = Future()
+                    self._loading[unit] = future
+                    future.add_done_callback(functools.partial(self._arrived, unit))
+                    together.append((unit, content, future))
+                else:
                     self._start(unit, content)
+        if together:
+            self._pool.submit(self._fetch_objects, together)
+
+    def is_coming(self, content: Content) -> bool:
+        """Whether the file's unit is held or on its way."""
+        unit = self._unit(content)
+        return unit in self._held or unit in self._loading
+
+    def unit_of(self, content: Content) -> tuple[Unit, int]:
+        """The unit the file is fetched with, and its bytes (a row group's for a packed row)."""
+        unit = self._unit(content)
+        return unit, self._group_bytes[unit[1]] if unit[0] == "group" else content.size
 
     @property
     def held_bytes(self) -> int:
@@ -122,7 +148,7 @@ class Contents:
         """Fetch ``unit`` in the pool (called under the lock); its result goes into memory when it comes."""
         future = self._pool.submit(self._fetch, unit, content)
         self._loading[unit] = future
-        future.add_done_callback(lambda done: self._arrived(unit, done))
+        future.add_done_callback(functools.partial(self._arrived, unit))
         return future
 
     def _arrived(self, unit: Unit, future: Future[Any]) -> None:
@@ -151,6 +177,40 @@ class Contents:
             return self._checked(layout.shard_path(self.manifest.name, shard), shard.size, shard.sha256)
         return self._checked(layout.list_path(self.manifest), self.manifest.list_size, self.manifest.list_sha256)
 
+    def _fetch_objects(self, together: list[tuple[Unit, Content, Future[Any]]]) -> None:
+        """Fetch the objects of ``together`` with one window of reads, each checked and handed to its future as it
+        comes; after a failure (which is that object's alone) the rest are fetched again."""
+        while together:
+            entries = [content.entry for _, content, _ in together if content.entry is not None]
+            paths = [layout.object_path(self.manifest.name, entry.sha256) for entry in entries]
+            done = 0
+            try:
+                hashed = self.store.read_many_hashed(paths, sizes=[entry.size for entry in entries])
+                for (_, _, future), entry, path, (data, digest) in zip(together, entries, paths, hashed, strict=False):
+                    done += 1
+                    try:
+                        future.set_result(self._matching(path, data, entry.size, entry.sha256, digest))
+                    except IntegrityError as exc:
+                        future.set_exception(exc)
+                    if self.cache is not None:
+                        self.cache.get(entry.sha256, entry.size, lambda out, data=data: out.write(data), name=path)
+            except Exception as exc:
+                if done < len(together):
+                    together[done][2].set_exception(exc)
+                done += 1
+            together = together[done:]
+
+    def _in_cache(self, content: Content) -> bool:
+        entry = content.entry
+        return self.cache is not None and entry is not None and self.cache.path_for(entry.sha256).exists()
+
+    def _matching(self, path: str, data: bytes, size: int, sha256: str, digest: str | None = None) -> bytes:
+        """``data``, the object at ``path``, if it has ``size`` bytes and that sha256; else an IntegrityError."""
+        if len(data) != size or (digest or hashlib.sha256(data).hexdigest()) != sha256:
+            got = f"{len(data):,} bytes" if len(data) != size else "other bytes"
+            raise IntegrityError(f"{self.store.url_for(path)} holds {got} than its manifest records (a damaged copy)")
+        return data
+
     def _checked(self, path: str, size: int, sha256: str) -> bytes:
         """The object at ``path``, which must have ``size`` bytes and that sha256; through the cache for a remote
         store when there is one."""
@@ -159,10 +219,7 @@ class Contents:
                 data = local.read_bytes()  # checked by the cache when it came in (and once per process after)
         else:
             data = self.store.read(path)
-        if len(data) != size or hashlib.sha256(data).hexdigest() != sha256:
-            got = f"{len(data):,} bytes" if len(data) != size else "other bytes"
-            raise IntegrityError(f"{self.store.url_for(path)} holds {got} than its manifest records (a damaged copy)")
-        return data
+        return self._matching(path, data, size, sha256)
 
     def _fetch_group(self, group: int) -> list[bytes]:
         """The files of one row group of a packed image version, checked by its pages' CRCs and row count, and each
@@ -172,7 +229,7 @@ class Contents:
         with closing(self._rows.rows(span.start, span.stop)) as rows:
             files = [row[0] for row in itertools.islice(rows, len(span))]
         for row, data in zip(span, files, strict=True):
-            if hashlib.sha256(data).hexdigest() != self._row_sha256[row]:
+            if hashlib.sha256(data).hexdigest() != self._row_files[row].sha256:
                 raise IntegrityError(
                     f"{self.manifest.ref}, row {row}: the bytes in its shard do not match the file's sha256 (a damaged "
                     "shard)"

@@ -175,26 +175,33 @@ class DatasetFilesystem(pyfuse3.Operations):
         if trigger is not None:
             start, order = trigger
             window = list(self._after(start, order))
+        elif node.content is not None and self.contents.is_coming(node.content):
+            window = []  # inside a window already: its middle fetches the next one
         else:
             order = "list" if self._follows_list(node) else "folder"
             window = [node, *self._after(node, order)]
         self._recent.append(node)
         if len(window) > 1:
             self._triggers[window[len(window) // 2].inode] = (window[-1], order)
-        self.contents.prefetch(file.content for file in window if file.content is not None)
+        if window:
+            self.contents.prefetch(file.content for file in window if file.content is not None)
 
     def _follows_list(self, node: Node) -> bool:
         """Whether a file opened lately (by any reader) is ``node``'s list predecessor."""
         return any(self.tree.next_in_list(recent) is node for recent in self._recent)
 
     def _after(self, node: Node, order: str) -> Iterator[Node]:
-        """The files after ``node`` in ``order`` (list or folder), a window's worth of bytes."""
-        budget, current = self.read_ahead, self._step(node, order)
+        """The files after ``node`` in ``order`` (list or folder), a window's worth of bytes: each unit fetched (a
+        packed version's row group) counted once."""
+        budget, current, counted = self.read_ahead, self._step(node, order), set()
         for _ in range(WINDOW_FILES):
             if current is None or current.content is None:
                 return
             yield current
-            budget -= current.content.size
+            unit, size = self.contents.unit_of(current.content)
+            if unit not in counted:
+                counted.add(unit)
+                budget -= size
             if budget <= 0:
                 return
             current = self._step(current, order)

@@ -192,7 +192,7 @@ def serve(plan: _Plan, manifest: Manifest | None = None, on_ready: Callable[[], 
     lines = read_lines(plan.store, manifest) if manifest.kind is Kind.IMAGE else None
     tree = Tree(manifest, lines)
     cache = None if plan.cache is False else ContentCache(None if plan.cache is True else plan.cache)
-    contents = Contents(plan.store, manifest, row_sha256=tree.row_sha256, cache=cache, memory=plan.memory)
+    contents = Contents(plan.store, manifest, row_files=tree.row_entries, cache=cache, memory=plan.memory)
     filesystem = DatasetFilesystem(tree, contents, read_ahead=plan.read_ahead, created_ns=_created_ns(manifest))
     options = {"ro", "default_permissions", f"fsname=datamount:{manifest.ref}", "subtype=datamount"}
     if plan.allow_other:

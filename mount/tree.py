@@ -101,9 +101,9 @@ class Tree:
         return sum(node.content.size for node in self.nodes.values() if node.content is not None)
 
     @property
-    def row_sha256(self) -> list[str]:
-        """The sha256 of each list row's file (image versions)."""
-        return [node.content.entry.sha256 for node in self.row_files if node.content and node.content.entry]
+    def row_entries(self) -> list[FileEntry]:
+        """The manifest's entry of each list row's file (image versions)."""
+        return [node.content.entry for node in self.row_files if node.content and node.content.entry]
 
     def find(self, path: str) -> Node | None:
         return self.nodes.get(path)
