@@ -192,13 +192,22 @@ class Contents:
                         future.set_result(self._matching(path, data, entry.size, entry.sha256, digest))
                     except IntegrityError as exc:
                         future.set_exception(exc)
-                    if self.cache is not None:
-                        self.cache.get(entry.sha256, entry.size, lambda out, data=data: out.write(data), name=path)
+                    if self.cache is not None and future.exception() is None:
+                        self._keep(entry, path, data)
             except Exception as exc:
                 if done < len(together):
                     together[done][2].set_exception(exc)
                 done += 1
             together = together[done:]
+
+    def _keep(self, entry: FileEntry, path: str, data: bytes) -> None:
+        """Put a checked object into the content cache for later mounts; a cache that cannot take it (a full disk)
+        costs only that."""
+        assert self.cache is not None
+        try:
+            self.cache.get(entry.sha256, entry.size, lambda out: out.write(data), name=path)
+        except OSError as exc:
+            log.warning("the content cache %s did not take %s: %s", self.cache.directory, path, exc)
 
     def _in_cache(self, content: Content) -> bool:
         entry = content.entry

@@ -96,6 +96,12 @@ def test_a_walk_of_the_mount_gives_the_uploaded_files_byte_for_byte(
     with open(mountpoint / "cls2" / "img0050.jpg", "rb") as file:
         file.seek(100)
         assert file.read(50) == expected["cls2/img0050.jpg"][100:150]
+    if store.local_path() is None:  # a remote store's objects (or shards) and list were kept in the content cache
+        cached = [path for path in (tmp_path / "cache").rglob("*") if path.is_file() and path.parent.name != "locks"]
+        assert len(cached) == (len(manifest.shards) if packed else len(manifest.files)) + 1
+        unmount(mountpoint)
+        mount("pets", mountpoint, store=store, cache=tmp_path / "cache")  # served from the cache, checked again
+        assert tree_of(mountpoint) == expected
 
 
 @pytest.mark.parametrize("store", ["local", pytest.param("s3", marks=pytest.mark.s3)], indirect=True)
