@@ -66,7 +66,19 @@ class ShardRows:
         self._columns = list(manifest.columns)
         self._starts = list(itertools.accumulate((s.rows for s in manifest.shards), initial=0))
         self._footers: dict[str, pq.FileMetaData] = {}
+        self._footer_lock = threading.Lock()
+        self._footer_locks: dict[str, threading.Lock] = {}
         self._spans: list[range] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        del state["_footer_lock"], state["_footer_locks"]  # locks do not travel to worker processes
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._footer_lock = threading.Lock()
+        self._footer_locks = {}
 
     def __len__(self) -> int:
         return self._starts[-1]
@@ -277,7 +289,14 @@ class ShardRows:
         yield self._parquet(shard, SparseFile(shard.size, {start: fetched}, name=self.store.url_for(path)), footer)
 
     def _footer(self, path: str, shard: ShardEntry) -> pq.FileMetaData:
-        """A shard's Parquet footer: two ranged reads the first time, then kept."""
+        """A shard's Parquet footer: two ranged reads the first time, then kept (row groups read at the same moment
+        wait for the one fetch)."""
+        with self._footer_lock:
+            fetching = self._footer_locks.setdefault(path, threading.Lock())
+        with fetching:
+            return self._fetched_footer(path, shard)
+
+    def _fetched_footer(self, path: str, shard: ShardEntry) -> pq.FileMetaData:
         if path not in self._footers:
             tail = self.store.read_range(path, shard.size - 8, shard.size)
             length = int.from_bytes(tail[:4], "little")

@@ -85,3 +85,14 @@ def test_a_fetched_row_group_reaches_arrow_as_a_view_of_the_fetched_buffer() -> 
     sparse.seek(0)
     with pytest.raises(OSError, match=r"s3://bucket/shard: bytes 0\.\.4 were not fetched"):
         sparse.read(4)
+
+
+def test_the_footer_is_fetched_once_though_several_row_groups_start_at_once(packed: Packed) -> None:
+    size = packed.direct.info(packed.shard).size
+    assert len(list(reader("d", packed.far)())) == 60
+    tails = [
+        r.range
+        for r in packed.proxy.requests
+        if r.method == "GET" and packed.shard in unquote(r.target) and str(r.range).endswith(f"-{size - 1}")
+    ]
+    assert len(tails) == 2, tails  # its last 8 bytes (the footer's length), then the footer
