@@ -29,7 +29,7 @@ from datamount.readers.sharding import (
     torch_worker,
     worker_runs,
 )
-from datamount.readers.workers import EpochLock, close_iterator
+from datamount.readers.workers import EpochLock, close_iterator, head_start
 from datamount.storage import Store, arguments, open_store
 from datamount.storage.cache import ContentCache
 from datamount.storage.store import DEFAULT_MAX_BYTES_IN_FLIGHT
@@ -130,6 +130,11 @@ class DatasetReader(EpochLock):
 
     def __call__(self) -> Iterator[tuple[Any, ...]]:
         """One pass: this rank's (and worker's) share of epoch :attr:`epoch`, which then moves on by one."""
+        return self._read_pass()
+
+    def _read_pass(self, *, started: bool = False) -> Iterator[tuple[Any, ...]]:
+        """One pass (see :meth:`__call__`); if ``started``, its first sample is being read from now on, in a
+        thread (a mixture starts its parts together); a sample counts as yielded when the caller takes it."""
         with self._lock:
             progress = self._begin_pass()
         worker, workers = self._worker_slot()
@@ -140,7 +145,9 @@ class DatasetReader(EpochLock):
                 samples = map(_numbered, samples, itertools.count())
         else:
             samples = self._share_pass(progress, worker, workers)
-        return _counted(samples, progress)
+        counted = _counted(head_start(samples) if started else samples, progress)
+        next(counted)  # inside its ``try``: closing the pass closes the source even before a sample is taken
+        return counted
 
     def _begin_pass(self) -> _PassProgress:
         self._pass = self._next_pass()
@@ -435,10 +442,12 @@ def _numbered(sample: tuple[Any, ...], number: int) -> tuple[Any, ...]:
     return (number, *sample)
 
 
-def _counted(samples: Iterator[tuple[Any, ...]], progress: _PassProgress) -> Iterator[tuple[Any, ...]]:
-    """``samples``, counting each into ``progress`` as it is handed out."""
+def _counted(samples: Iterator[tuple[Any, ...]], progress: _PassProgress) -> Iterator[Any]:
+    """``samples``, counting each into ``progress`` as it is handed out, after a first ``None`` (taken by the pass
+    itself, so that its ``finally`` runs on ``close``)."""
     first = progress.yielded + 1
     try:
+        yield None
         # The count is set by the loop itself (enumerate in C), before each sample is handed out.
         for progress.yielded, sample in enumerate(samples, start=first):
             yield sample

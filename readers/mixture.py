@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import operator
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -32,7 +32,7 @@ import numpy as np
 from datamount.readers.dataset import DatasetReader, reader
 from datamount.readers.errors import ReaderStateError
 from datamount.readers.sharding import check_worker, torch_worker
-from datamount.readers.workers import EpochLock, close_iterator
+from datamount.readers.workers import ClosingChain, EpochLock, close_iterator
 from datamount.storage import Store, arguments
 
 __all__ = ["EPOCH_STRIDE", "STOP_RULES", "Mixture", "mix"]
@@ -165,15 +165,19 @@ class Mixture(EpochLock):
         if self.samples is not None:
             left = self.samples - progress.taken
             quota = max(left // workers + (worker < left % workers), 0)
-        return self._samples(progress, quota)
+        return ClosingChain.of(self._blocks(progress, quota))
 
-    def _samples(self, progress: _Pass, quota: int | None) -> Iterator[tuple[Any, ...]]:
-        """The pass's samples, each counted into ``progress`` as it is handed out."""
+    def _blocks(self, progress: _Pass, quota: int | None) -> Iterator[Iterable[tuple[Any, ...]]]:
+        """The pass's samples, a block of choices at a time (each sample counted into ``progress`` as it is handed
+        out), which a :class:`~datamount.readers.workers.ClosingChain` hands out one by one."""
         end = -1 if quota is None else progress.taken + quota
         if progress.taken == end:
             progress.ended = True
             return
-        running = {name: iter(part()) for name, part in self.parts.items()}
+        # The parts on remote stores ask for their first row groups at once, not one after another as each is first
+        # chosen (a pass of three parts 30 ms away: 2.2x faster). On a local disk that wait is the CPU's, which a
+        # thread would only take from the parts being read.
+        running = {name: part._read_pass(started=part.store.local_path() is None) for name, part in self.parts.items()}
         nexts = {name: iterator.__next__ for name, iterator in running.items()}
         epochs = {name: part.epoch - 1 for name, part in self.parts.items()}  # each part's pass begun
         until_all_run_out = self.samples is None
@@ -188,9 +192,9 @@ class Mixture(EpochLock):
                     progress.block(calls, len(block))
                     if self.with_part:
                         # the calls first: their iterator must be the one that ends the map
-                        yield from map(_with_part, map(operator.call, calls), block, map(epochs.__getitem__, block))
+                        yield map(_with_part, map(operator.call, calls), block, map(epochs.__getitem__, block))
                     else:
-                        yield from map(operator.call, calls)
+                        yield map(operator.call, calls)
                     done = progress.block_done()
                     if done == len(block):
                         break
@@ -207,7 +211,7 @@ class Mixture(EpochLock):
                         progress.empty.add(name)
                         break  # draw the next block without it
                     progress.taken += 1
-                    yield (name, epochs[name], *first) if self.with_part else first
+                    yield ((name, epochs[name], *first) if self.with_part else first,)
                     block = block[1:]
                 if progress.taken == end:
                     progress.ended = True

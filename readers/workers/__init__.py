@@ -8,6 +8,7 @@ reader passes before it goes to a worker process.
 """
 
 from datamount.readers.workers.carried import END_OF_STREAM, CarriedException, EndOfStream, RemoteTraceback
+from datamount.readers.workers.chained import ClosingChain, head_start
 from datamount.readers.workers.chains import (
     EpochLock,
     Reader,
@@ -51,6 +52,7 @@ __all__ = [
     "POLL_SECONDS",
     "THREAD_JOIN_SECONDS",
     "CarriedException",
+    "ClosingChain",
     "Crew",
     "Emit",
     "EndOfStream",
@@ -78,6 +80,7 @@ __all__ = [
     "effective_start_method",
     "exit_description",
     "get_until_stopped",
+    "head_start",
     "produce",
     "put_until_stopped",
     "require_picklable",

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import pytest
 from hypothesis import given, settings
@@ -22,6 +23,8 @@ from datamount.readers import Mixture, ReaderStateError, mix, reader
 from datamount.readers.ledger import Ledger, check
 from datamount.readers.mixture import EPOCH_STRIDE
 from datamount.storage import Store, open_store
+from tests.servers.fault_proxy import Fault, FaultProxyFactory
+from tests.servers.moto import S3_TEST_KEY, S3_TEST_SECRET, S3Server
 
 SIZES = {"big": 97, "mid": 41, "tiny": 13}
 BATCH = 4
@@ -241,3 +244,29 @@ def test_a_mixture_on_a_remote_store_in_spawned_workers_reads_every_part_row_onc
     for name, ledger in ledgers.items():
         first = next(report for report in check([ledger]) if report.epoch == 0)
         assert first.exact, (name, first)  # every worker ran out of each part: its first epoch was read whole, once
+
+
+@pytest.mark.s3
+def test_a_mixture_pass_asks_for_every_part_at_once(
+    s3_server: S3Server, s3_bucket: str, fault_proxy: FaultProxyFactory, tmp_path: Path
+) -> None:
+    keys = {"key": S3_TEST_KEY, "secret": S3_TEST_SECRET}
+    direct = open_store(f"s3://{s3_bucket}/mixed", endpoint_url=s3_server.endpoint_url, **keys)
+    for name, rows in SIZES.items():
+        make(direct, tmp_path, name, rows, packed=True)
+    proxy = fault_proxy(s3_server.endpoint_url)
+    far = open_store(f"s3://{s3_bucket}/mixed", endpoint_url=proxy.endpoint_url, **keys)
+    mixture = mix(dict.fromkeys(SIZES, 1), far, samples=10)
+    delay = 0.5
+    proxy.inject(Fault.delay(delay), methods=["GET"], containing="/packs/")  # a store far away
+    samples = mixture()
+    next(samples)
+    samples.close()  # waits for every part's first read
+    first_asked = {}
+    for request in proxy.requests:
+        name = next((name for name in SIZES if f"/mixed/datasets/{name}/packs/" in unquote(request.target)), None)
+        if name is not None and request.method == "GET":
+            first_asked.setdefault(name, request.received)
+    # Each part's shard was asked for at the start, not when the part was first drawn (after another's answer).
+    assert set(first_asked) == set(SIZES)
+    assert max(first_asked.values()) - min(first_asked.values()) < delay, first_asked
