@@ -112,9 +112,29 @@ def version_pack_folder(version: int, shard_bytes: int, row_group_bytes: int) ->
     return f"{PACKS}/{version}-{shard_bytes}-{row_group_bytes}"
 
 
-def shard_key(pack_folder: str, number: int) -> str:
-    """The ``number``-th shard of a pack folder (relative to the dataset folder)."""
-    return f"{pack_folder}/shard-{number:05d}.parquet"
+def upload_pack_folder(digest: str, attempt: int) -> str:
+    """A pack folder of ``upload --pack`` (relative to the dataset folder), named after what decides its shards (the
+    list, its files' sizes, the shard sizes: ``digest``), so that an upload run again after a kill finds the shards
+    it wrote; ``attempt`` counts the folders of that name a version may already use (see :func:`taken_marker`)."""
+    return f"{PACKS}/upload-{digest}-{attempt}"
+
+
+def taken_marker(pack_folder: str) -> str:
+    """The file that says a version may use a pack folder's shards (relative to the dataset folder): written before
+    the commit, it keeps every later writer out of the folder."""
+    return f"{pack_folder}/taken"
+
+
+def shard_marker(pack_folder: str, number: int) -> str:
+    """The marker a resumable writer leaves beside the ``number``-th shard once it is written (relative to the
+    dataset folder)."""
+    return f"{pack_folder}/shard-{number:05d}.done.json"
+
+
+def shard_key(pack_folder: str, number: int, run: str = "") -> str:
+    """The ``number``-th shard of a pack folder (relative to the dataset folder); written by writer ``run`` when
+    several writers may write that shard (each its own file: none ever replaces a file another wrote)."""
+    return f"{pack_folder}/shard-{number:05d}{f'-{run}' if run else ''}.parquet"
 
 
 def shard_path(name: str, shard: ShardEntry) -> str:

@@ -121,7 +121,7 @@ class ShardWriter:
     (:meth:`add_group`); every value but ``index``, which is numbered here from ``first_index``. :meth:`end_shard`
     closes the current shard (a split starts a shard of its own), :meth:`close` returns every shard's entry, and
     :meth:`abort` removes what was sent. Shards are numbered from ``first_shard`` (a pack writes each planned shard
-    with a writer of its own, in any process).
+    with a writer of its own, in any process); a writer with a ``run`` name puts it in its shards' file names.
     """
 
     def __init__(
@@ -135,6 +135,7 @@ class ShardWriter:
         pack_folder: str | None = None,
         first_shard: int = 0,
         first_index: int = 0,
+        run: str = "",
         progress: Progress | None = None,
     ) -> None:
         check_sizes(shard_bytes, row_group_bytes)
@@ -147,6 +148,7 @@ class ShardWriter:
         self._row_group_bytes = row_group_bytes
         self._next_shard = first_shard
         self._next_index = first_index
+        self._run = run
         self._progress = progress or Silent()
         self._index_position = schema.get_field_index(INDEX_COLUMN)
         self._scratch = tempfile.TemporaryDirectory(prefix="datamount-shards-")
@@ -198,7 +200,7 @@ class ShardWriter:
         self._flush_rows()
         self._flush_batches()
         if self._file is not None:
-            key = layout.shard_key(self.pack_folder, self._next_shard)
+            key = layout.shard_key(self.pack_folder, self._next_shard, self._run)
             self.shards.append(self._file.commit(self.store, self.dataset, key))
             self._file = None
             self._next_shard += 1
@@ -209,10 +211,14 @@ class ShardWriter:
         self._scratch.cleanup()
         return self.shards
 
-    def abort(self) -> None:
-        """Remove every shard this writer sent (it was never committed) and its local files."""
+    def discard(self) -> None:
+        """Drop the shard being written (its local file); the shards sent stay (a resumable writer's)."""
         self._file = None
         self._scratch.cleanup()
+
+    def abort(self) -> None:
+        """Remove every shard this writer sent (it was never committed) and its local files."""
+        self.discard()
         folder = f"{layout.dataset_folder(self.dataset)}/{self.pack_folder}"
         self.store.remove(folder, recursive=True, missing_ok=True)
 

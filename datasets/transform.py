@@ -250,7 +250,7 @@ def _check_columns(chunk: list[Mapping[str, Any]], columns: list[str], first: in
 
 
 def _marker(name: str, unit: MapUnit) -> str:
-    return f"{layout.dataset_folder(name)}/{unit.folder}/shard-{unit.number:05d}.done.json"
+    return f"{layout.dataset_folder(name)}/{layout.shard_marker(unit.folder, unit.number)}"
 
 
 def _schema(encoded: str) -> pa.Schema:

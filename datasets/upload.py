@@ -155,12 +155,13 @@ def _upload_shards(
     shard_bytes: int,
     row_group_bytes: int,
 ) -> UploadResult:
-    """Commit ``draft`` with its files written straight into shards, hashed as they are read (no objects)."""
+    """Commit ``draft`` with its files written straight into shards, hashed as they are read (no objects); the
+    files in shards an earlier, killed run of this upload wrote count as already stored."""
     store.write(layout.list_path(draft), list_bytes)
-    manifest = commit_packed(
+    done = commit_packed(
         store, draft, parsed, shard_bytes=shard_bytes, row_group_bytes=row_group_bytes, progress=report
     )
-    return UploadResult(manifest, len(manifest.files), sum(shard.size for shard in manifest.shards), 0, created=True)
+    return UploadResult(done.manifest, done.sent_files, done.sent_bytes, done.resumed_files, created=True)
 
 
 def _send_missing(

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -125,3 +127,73 @@ def test_worker_processes_read_it_from_s3(s3_store: Store, make_image_list: Make
     loader.set_sample_generator(reader("d", s3_store), batch_size=5, drop_last=False)
     rows = [row for images, labels in loader() for row in zip(images, labels, strict=True)]
     assert sorted(rows) == sorted(image_rows(list_file))
+
+
+class KilledAfter:
+    """Progress that kills its own process with SIGKILL (as the out-of-memory killer or a lost node does) once
+    ``rows`` rows are written into shards."""
+
+    def __init__(self, rows: int) -> None:
+        self.rows, self.done = rows, 0
+
+    def start(self, phase: str, *, items: int, size: int) -> None:
+        pass
+
+    def advance(self, *, items: int = 1, size: int = 0) -> None:
+        self.done += items
+        if self.done >= self.rows:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def finish(self) -> None:
+        pass
+
+
+SMALL_SHARDS = {"row_group_bytes": 20_000, "shard_bytes": 60_000}
+
+
+def _upload_killed(store: Store, list_file: Path, rows: int) -> None:
+    upload(list_file, "d", store=store, packed=True, progress=KilledAfter(rows), **SMALL_SHARDS)
+
+
+@pytest.mark.parametrize("store", ["local", pytest.param("s3", marks=pytest.mark.s3)], indirect=True)
+def test_a_killed_upload_goes_on_from_the_shards_it_wrote(store: Store, make_image_list: MakeImageList) -> None:
+    list_file = make_image_list(80, size=3_000)
+    child = multiprocessing.get_context("spawn").Process(target=_upload_killed, args=(store, list_file, 50))
+    child.start()
+    child.join(timeout=120)
+    assert child.exitcode == -signal.SIGKILL
+    assert catalog.versions(store, "d") == []
+    packs = f"{layout.dataset_folder('d')}/{layout.PACKS}"
+    before = store.list(packs)
+    left = sorted(path for path in before if path.endswith(".parquet"))
+    assert len(left) == 2 and len([path for path in before if path.endswith(".done.json")]) == 2
+
+    result = upload(list_file, "d", store=store, packed=True, **SMALL_SHARDS)
+    manifest = result.manifest
+    assert manifest.version == 1 and len(manifest.shards) >= 4
+    resumed = manifest.shards[0].rows + manifest.shards[1].rows
+    assert (result.reused_files, result.sent_files) == (resumed, 80 - resumed)
+    assert result.sent_bytes == sum(shard.size for shard in manifest.shards[2:])
+    paths = [layout.shard_path("d", shard) for shard in manifest.shards]
+    assert paths[:2] == left  # the shards the killed run finished are the version's own, not written again
+    assert not set(paths[2:]) & set(before)
+    assert list(reader("d", store)()) == image_rows(list_file)
+    assert verify(store, manifest).ok
+    after = store.list(packs)
+    assert not [path for path in after if path.endswith(".done.json")]  # the markers went with the commit
+    assert [path for path in after if path.endswith("/taken")]
+
+
+def test_an_upload_never_writes_into_the_shards_of_a_version(
+    local_store: Store, make_image_list: MakeImageList
+) -> None:
+    list_file = make_image_list(30, size=3_000)
+    first = upload(list_file, "d", store=local_store, packed=True, **SMALL_SHARDS).manifest
+    rows = image_rows(list_file)
+    victim = list_file.parent / list_file.read_text().splitlines()[3].split("\t")[0]
+    victim.write_bytes(bytes(b ^ 0xFF for b in victim.read_bytes()))  # other bytes, the same size: the same plan
+    second = upload(list_file, "d", store=local_store, packed=True, **SMALL_SHARDS).manifest
+    assert second.version == 2
+    assert {layout.pack_folder_of(s) for s in first.shards}.isdisjoint(layout.pack_folder_of(s) for s in second.shards)
+    assert list(reader("d@1", local_store)()) == rows and verify(local_store, first).ok
+    assert list(reader("d@2", local_store)()) == image_rows(list_file) != rows
