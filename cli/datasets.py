@@ -111,9 +111,10 @@ def upload(
         click.echo(f"{m.ref} is up to date: it already holds exactly this list ({m.rows} rows{repaired})")
         return
     if not m.objects:
+        resumed = f" ({result.reused_files} found in the shards of an earlier run)" if result.reused_files else ""
         click.echo(
             f"uploaded {m.ref}: {m.kind}, {m.rows} rows, {len(m.files)} files in "
-            f"{format_size(result.sent_bytes)} of shards to {store.url}"
+            f"{format_size(result.sent_bytes)} of shards{resumed} to {store.url}"
         )
         return
     click.echo(
