@@ -9,7 +9,9 @@ latency to every request, the other adds nothing, so that both paths pay the sam
 
 - ``reader(name)`` of an unpacked version (4,000 objects of ~110 KB; 300 with ``--quick``) and of the same version
   packed (shards read by ranged GETs);
-- a naive loop reading one object at a time (``open().read()`` through the filesystem, on the first 200 objects).
+- a naive loop reading one object at a time (``open().read()`` through the filesystem, on the first 200 objects);
+- a mixture of three packed parts (the packed version read three ways: in order, and shuffled with two seeds),
+  ``mix(..., samples=N)``: a pass must not wait for its parts' first row groups one after another.
 
 Reported: each path's samples/s with latency, its ratio to its own figure without (target: >= 0.8), and the
 reader's ratio to the naive loop with latency (target: >= 20).
@@ -43,7 +45,7 @@ from bench_datasets import DATASET, make_image_list, object_paths
 
 from datamount.datasets import pack
 from datamount.datasets.upload import upload
-from datamount.readers import reader
+from datamount.readers import mix, reader
 from datamount.storage import Store, open_store
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -121,7 +123,11 @@ def bench(stores: dict[str, Store], count: int, runs: int, latency_ms: float, se
         actions[f"unpacked {where}"] = lambda samples=unpacked: _drain(samples(), count)
         actions[f"packed {where}"] = lambda samples=packed: _drain(samples(), count)
         actions[f"naive {where}"] = lambda fs=store.fs, few=few: _drain(_naive_loop(fs, few), len(few))
-        items.update({f"unpacked {where}": count, f"packed {where}": count, f"naive {where}": len(few)})
+        parts = {f"part{k}": reader(DATASET, store, shuffle=k > 0, seed=k) for k in range(3)}
+        mixture = mix(dict.fromkeys(parts, 1), readers=parts, samples=count)
+        actions[f"mixture {where}"] = lambda samples=mixture: _drain(samples(), count)
+        items.update({f"{path} {where}": count for path in ("unpacked", "packed", "mixture")})
+        items[f"naive {where}"] = len(few)
     costs = interleaved_costs(actions, runs, server_pids=server_pids)
 
     samples = Measure("samples/s", 1, "1k obj", 1000)
@@ -135,6 +141,7 @@ def bench(stores: dict[str, Store], count: int, runs: int, latency_ms: float, se
         row("reader, unpacked", "unpacked far", "naive far", "open().read() loop"),
         row("reader, packed", "packed far", "naive far", "open().read() loop"),
         row("open().read() loop", "naive far", "naive near", "same, no latency"),
+        row("mixture of 3 packed parts", "mixture far", "mixture near", "same, no latency"),
     ]
 
 
