@@ -175,40 +175,45 @@ class Mixture(EpochLock):
             progress.ended = True
             return
         # The parts on remote stores ask for their first row groups at once, not one after another as each is first
-        # chosen (a pass of three parts 30 ms away: 2.2x faster). On a local disk that wait is the CPU's, which a
-        # thread would only take from the parts being read.
+        # chosen. On a local disk that wait is the CPU's, which a thread would only take from the parts being read.
         running = {name: part._read_pass(started=part.store.local_path() is None) for name, part in self.parts.items()}
-        nexts = {name: iterator.__next__ for name, iterator in running.items()}
+        names = list(self.parts)  # a part's index in the choices -> its name
+        # Each part's pass by index: a block's are picked out by numpy (C code, no dict per sample).
+        passes = np.array([running[name] for name in names], dtype=object)
         epochs = {name: part.epoch - 1 for name, part in self.parts.items()}  # each part's pass begun
         until_all_run_out = self.samples is None
         try:
             for block in self._choices(progress):
                 if end >= 0:
                     block = block[: end - progress.taken]
-                while block:
-                    # The block's samples are handed out by C code (one call per sample, no bytecode between them);
-                    # ``progress`` reads how far it got from the calls' iterator.
-                    calls = iter([*map(nexts.__getitem__, block), _block_end])
+                while len(block):
+                    # The block's samples are handed out by C code (``next`` of each sample's part, no bytecode
+                    # between them); ``progress`` reads how far it got from the iterator over the parts.
+                    picked = passes[block].tolist()
+                    picked.append(_BLOCK_END)
+                    calls = iter(picked)
                     progress.block(calls, len(block))
                     if self.with_part:
+                        parts = [names[index] for index in block.tolist()]
                         # the calls first: their iterator must be the one that ends the map
-                        yield map(_with_part, map(operator.call, calls), block, map(epochs.__getitem__, block))
+                        yield map(_with_part, map(next, calls), parts, map(epochs.__getitem__, parts))
                     else:
-                        yield map(operator.call, calls)
+                        yield map(next, calls)
                     done = progress.block_done()
                     if done == len(block):
                         break
-                    name, block = block[done], block[done:]  # part ``name`` ran out at the block's sample ``done``
+                    index, block = int(block[done]), block[done:]  # the part ran out at the block's sample ``done``
+                    name = names[index]
                     progress.exhausted.add(name)
                     if until_all_run_out and self._pass_ends(progress.exhausted):
                         progress.ended = True
                         return
                     close_iterator(running[name])
                     running[name] = iter(self.parts[name]())  # the part's next epoch
-                    nexts[name], epochs[name] = running[name].__next__, self.parts[name].epoch - 1
+                    passes[index], epochs[name] = running[name], self.parts[name].epoch - 1
                     first = next(running[name], None)
                     if first is None:  # no rows for this rank or worker: never chosen again in this pass
-                        progress.empty.add(name)
+                        progress.empty.add(index)
                         break  # draw the next block without it
                     progress.taken += 1
                     yield ((name, epochs[name], *first) if self.with_part else first,)
@@ -222,18 +227,18 @@ class Mixture(EpochLock):
             for iterator in running.values():
                 close_iterator(iterator)
 
-    def _choices(self, progress: _Pass) -> Iterator[list[str]]:
-        """Blocks of the parts of the next samples, drawn by weight, endlessly (until every part is empty here); a
-        block is cut short where a part turned out empty."""
-        names = np.array(list(self.parts), dtype=object)
+    def _choices(self, progress: _Pass) -> Iterator[np.ndarray]:
+        """Blocks of the parts (by index) of the next samples, drawn by weight, endlessly (until every part is empty
+        here); a block is cut short where a part turned out empty."""
         weights = np.array([self.weights[name] for name in self.parts])
         generator = np.random.default_rng([self.seed % 2**64, progress.epoch, progress.worker, progress.resumes])
-        drawn: list[str] = []
-        while len(progress.empty) < len(names):
-            if not drawn:
-                drawn = names[generator.choice(len(names), size=CHOICES_AT_ONCE, p=weights / weights.sum())].tolist()
-            block = [name for name in drawn if name not in progress.empty] if progress.empty else drawn
-            drawn = []
+        # What Generator.choice(p=...) does, with the cumulative weights computed once: the same draws.
+        cumulative = weights.cumsum()
+        cumulative /= cumulative[-1]
+        while len(progress.empty) < len(weights):
+            block = cumulative.searchsorted(generator.random(CHOICES_AT_ONCE), side="right")
+            if progress.empty:
+                block = block[~np.isin(block, list(progress.empty))]
             yield block
 
     def _pass_ends(self, exhausted: set[str]) -> bool:
@@ -316,7 +321,7 @@ class _Pass:
         self._before, self.exhausted = taken, exhausted
         self._block: Iterator[Any] | None = None
         self._size = 0
-        self.empty: set[str] = set()
+        self.empty: set[int] = set()  # the parts (by index) with no rows here
         self.ended = False
 
     @property
@@ -345,9 +350,8 @@ class _Pass:
         self._before, self._block = self.taken, None
 
 
-def _block_end() -> Any:
-    """The last call of a block: ends its ``map``."""
-    raise StopIteration
+#: The last of a block's parts: an empty iterator, which ends the block's ``map``.
+_BLOCK_END: Iterator[Any] = iter(())
 
 
 def _with_part(sample: tuple[Any, ...], name: str, epoch: int) -> tuple[Any, ...]:
