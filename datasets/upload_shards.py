@@ -88,7 +88,7 @@ def commit_packed(
     store.write(f"{dataset}/{layout.taken_marker(folder)}", b"")
     manifest = catalog.commit(store, packed)
     store.remove_many(f"{dataset}/{layout.shard_marker(folder, number)}" for number in range(len(plans)))
-    sent = sum(shard.size for number, shard in enumerate(packed.shards) if number in pending)
+    sent = sum(packed.shards[number].size for number in pending)
     return PackedUpload(manifest, len(entries) - resumed, sent, resumed)
 
 
@@ -183,8 +183,9 @@ class _ShardsOfRows:
                     ahead = self._read(pool, groups[position + 1][1]) if position + 1 < len(groups) else []
                     read_back = [item for future in current for item in future.result()]
                     group_rows = self.rows[start:stop]
-                    _record_files(entries, group_rows, [(len(data), sha) for data, sha in read_back], self.parsed)
-                    files.extend((len(data), sha256) for data, sha256 in read_back)
+                    group_files = [(len(data), sha256) for data, sha256 in read_back]
+                    _record_files(entries, group_rows, group_files, self.parsed)
+                    files.extend(group_files)
                     if writer is None:
                         writer = self._writer(number, start)
                     labels = [list(column) for column in zip(*(row[1:] for row in group_rows), strict=True)]
