@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import json
+import pickle
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from datamount.datasets.errors import DatasetNotFoundError, InvalidDatasetNameEr
 from datamount.datasets.manifest import FORMAT_VERSION, Manifest
 from datamount.datasets.names import DatasetRef, parse_ref, validate_name
 from datamount.datasets.upload import upload
+from datamount.readers import reader
 from datamount.storage import Store
 from tests.generated import MakeImageList
 
@@ -73,19 +75,43 @@ def test_a_damaged_manifest_is_named(local_store: Store, text_list: Path) -> Non
 @pytest.mark.parametrize(
     ("entry", "cause"),
     [
-        (["data/a.jpg", 12], "Expected 3 arguments"),
-        (["data/a.jpg", "12", "ab" * 32], "size is not a whole number"),
-        (["data/a.jpg", True, "ab" * 32], "size is not a whole number"),
+        (["data/a.jpg", 12], r"Expected `array` of length 3 - at `\$\[0\]`"),
+        (["data/a.jpg", "12", "ab" * 32], r"Expected `int`, got `str` - at `\$\[0\]\[1\]`"),
+        (["data/a.jpg", True, "ab" * 32], r"Expected `int`, got `bool` - at `\$\[0\]\[1\]`"),
     ],
 )
-def test_a_damaged_file_entry_is_named(
+def test_a_damaged_file_entry_is_named_when_the_files_are_used(
     local_store: Store, make_image_list: MakeImageList, entry: list[object], cause: str
 ) -> None:
     upload(make_image_list(2), "d", store=local_store)
     body = json.loads(local_store.read("datasets/d/versions/1.json"))
     body["files"][0] = entry
     local_store.write("datasets/d/versions/1.json", json.dumps(body).encode())
-    with pytest.raises(ManifestError, match=rf"versions/1\.json is damaged: .*{cause}"):
+    manifest = catalog.resolve(local_store, "d")
+    with pytest.raises(ManifestError, match=rf"versions/1\.json is damaged: its files: {cause}"):
+        list(manifest.files)
+    with pytest.raises(ManifestError, match=rf"versions/1\.json is damaged: its files: {cause}"):
+        list(reader("d", local_store)())
+
+
+def test_a_packed_read_does_not_decode_the_files(local_store: Store, make_image_list: MakeImageList) -> None:
+    """Opening a version leaves its file list as the manifest's bytes until something uses it: a packed read never
+    does, and a worker process is sent those bytes."""
+    upload(make_image_list(3), "d", store=local_store, packed=True)
+    body = json.loads(local_store.read("datasets/d/versions/1.json"))
+    body["files"][0][1] = "not a size"
+    local_store.write("datasets/d/versions/1.json", json.dumps(body).encode())
+    manifest = catalog.resolve(local_store, "d")
+    assert [sample[1] for sample in reader("d", local_store)()] == ["0", "1", "2"]
+    sent = pickle.loads(pickle.dumps(manifest))
+    with pytest.raises(ManifestError, match="its files: Expected `int`, got `str`"):
+        len(sent.files)
+
+
+def test_a_manifest_that_is_not_a_json_object_is_named(local_store: Store, text_list: Path) -> None:
+    upload(text_list, "d", store=local_store)
+    local_store.write("datasets/d/versions/1.json", b'["name", "d"]')
+    with pytest.raises(ManifestError, match=r"versions/1\.json is damaged: Expected `object`, got `array`"):
         catalog.resolve(local_store, "d")
 
 
