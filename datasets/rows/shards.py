@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 from datamount.datasets import layout
 from datamount.datasets.arrow_codec import column_decoder
 from datamount.datasets.manifest import Manifest, ShardEntry
+from datamount.datasets.rows.chain import ClosingChain, close_iterator
 from datamount.datasets.rows.source import Piece, Row, clip, out_of_range
 from datamount.storage import DatamountError, IntegrityError, Store
 from datamount.storage.cache import ContentCache
@@ -143,8 +144,13 @@ class ShardRows:
             yield number, start - shard_start, end - shard_start
             start, number = end, number + 1
 
-    def _segment_rows(self, segments: list[tuple[int, int, int]]) -> Iterator[Row]:
-        """The rows of each segment; whole shards are opened one ahead, in a thread, while the current one is read."""
+    def _segment_rows(self, segments: list[tuple[int, int, int]]) -> ClosingChain[Row]:
+        """The rows of each segment, handed out by C code (no Python frame per row)."""
+        return ClosingChain.of(self._segment_blocks(segments))
+
+    def _segment_blocks(self, segments: list[tuple[int, int, int]]) -> Iterator[Iterator[Row]]:
+        """The rows of each segment, a segment at a time; whole shards are opened one ahead, in a thread, while the
+        current one is read. Each segment's rows (and its shard) are closed once read or when the pass is closed."""
         shards = self.manifest.shards
         whole = [low == 0 and high == shards[number].rows for number, low, high in segments]
         with generator_pool(1, "datamount-shard") as prefetcher:
@@ -157,17 +163,23 @@ class ShardRows:
                     following = next((p for p in range(position + 1, len(segments)) if whole[p]), None)
                     if following is not None and following not in opened:
                         opened[following] = prefetcher.submit(self._open, shards[segments[following][0]])
-                    if current is None:
-                        yield from self._group_rows(self._starts[number] + low, self._starts[number] + high)
-                    else:
-                        with current.result() as source:
-                            yield from self._rows_of(shards[number], source)
+                    with contextlib.ExitStack() as held:
+                        if current is None:
+                            rows = self._group_rows(self._starts[number] + low, self._starts[number] + high)
+                        else:
+                            rows = self._rows_of(shards[number], held.enter_context(current.result()))
+                        held.callback(close_iterator, rows)
+                        yield rows
             finally:
                 for future in opened.values():
                     if not future.cancel() and future.exception() is None:
                         future.result().close()  # opened ahead, never read: let the cached shard go
 
-    def _rows_of(self, shard: ShardEntry, source: pa.NativeFile) -> Iterator[Row]:
+    def _rows_of(self, shard: ShardEntry, source: pa.NativeFile) -> ClosingChain[Row]:
+        return ClosingChain.of(self._row_blocks(shard, source))
+
+    def _row_blocks(self, shard: ShardEntry, source: pa.NativeFile) -> Iterator[Iterator[Row]]:
+        """The rows of a whole shard, a row group at a time."""
         parquet = self._parquet(shard, source)
         groups = parquet.num_row_groups
         if groups == 0:
@@ -183,7 +195,7 @@ class ShardRows:
                 following = group + ahead
                 if following < groups:
                     upcoming.append(decoder.submit(self._decode, shard, readers[following % ahead], following))
-                yield from decoded_rows(table, views=self.zero_copy)
+                yield decoded_rows(table, views=self.zero_copy)
 
     def _parquet(self, shard: ShardEntry, source: Any, metadata: pq.FileMetaData | None = None) -> pq.ParquetFile:
         """The Parquet reader of one shard: every page it reads is checked against its CRC (shards carry them)."""

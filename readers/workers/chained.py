@@ -1,34 +1,15 @@
-"""Iterators that hand out items with C code only, and can still be closed: a pass made of pieces, and a pass that
-begins its first item at once, in a thread."""
+"""A pass that begins its first item at once, in a thread."""
 
 from __future__ import annotations
 
-import itertools
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import Future
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
-from datamount.readers.workers.produce import close_iterator
+from datamount.datasets.rows.chain import ClosingChain, close_iterator
 
 T = TypeVar("T")
-
-
-class ClosingChain(itertools.chain[T]):
-    """The items of each iterable of ``pieces``, handed out by ``itertools.chain``'s C code (no Python frame per
-    item), and a :meth:`close` that ends them (a generator's ``close`` runs its ``finally`` blocks)."""
-
-    _on_close: Callable[[], None]
-
-    @classmethod
-    def of(cls, pieces: Iterator[Iterable[T]], *, on_close: Callable[[], None] | None = None) -> ClosingChain[T]:
-        """Chain ``pieces``; :meth:`close` calls ``on_close`` (by default, closes ``pieces``)."""
-        chain = cast("ClosingChain[T]", cls.from_iterable(pieces))
-        chain._on_close = on_close or (lambda: close_iterator(pieces))
-        return chain
-
-    def close(self) -> None:
-        self._on_close()
 
 
 def head_start(iterator: Iterator[T]) -> ClosingChain[T]:

@@ -5,17 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from datamount.datasets.rows.chain import close_iterator
 from datamount.readers.workers.carried import END_OF_STREAM, CarriedException
 
 Emit = Callable[[object], bool]
 """Sends one item to the consumer; returns False once the consumer has asked the worker to stop or is gone."""
-
-
-def close_iterator(iterator: object) -> None:
-    """Close ``iterator`` if it can be closed (a generator), so that the reader's ``finally`` blocks run now."""
-    close = getattr(iterator, "close", None)
-    if close is not None:
-        close()
 
 
 def produce(

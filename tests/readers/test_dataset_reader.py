@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from datamount.datasets import catalog
 from datamount.datasets.upload import upload
 from datamount.readers.dataset import reader
 from datamount.storage import Store
@@ -26,8 +27,16 @@ def test_each_call_is_a_fresh_pass(store: Store, make_image_list: MakeImageList)
     assert all(isinstance(b, bytes) and b.startswith(b"\xff\xd8\xff") for b, _ in first)
 
 
-def test_a_pass_abandoned_early_stops_its_reads(local_store: Store, make_image_list: MakeImageList) -> None:
-    upload(make_image_list(200), "d", store=local_store)
+@pytest.mark.parametrize("packed", [False, True], ids=["unpacked", "packed"])
+def test_a_pass_abandoned_early_stops_its_reads(
+    local_store: Store, make_image_list: MakeImageList, packed: bool
+) -> None:
+    # Packed: several shards of several row groups, so that shards are opened and row groups decoded ahead when it is closed.
+    sizes = {"shard_bytes": 12_000, "row_group_bytes": 2_400} if packed else {}
+    upload(make_image_list(200, size=300), "d", store=local_store, packed=packed, **sizes)
+    if packed:
+        shards = catalog.resolve(local_store, "d").shards
+        assert len(shards) > 2 and len(shards[0].row_groups) > 2
     before = set(threading.enumerate())
     iterator = reader("d", local_store, max_requests=4)()
     next(iterator)
