@@ -3,6 +3,7 @@ sample."""
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Callable
 from pathlib import Path
@@ -136,3 +137,23 @@ def test_a_truncated_local_shard_is_caught_before_it_is_mapped(
     with pytest.raises(IntegrityError, match=r"has [\d,]+ bytes, not"):
         list(reader("d", local_store)())
     assert catalog.resolve(local_store, "d").shards == manifest.shards
+
+
+@pytest.mark.parametrize("group", [0, 1], ids=["first-group", "later-group"])
+@pytest.mark.parametrize("mode", ["pass", "sharded"])
+def test_a_row_group_unlike_its_manifest_entry_is_caught(
+    local_store: Store, make_image_list: MakeImageList, group: int, mode: str
+) -> None:
+    """A shard's row groups hold the rows its entry says: one more in a group (one fewer in the last) is an
+    IntegrityError naming the group, whether the group is streamed batch by batch (the first) or decoded whole."""
+    upload(make_image_list(ROWS, size=4096), "d", store=local_store)
+    pack("d", store=local_store, shard_bytes=60_000, row_group_bytes=20_000)
+    record = "datasets/d/versions/1.pack.json"
+    body = json.loads(local_store.read(record))
+    counts = body["shards"][0]["row_groups"]
+    assert len(counts) > 2
+    counts[group] += 1
+    counts[-1] -= 1
+    local_store.write(record, json.dumps(body).encode())
+    with pytest.raises(IntegrityError, match=rf"row group {group} of shard .*shard-00000\.parquet of d@1 is damaged"):
+        READ_MODES[mode]("d", local_store)
