@@ -35,9 +35,9 @@ FETCH_REQUESTS = 8
 #: kept 0.65 of the rate without, 8 kept 0.78: bench_latency.py).
 PIECES_AHEAD_LOCAL = 2
 PIECES_AHEAD_REMOTE = 8
-#: Row groups decoded at once in a pass: a row group is in memory up to three times while it is decoded (fetched
-#: bytes, Arrow's arrays, Python values), once before and after; this bounds a remote pass's memory to about
-#: ``PIECES_AHEAD_REMOTE`` + 2 x ``DECODING_AT_ONCE`` row groups.
+#: Row groups decoded at once in a pass: a row group is in memory twice while it is decoded (fetched bytes, Arrow's
+#: arrays), once before and after, and becomes Python values only as it is handed out; this bounds a remote pass's
+#: memory to about ``PIECES_AHEAD_REMOTE`` + ``DECODING_AT_ONCE`` + 1 row groups.
 DECODING_AT_ONCE = 2
 #: Row groups of a whole local or cached shard decoded at once, ahead of the one being handed out: checking the
 #: pages' CRCs is most of a large sample's cost, and a second thread on a second core nearly halves a pass over
@@ -118,22 +118,25 @@ class ShardRows:
             raise out_of_range(index, self.manifest, len(self))
         return next(self._group_rows(index, index + 1))
 
-    def pieces(self, pieces: Iterable[Piece]) -> Iterator[Row]:
-        """The rows of each piece, the next pieces' row groups read and decoded in threads while this one is
-        yielded (Arrow decodes one without the GIL while another becomes Python objects)."""
-        pending = iter(pieces)
+    def pieces(self, pieces: Iterable[Piece]) -> ClosingChain[Row]:
+        """The rows of each piece, handed out by C code; the next pieces' row groups are read and decoded into Arrow
+        tables in threads (without the GIL) while this one becomes Python values, only as it is handed out: memory
+        holds Arrow tables ahead, and Python values of one piece at a time."""
+        return ClosingChain.of(self._piece_blocks(iter(pieces)))
+
+    def _piece_blocks(self, pending: Iterator[Piece]) -> Iterator[Iterator[Row]]:
         ahead = PIECES_AHEAD_LOCAL if self.store.local_path() is not None else PIECES_AHEAD_REMOTE
         decoding = threading.BoundedSemaphore(DECODING_AT_ONCE)
         with generator_pool(ahead, "datamount-span") as readers:  # what is still queued is cancelled on exit
-            upcoming: deque[Future[list[Row]]] = deque()
+            upcoming: deque[Future[pa.Table]] = deque()
             for piece in itertools.islice(pending, ahead):
-                upcoming.append(readers.submit(self._piece_rows, piece, decoding))
+                upcoming.append(readers.submit(self._piece_table, piece, decoding))
             while upcoming:
                 current = upcoming.popleft().result()
                 following = next(pending, None)
                 if following is not None:
-                    upcoming.append(readers.submit(self._piece_rows, following, decoding))
-                yield from current
+                    upcoming.append(readers.submit(self._piece_table, following, decoding))
+                yield decoded_rows(current, views=self.zero_copy)
 
     # ---------------------------------------------------------------------------------------------- whole shards
 
@@ -282,31 +285,40 @@ class ShardRows:
 
     # ------------------------------------------------------------------------------------------------ row groups
 
-    def _piece_rows(self, piece: Piece, decoding: AbstractContextManager[Any] = _UNBOUNDED) -> list[Row]:
-        """A piece's rows in its order, from the one row group that holds them (decoding only the stretch they
-        span)."""
+    def _piece_table(self, piece: Piece, decoding: AbstractContextManager[Any] = _UNBOUNDED) -> pa.Table:
+        """A piece's rows in its order, as an Arrow table, from the one row group that holds them (decoding only the
+        stretch they span)."""
         rows = piece.rows
         if isinstance(rows, range):
-            return list(self._group_rows(rows.start, rows.stop, decoding))
+            return self._group_table(rows.start, rows.stop, decoding)
         low = min(rows)
-        decoded = list(self._group_rows(low, max(rows) + 1, decoding))
-        return [decoded[row - low] for row in rows]
+        return self._group_table(low, max(rows) + 1, decoding).take([row - low for row in rows])
 
-    def _group_rows(self, start: int, stop: int, decoding: AbstractContextManager[Any] = _UNBOUNDED) -> Iterator[Row]:
-        """Rows ``start`` to ``stop - 1`` in order, reading only the row groups that hold them. Each row group is
-        fetched, then decoded and made Python values while holding ``decoding`` (which bounds how many row groups
-        are three times over in memory at once: fetched bytes, Arrow arrays, Python values)."""
+    def _group_rows(self, start: int, stop: int) -> Iterator[Row]:
+        """Rows ``start`` to ``stop - 1`` in order, reading only the row groups that hold them."""
         while start < stop:
-            number = bisect.bisect_right(self._starts, start) - 1
-            shard = self.manifest.shards[number]
-            group_starts = list(itertools.accumulate(shard.row_groups, initial=self._starts[number]))
-            group = bisect.bisect_right(group_starts, start) - 1
-            end = min(stop, group_starts[group + 1])
-            with self._group_file(shard, group) as parquet, decoding:
-                table = self._decode(shard, parquet, group).slice(start - group_starts[group], end - start)
-                rows = list(decoded_rows(table, views=self.zero_copy))
-            yield from rows
+            end = min(stop, self._group_end(start))
+            yield from decoded_rows(self._group_table(start, end), views=self.zero_copy)
             start = end
+
+    def _group_end(self, row: int) -> int:
+        """Where the row group holding ``row`` ends, in rows of the version."""
+        number = bisect.bisect_right(self._starts, row) - 1
+        ends = itertools.accumulate(self.manifest.shards[number].row_groups, initial=self._starts[number])
+        return next(end for end in ends if end > row)
+
+    def _group_table(self, start: int, stop: int, decoding: AbstractContextManager[Any] = _UNBOUNDED) -> pa.Table:
+        """Rows ``start`` to ``stop - 1``, all of one row group, fetched (only that row group, for a remote shard)
+        and decoded while holding ``decoding`` (which bounds how many row groups are twice over in memory at once:
+        fetched bytes and Arrow arrays)."""
+        number = bisect.bisect_right(self._starts, start) - 1
+        shard = self.manifest.shards[number]
+        group_starts = list(itertools.accumulate(shard.row_groups, initial=self._starts[number]))
+        group = bisect.bisect_right(group_starts, start) - 1
+        if stop > group_starts[group + 1]:
+            raise ValueError(f"rows {start} to {stop - 1} are not all in one row group")
+        with self._group_file(shard, group) as parquet, decoding:
+            return self._decode(shard, parquet, group).slice(start - group_starts[group], stop - start)
 
     @contextlib.contextmanager
     def _group_file(self, shard: ShardEntry, group: int) -> Iterator[pq.ParquetFile]:
