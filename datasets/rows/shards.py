@@ -191,11 +191,16 @@ class ShardRows:
             return
         # Arrow decodes (and checks each page's CRC) without holding the GIL: the next row groups are decoded in
         # threads while this one becomes Python objects, each by a Parquet reader of its own (one group at a time).
+        # They start once the first batch is decoded, which they would otherwise hold up.
         ahead = min(WHOLE_SHARD_DECODERS, groups - 1)
         readers = [self._parquet(shard, source, parquet.metadata) for _ in range(ahead)]
         with generator_pool(max(ahead, 1), "datamount-decode") as decoder:
+            first_group = self._first_group_blocks(shard, parquet)
+            first_batch = next(first_group, None)
             upcoming = deque(decoder.submit(self._decode, shard, readers[n % ahead], n) for n in range(1, ahead + 1))
-            yield from self._first_group_blocks(shard, parquet)
+            if first_batch is not None:
+                yield first_batch
+            yield from first_group
             for group in range(1, groups):
                 table = upcoming.popleft().result()
                 following = group + ahead
