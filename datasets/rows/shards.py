@@ -308,18 +308,22 @@ class ShardRows:
 
     def _group_end(self, row: int) -> int:
         """Where the row group holding ``row`` ends, in rows of the version."""
+        _, group, group_starts = self._group_of(row)
+        return group_starts[group + 1]
+
+    def _group_of(self, row: int) -> tuple[ShardEntry, int, list[int]]:
+        """The shard holding ``row``, the number of its row group there, and where each of the shard's row groups
+        starts (and the last ends), in rows of the version."""
         number = bisect.bisect_right(self._starts, row) - 1
-        ends = itertools.accumulate(self.manifest.shards[number].row_groups, initial=self._starts[number])
-        return next(end for end in ends if end > row)
+        shard = self.manifest.shards[number]
+        group_starts = list(itertools.accumulate(shard.row_groups, initial=self._starts[number]))
+        return shard, bisect.bisect_right(group_starts, row) - 1, group_starts
 
     def _group_table(self, start: int, stop: int, decoding: AbstractContextManager[Any] = _UNBOUNDED) -> pa.Table:
         """Rows ``start`` to ``stop - 1``, all of one row group, fetched (only that row group, for a remote shard)
         and decoded while holding ``decoding`` (which bounds how many row groups are twice over in memory at once:
         fetched bytes and Arrow arrays)."""
-        number = bisect.bisect_right(self._starts, start) - 1
-        shard = self.manifest.shards[number]
-        group_starts = list(itertools.accumulate(shard.row_groups, initial=self._starts[number]))
-        group = bisect.bisect_right(group_starts, start) - 1
+        shard, group, group_starts = self._group_of(start)
         if stop > group_starts[group + 1]:
             raise ValueError(f"rows {start} to {stop - 1} are not all in one row group")
         with self._group_file(shard, group) as parquet, decoding:
