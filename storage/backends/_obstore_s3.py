@@ -193,6 +193,7 @@ class ObstoreS3FileSystem(AsyncFileSystem):
             pause = self._resume_at - time.monotonic()
             if pause > 0:
                 await asyncio.sleep(pause)
+            sent = time.monotonic()
             try:
                 result = await request()
             except Exception as exc:
@@ -200,13 +201,24 @@ class ObstoreS3FileSystem(AsyncFileSystem):
                 if attempt >= self.attempts or not _is_retryable(exc):
                     raise
                 if is_throttling(exc):
-                    self._throttled += 1
-                    pause = min(THROTTLE_PAUSE * 2 ** (self._throttled - 1), MAX_THROTTLE_PAUSE)
-                    self._resume_at = max(self._resume_at, time.monotonic() + pause * random.uniform(0.5, 1.0))
+                    self._pause_for_throttling(sent)
                 await asyncio.sleep(FIRST_BACKOFF * 2 ** (attempt - 1) * random.uniform(0.5, 1.0))
                 continue
-            self._throttled = 0
+            if sent >= self._resume_at:
+                self._throttled = 0
             return result
+
+    def _pause_for_throttling(self, sent: float) -> None:
+        """Pause every request after a throttling answer to a request sent at ``sent``.
+
+        One pause per episode: answers to requests sent before the current pause ended (those in flight when it
+        began) do not lengthen it. An answer to a request sent after it ended doubles the next one.
+        """
+        if sent < self._resume_at:
+            return
+        self._throttled += 1
+        pause = min(THROTTLE_PAUSE * 2 ** (self._throttled - 1), MAX_THROTTLE_PAUSE)
+        self._resume_at = time.monotonic() + pause * random.uniform(0.5, 1.0)
 
     async def probe(self, root: str) -> None:
         """One listing request under ``root`` (``BUCKET/PREFIX``): the bucket exists and the credentials are
