@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from datamount.datasets import catalog, layout
-from datamount.datasets.manifest import OBJECTS_FORMAT_VERSION, Manifest
+from datamount.datasets.manifest import OBJECTS_FORMAT_VERSION, Manifest, same_files
 from datamount.datasets.progress import Progress, Silent
 from datamount.storage import IntegrityError, Store, open_store
 
@@ -112,7 +112,7 @@ def _same_content(committed: Manifest, draft: Manifest) -> bool:
     """Whether ``committed`` holds what ``draft`` would: the same list, files, shards and kind of storage."""
     return (
         committed.list_sha256 == draft.list_sha256
-        and committed.files == draft.files
+        and same_files(committed.files, draft.files)
         and [shard.sha256 for shard in committed.shards] == [shard.sha256 for shard in draft.shards]
         and committed.objects == draft.objects
         and committed.kind == draft.kind

@@ -19,10 +19,13 @@ from datamount.datasets.errors import ManifestError
 #: Format 2 keeps a version's list and shards under names that do not depend on its number (the number is given by
 #: the commit); format 1 kept them under ``lists/N.list`` and ``packs/N/``, and is still read. Format 3 is format 2
 #: for an image version whose files are stored only in its shards (``objects: false``, from ``upload --pack``): an
-#: older datamount, which would look for their objects, refuses it. The newest format this datamount reads:
-FORMAT_VERSION = 3
+#: older datamount, which would look for their objects, refuses it. Format 4 adds each file's xxh3-64 to its entry
+#: (the check of every read; files without one are checked against their sha256). The newest format this reads:
+FORMAT_VERSION = 4
 #: The format of a manifest that needs nothing format 3 adds.
 OBJECTS_FORMAT_VERSION = 2
+#: The format of a manifest whose files are stored only in shards (format 3's addition).
+SHARDS_ONLY_FORMAT_VERSION = 3
 #: Where a manifest says which rows and shards each split holds: ``{"train": {"rows": N, "shards": [a, b]}}``.
 SPLITS_KEY = "splits"
 
@@ -41,7 +44,8 @@ class Kind(StrEnum):
 
 
 class FileEntry(NamedTuple):
-    """One stored file: its path relative to the list's root, size, and sha256 (which names its object).
+    """One stored file: its path relative to the list's root, size, sha256 (which names its object) and xxh3-64
+    (which every read checks; empty in a version uploaded before format 4, whose reads check the sha256).
 
     A tuple, not a dataclass: a manifest may hold hundreds of thousands, and every reader opening the version builds
     them (a 60,000-file manifest in 38 ms rather than 86 ms)."""
@@ -49,6 +53,7 @@ class FileEntry(NamedTuple):
     path: str
     size: int
     sha256: str
+    xxh3: str = ""
 
 
 class FileList(Sequence[FileEntry]):
@@ -101,6 +106,12 @@ class FileList(Sequence[FileEntry]):
         return (FileList, (self._raw, self._where)) if self._entries is None else (list, (self._entries,))
 
 
+def same_files(first: Sequence[FileEntry], second: Sequence[FileEntry]) -> bool:
+    """Whether two versions' files are the same paths with the same content (whether their entries carry an xxh3-64
+    does not matter: a version from before format 4 holds the same files)."""
+    return len(first) == len(second) and all(a[:3] == b[:3] for a, b in zip(first, second, strict=True))
+
+
 @dataclass(frozen=True)
 class ShardEntry:
     """One packed Parquet shard of a version: its path in the dataset folder, rows, size, sha256, and the number
@@ -147,6 +158,8 @@ class Manifest:
         if not self.objects:
             if not self.shards:
                 raise ManifestError(f"{self.ref}: a version whose files are not stored as objects needs shards")
+            object.__setattr__(self, "format_version", max(self.format_version, SHARDS_ONLY_FORMAT_VERSION))
+        if isinstance(self.files, list) and any(entry.xxh3 for entry in self.files):
             object.__setattr__(self, "format_version", max(self.format_version, FORMAT_VERSION))
 
     @property
@@ -176,7 +189,7 @@ class Manifest:
     def to_json(self) -> bytes:
         body = asdict(dataclasses.replace(self, files=[]))
         body["kind"] = self.kind.value
-        body["files"] = [list(entry) for entry in self.files]
+        body["files"] = [list(entry) if entry.xxh3 else list(entry[:3]) for entry in self.files]
         return (json.dumps(body, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
 
     @classmethod

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from datamount.datasets import catalog, layout
 from datamount.datasets.listfile import ParsedList, parse_list
-from datamount.datasets.manifest import SPLITS_KEY, FileEntry, Kind, Manifest
+from datamount.datasets.manifest import SPLITS_KEY, FileEntry, Kind, Manifest, same_files
 from datamount.datasets.names import validate_name
 from datamount.datasets.pack import pack
 from datamount.datasets.progress import Progress, Silent
@@ -19,7 +19,7 @@ from datamount.datasets.rows.split import row_splits
 from datamount.datasets.shard_writer import DEFAULT_ROW_GROUP_BYTES, DEFAULT_SHARD_BYTES, check_sizes
 from datamount.datasets.upload_shards import commit_packed
 from datamount.storage import Store, arguments, open_store
-from datamount.storage.checksums import sha256_file
+from datamount.storage.checksums import file_digests
 
 HASH_WORKERS = 4
 #: Temporary files older than this were left by a writer that was killed: the next upload removes them.
@@ -120,7 +120,7 @@ def upload(
     if not direct or (latest is not None and latest.list_sha256 == list_sha):
         draft = dataclasses.replace(draft, files=hash_files(parsed, report))
     same_splits = latest is not None and latest.extra.get(SPLITS_KEY) == draft.extra.get(SPLITS_KEY)
-    if latest is not None and latest.list_sha256 == list_sha and latest.files == draft.files and same_splits:
+    if latest is not None and latest.list_sha256 == list_sha and same_files(latest.files, draft.files) and same_splits:
         if latest.objects:
             repaired = _send_missing(target, latest, parsed, list_bytes, report, max_requests)
             if packed:
@@ -190,8 +190,8 @@ def hash_files(parsed: ParsedList, report: Progress) -> list[FileEntry]:
     report.start("hash", items=len(files), size=sum(f.size for f in files))
     entries = []
     with ThreadPoolExecutor(max_workers=HASH_WORKERS, thread_name_prefix="datamount-hash") as pool:
-        for source, digest in zip(files, pool.map(lambda f: sha256_file(f.local_path), files), strict=True):
-            entries.append(FileEntry(source.relative_path, source.size, digest))
+        for source, (sha256, fast) in zip(files, pool.map(lambda f: file_digests(f.local_path), files), strict=True):
+            entries.append(FileEntry(source.relative_path, source.size, sha256, fast))
             report.advance(size=source.size)
     report.finish()
     return entries

@@ -74,8 +74,10 @@ def verify(store: Store, manifest: Manifest, *, on_checked: Callable[[int], None
             reason = f"missing: {label} ({store.url_for(path)})"
         elif present[path] != size:
             reason = f"wrong size: {label}: {present[path]} bytes, manifest says {size}"
-        elif store.sha256(path) != sha256:
+        elif (found := store.checksums(path))[0] != sha256:
             reason = f"wrong content: {label} ({store.url_for(path)}) does not match its sha256"
+        elif isinstance(entry, FileEntry) and entry.xxh3 and found[1] != entry.xxh3:
+            reason = f"wrong checksum: {label}: the manifest's xxh3-64 {entry.xxh3} is not its content's {found[1]}"
         if reason is not None:
             report.damaged.append(Damage(path, label, reason, entry))
         if on_checked is not None:

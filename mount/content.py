@@ -12,7 +12,6 @@ threads, so that the mount reads ahead (:meth:`Contents.prefetch`) while a file 
 from __future__ import annotations
 
 import functools
-import hashlib
 import itertools
 import logging
 import threading
@@ -27,6 +26,7 @@ from datamount.datasets.rows import ShardRows, closing
 from datamount.mount.tree import Content, group_of
 from datamount.storage import IntegrityError, Store
 from datamount.storage.cache import ContentCache
+from datamount.storage.checksums import matches
 
 log = logging.getLogger("datamount.mount")
 
@@ -170,7 +170,8 @@ class Contents:
         if kind == "object":
             assert content.entry is not None
             entry = content.entry
-            return self._checked(layout.object_path(self.manifest.name, entry.sha256), entry.size, entry.sha256)
+            path = layout.object_path(self.manifest.name, entry.sha256)
+            return self._checked(path, entry.size, entry.sha256, entry.xxh3)
         if kind == "shard":
             assert content.shard is not None
             shard = content.shard
@@ -184,12 +185,16 @@ class Contents:
             entries = [content.entry for _, content, _ in together if content.entry is not None]
             paths = [layout.object_path(self.manifest.name, entry.sha256) for entry in entries]
             done = 0
+            sizes = [entry.size for entry in entries]
             try:
-                hashed = self.store.read_many_hashed(paths, sizes=[entry.size for entry in entries])
+                if all(entry.xxh3 for entry in entries):
+                    hashed = ((data, None) for data in self.store.read_many(paths, sizes=sizes))
+                else:  # files from before format 4: their sha256s computed by the store as they arrive
+                    hashed = self.store.read_many_hashed(paths, sizes=sizes)
                 for (_, _, future), entry, path, (data, digest) in zip(together, entries, paths, hashed, strict=False):
                     done += 1
                     try:
-                        future.set_result(self._matching(path, data, entry.size, entry.sha256, digest))
+                        future.set_result(self._matching(path, data, entry.size, entry.sha256, entry.xxh3, digest))
                     except IntegrityError as exc:
                         future.set_exception(exc)
                     if self.cache is not None and future.exception() is None:
@@ -213,35 +218,39 @@ class Contents:
         entry = content.entry
         return self.cache is not None and entry is not None and self.cache.path_for(entry.sha256).exists()
 
-    def _matching(self, path: str, data: bytes, size: int, sha256: str, digest: str | None = None) -> bytes:
-        """``data``, the object at ``path``, if it has ``size`` bytes and that sha256; else an IntegrityError."""
-        if len(data) != size or (digest or hashlib.sha256(data).hexdigest()) != sha256:
+    def _matching(
+        self, path: str, data: bytes, size: int, sha256: str, fast: str = "", digest: str | None = None
+    ) -> bytes:
+        """``data``, the object at ``path``, if it has ``size`` bytes and that xxh3-64 (``fast``, when given) or
+        sha256; else an IntegrityError."""
+        if len(data) != size or not matches(data, sha256, fast, digest=digest):
             got = f"{len(data):,} bytes" if len(data) != size else "other bytes"
             raise IntegrityError(f"{self.store.url_for(path)} holds {got} than its manifest records (a damaged copy)")
         return data
 
-    def _checked(self, path: str, size: int, sha256: str) -> bytes:
-        """The object at ``path``, which must have ``size`` bytes and that sha256; through the cache for a remote
-        store when there is one."""
+    def _checked(self, path: str, size: int, sha256: str, fast: str = "") -> bytes:
+        """The object at ``path``, which must have ``size`` bytes and that xxh3-64 (``fast``, when given) or sha256;
+        through the cache for a remote store when there is one."""
         if self.cache is not None and self.store.local_path() is None:
             with self.cache.use(sha256, size, lambda out: out.write(self.store.read(path)), name=path) as local:
                 data = local.read_bytes()  # checked by the cache when it came in (and once per process after)
         else:
             data = self.store.read(path)
-        return self._matching(path, data, size, sha256)
+        return self._matching(path, data, size, sha256, fast)
 
     def _fetch_group(self, group: int) -> list[bytes]:
         """The files of one row group of a packed image version, checked by its pages' CRCs and row count, and each
-        against its file's sha256."""
+        against its file's checksum."""
         assert self._rows is not None
         span = self._rows.spans()[group]
         with closing(self._rows.rows(span.start, span.stop)) as rows:
             files = [row[0] for row in itertools.islice(rows, len(span))]
         for row, data in zip(span, files, strict=True):
-            if hashlib.sha256(data).hexdigest() != self._row_files[row].sha256:
+            entry = self._row_files[row]
+            if not matches(data, entry.sha256, entry.xxh3):
                 raise IntegrityError(
-                    f"{self.manifest.ref}, row {row}: the bytes in its shard do not match the file's sha256 (a damaged "
-                    "shard)"
+                    f"{self.manifest.ref}, row {row}: the bytes in its shard do not match the file's checksum "
+                    "(a damaged shard)"
                 )
         return files
 

@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import IO, Any, ClassVar, TypeVar
 
 import fsspec
+import xxhash
 from fsspec.asyn import AsyncFileSystem
 
 from datamount.storage import redact
@@ -424,11 +425,16 @@ class Store:
 
     def sha256(self, path: str) -> str:
         """The hex sha256 of the object at ``path``, computed while streaming it."""
-        digest = hashlib.sha256()
+        return self.checksums(path)[0]
+
+    def checksums(self, path: str) -> tuple[str, str]:
+        """The hex sha256 and xxh3-64 of the object at ``path``, computed while streaming it once."""
+        digest, fast = hashlib.sha256(), xxhash.xxh3_64()
         with self._errors("read", path), self._open_for_hashing(self.full_path(path)) as stream:
             while chunk := stream.read(HASH_CHUNK):
                 digest.update(chunk)
-        return digest.hexdigest()
+                fast.update(chunk)
+        return digest.hexdigest(), fast.hexdigest()
 
     def _open_for_hashing(self, full: str) -> IO[bytes]:
         return self.fs.open(full, "rb", block_size=HASH_CHUNK)

@@ -14,6 +14,7 @@ from datamount.datasets.manifest import SPLITS_KEY, FileEntry, Kind, Manifest
 from datamount.datasets.public.spec import PublicDataset
 from datamount.datasets.shard_writer import DEFAULT_ROW_GROUP_BYTES, DEFAULT_SHARD_BYTES, ShardWriter, list_schema
 from datamount.storage import Store
+from datamount.storage.checksums import xxh3
 
 #: Where a manifest names the public dataset it was built as.
 PUBLIC_KEY = "public"
@@ -98,7 +99,7 @@ class PublicWriter:
         file, listed in the manifest's ``files`` and checked by ``datamount verify``."""
         digest = hashlib.sha256(data).hexdigest()
         self.store.write(layout.object_path(self.name, digest), data)
-        entry = FileEntry(name, len(data), digest)
+        entry = FileEntry(name, len(data), digest, xxh3(data))
         self._files[name] = entry
         return entry
 

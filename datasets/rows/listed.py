@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import hashlib
 import itertools
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
@@ -13,6 +12,7 @@ from datamount.datasets.errors import DatasetNotFoundError
 from datamount.datasets.manifest import Manifest
 from datamount.datasets.rows.source import DEFAULT_ROWS_PER_SPAN, Piece, Row, clip, line_spans, out_of_range
 from datamount.storage import IntegrityError, Store
+from datamount.storage.checksums import matches
 from datamount.storage.store import DEFAULT_MAX_BYTES_IN_FLIGHT
 
 Line = tuple[str, ...]
@@ -35,17 +35,21 @@ def read_lines(store: Store, manifest: Manifest) -> list[Line]:
 
 
 class ObjectLocation(NamedTuple):
-    """Where a row's file is stored, and what its bytes must be."""
+    """Where a row's file is stored, and what its bytes must be (its xxh3-64, or its sha256 for a file whose entry
+    has none)."""
 
     path: str
     size: int
     sha256: str
+    xxh3: str
 
 
 def object_locations(manifest: Manifest, lines: list[Line]) -> list[ObjectLocation]:
     """For each row of an image version, the object that holds its file."""
     objects = {
-        entry.path: ObjectLocation(layout.object_path(manifest.name, entry.sha256), entry.size, entry.sha256)
+        entry.path: ObjectLocation(
+            layout.object_path(manifest.name, entry.sha256), entry.size, entry.sha256, entry.xxh3
+        )
         for entry in manifest.files
     }
     missing = next((line[0] for line in lines if line[0] not in objects), None)
@@ -64,15 +68,15 @@ def check_object(
     hashed: bool = True,
     digest: str | None = None,
 ) -> bytes:
-    """``data``, the object of row ``row``, if it has the size (and, ``hashed``, the sha256, given as ``digest`` when
-    it was computed already) the manifest says; else an :class:`IntegrityError` naming the dataset, the row and the
-    object."""
+    """``data``, the object of row ``row``, if it has the size (and, ``hashed``, the checksum: its xxh3-64, or its
+    sha256, given as ``digest`` when it was computed already) the manifest says; else an :class:`IntegrityError`
+    naming the dataset, the row and the object."""
     if len(data) != location.size:
         problem = f"has {len(data):,} bytes, not {location.size:,}"
-    elif hashed and (digest or hashlib.sha256(data).hexdigest()) != location.sha256:
-        problem = "does not match its sha256"
-    else:
+    elif not hashed or matches(data, location.sha256, location.xxh3, digest=digest):
         return data
+    else:
+        problem = f"does not match its {'xxh3-64' if location.xxh3 else 'sha256'}"
     raise IntegrityError(
         f"{manifest.ref}, row {row}: the object {store.url_for(location.path)} {problem}: the store holds a damaged "
         f"copy (datamount verify {manifest.ref} --repair --from LIST puts the right one back)"
@@ -119,8 +123,8 @@ class ObjectRows(ListRows):
     """The rows of an unpacked image version: each file's bytes, read from its object with many reads in flight
     (at most ``max_requests`` requests and ``max_bytes`` bytes), then its labels.
 
-    Every object's size is checked before its row is yielded, and (``verify``, the default) its sha256: a damaged
-    object is an :class:`IntegrityError`, never a sample.
+    Every object's size is checked before its row is yielded, and (``verify``, the default) its xxh3-64 (its sha256
+    in a version from before format 4): a damaged object is an :class:`IntegrityError`, never a sample.
     """
 
     def __init__(
@@ -155,19 +159,26 @@ class ObjectRows(ListRows):
     def pieces(self, pieces: Iterable[Piece]) -> Iterator[Row]:
         return self._read(row for piece in pieces for row in piece.rows)
 
+    @functools.cached_property
+    def _sha256_only(self) -> bool:
+        """Whether some file has no xxh3-64 (a version from before format 4): then the store computes each object's
+        sha256 as it arrives, on threads of its own."""
+        return any(not location.xxh3 for location in self._located)
+
     def _read(self, rows: Iterable[int]) -> Iterator[Row]:
         """Rows ``rows`` in that order, one window of reads in flight across all of them, each object checked before
-        its row is yielded (with ``verify``, against its sha256, computed by the store as the bytes arrive)."""
+        its row is yielded (with ``verify``, against its xxh3-64, or its sha256 as the store computed it)."""
         located, lines = self._located, self._lines
         rows_read, rows_yielded = itertools.tee(rows)
         for_paths, for_sizes = itertools.tee(located[row] for row in rows_read)
         paths = (location.path for location in for_paths)
         sizes = (location.size for location in for_sizes)
-        if not self.verify:
+        if not (self.verify and self._sha256_only):
             blobs = self.store.read_many(paths, sizes=sizes, max_requests=self.max_requests, max_bytes=self.max_bytes)
             for row, data in zip(rows_yielded, blobs, strict=True):
                 location = located[row]
-                yield (check_object(self.store, self.manifest, row, location, data, hashed=False), *lines[row][1:])
+                checked = check_object(self.store, self.manifest, row, location, data, hashed=self.verify)
+                yield (checked, *lines[row][1:])
             return
         hashed = self.store.read_many_hashed(
             paths, sizes=sizes, max_requests=self.max_requests, max_bytes=self.max_bytes

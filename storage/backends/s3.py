@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
+import xxhash
+
 from datamount.storage import redact
 from datamount.storage.backends._limits import (
     DEFAULT_CONNECT_TIMEOUT,
@@ -94,14 +96,15 @@ class S3Store(ObjectStore):
         # Either client's probe: one listing request of at most one key under the root.
         self._call_with_deadline("open", self.fs.probe, self.root)
 
-    def sha256(self, path: str) -> str:
+    def checksums(self, path: str) -> tuple[str, str]:
         # Ranged GETs through the filesystem's reads, which resend an answer cut short (s3fs's file objects do not).
         size = self.info(path).size
-        digest = hashlib.sha256()
+        digest, fast = hashlib.sha256(), xxhash.xxh3_64()
         chunks = ((start, min(start + HASH_CHUNK, size)) for start in range(0, size, HASH_CHUNK))
         for chunk in self.read_ranges(path, chunks, max_requests=HASH_REQUESTS):
             digest.update(chunk)
-        return digest.hexdigest()
+            fast.update(chunk)
+        return digest.hexdigest(), fast.hexdigest()
 
     def _checksum_options(self, sha256: str) -> dict[str, Any]:
         # AWS S3 refuses a PUT whose body does not have this sha256 (moto and Ceph 16 RGW store it unchecked).

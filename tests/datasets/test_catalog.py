@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import gc
+import hashlib
 import json
 import pickle
 from pathlib import Path
 
 import pytest
+import xxhash
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -35,6 +37,49 @@ def test_verify_reports_every_missing_and_corrupt_object(store: Store, make_imag
     assert f"missing: {first.path}" in joined
     assert f"wrong content: {second.path}" in joined
     assert f"wrong size: {third.path}" in joined
+
+
+def test_verify_reports_a_file_whose_recorded_xxh3_is_not_its_content(
+    local_store: Store, make_image_list: MakeImageList
+) -> None:
+    """Reads check a file's xxh3-64, so a manifest whose xxh3 is wrong (its objects right) fails every read of that
+    file: verify says so, rather than finding nothing wrong."""
+    upload(make_image_list(3), "d", store=local_store)
+    body = json.loads(local_store.read("datasets/d/versions/1.json"))
+    body["files"][1][3] = "0" * 16
+    local_store.write("datasets/d/versions/1.json", json.dumps(body).encode())
+    report = verify(local_store, catalog.resolve(local_store, "d"))
+    assert [problem.split(":")[0] for problem in report.problems] == ["wrong checksum"]
+    assert body["files"][1][0] in report.problems[0] and "0" * 16 in report.problems[0]
+
+
+def test_uploaded_files_carry_their_xxh3_and_make_format_4(local_store: Store, make_image_list: MakeImageList) -> None:
+    list_file = make_image_list(4)
+    manifest = upload(list_file, "d", store=local_store).manifest
+    body = json.loads(local_store.read("datasets/d/versions/1.json"))
+    assert body["format_version"] == manifest.format_version == FORMAT_VERSION == 4
+    for path, size, sha256, fast in body["files"]:
+        data = (list_file.parent / path).read_bytes()
+        assert (size, sha256, fast) == (len(data), hashlib.sha256(data).hexdigest(), xxhash.xxh3_64_hexdigest(data))
+
+
+def test_a_version_from_before_format_4_reads_and_is_not_uploaded_again(
+    local_store: Store, make_image_list: MakeImageList
+) -> None:
+    """File entries of three values (no xxh3-64) are read as they are, checked against their sha256, and an upload
+    of the same list finds the version holds it already."""
+    list_file = make_image_list(4)
+    upload(list_file, "d", store=local_store)
+    body = json.loads(local_store.read("datasets/d/versions/1.json"))
+    body["files"] = [entry[:3] for entry in body["files"]]
+    body["format_version"] = 2
+    local_store.write("datasets/d/versions/1.json", json.dumps(body).encode())
+    manifest = catalog.resolve(local_store, "d")
+    assert manifest.format_version == 2 and all(entry.xxh3 == "" for entry in manifest.files)
+    assert json.loads(manifest.to_json())["files"] == body["files"]
+    assert len(list(reader("d", local_store)())) == 4
+    again = upload(list_file, "d", store=local_store)
+    assert not again.created and catalog.versions(local_store, "d") == [1]
 
 
 def test_resolve_versions_and_unknown_ones(local_store: Store, make_image_list: MakeImageList) -> None:
@@ -75,7 +120,7 @@ def test_a_damaged_manifest_is_named(local_store: Store, text_list: Path) -> Non
 @pytest.mark.parametrize(
     ("entry", "cause"),
     [
-        (["data/a.jpg", 12], r"Expected `array` of length 3 - at `\$\[0\]`"),
+        (["data/a.jpg", 12], r"Expected `array` of length 3 to 4 - at `\$\[0\]`"),
         (["data/a.jpg", "12", "ab" * 32], r"Expected `int`, got `str` - at `\$\[0\]\[1\]`"),
         (["data/a.jpg", True, "ab" * 32], r"Expected `int`, got `bool` - at `\$\[0\]\[1\]`"),
     ],

@@ -40,17 +40,30 @@ def damage(store: Store, path: str, how: str, position: int | None = None) -> No
         store.write(path, bytes(data[:10]))
 
 
+def as_before_format_4(store: Store, name: str) -> None:
+    """Rewrite version 1 of ``name`` as a datamount before format 4 wrote it: file entries without their xxh3-64."""
+    path = layout.manifest_path(name, 1)
+    body = json.loads(store.read(path))
+    body["files"] = [entry[:3] for entry in body["files"]]
+    body["format_version"] = 2
+    store.write(path, json.dumps(body).encode())
+
+
 @pytest.mark.parametrize("mode", READ_MODES)
 @pytest.mark.parametrize("how", ["flip", "truncate"])
+@pytest.mark.parametrize("checksum", ["xxh3-64", "sha256"])
 @pytest.mark.parametrize("backend", ["local", "s3"])
 def test_reads_of_a_damaged_object_are_checked(
-    request: pytest.FixtureRequest, backend: str, how: str, mode: str, make_image_list: MakeImageList
+    request: pytest.FixtureRequest, backend: str, checksum: str, how: str, mode: str, make_image_list: MakeImageList
 ) -> None:
+    """A version's files are checked against their xxh3-64 (format 4), or their sha256 (a version written before)."""
     store: Store = request.getfixturevalue(f"{backend}_store")
     manifest = upload(make_image_list(ROWS, size=4096), "d", store=store).manifest
+    if checksum == "sha256":
+        as_before_format_4(store, "d")
     victim = manifest.files[7]
     damage(store, layout.object_path("d", victim.sha256), how)
-    expected = "does not match its sha256" if how == "flip" else "has 10 bytes"
+    expected = f"does not match its {checksum}" if how == "flip" else "has 10 bytes"
     with pytest.raises(IntegrityError, match=rf"d@1, row \d+: the object .*{victim.sha256}.* {expected}"):
         READ_MODES[mode]("d", store)
 
