@@ -40,8 +40,11 @@ from datamount.storage.store import (
 
 #: Files announced to the kernel ahead of a sequential :meth:`LocalStore.read_many`.
 READ_AHEAD_FILES = 16
-#: Reading a file that is not itself a link.
+#: Reading a file that is not itself a link; reading any file.
 _READ_NO_LINK = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ = os.O_RDONLY | os.O_CLOEXEC
+#: The largest file read with one ``read()`` of its expected size (Linux moves at most 2 GiB - 4 KiB per call).
+ONE_READ_MAX = 1 << 30
 
 
 class LocalStore(Store):
@@ -119,36 +122,38 @@ class LocalStore(Store):
         return dict(sorted(listing.items()))
 
     def _read_many(self, items: Iterable[tuple[str, int]], max_requests: int | None, max_bytes: int) -> Iterator[bytes]:
-        """On a local disk the files are read one after the other in this thread, the next ones opened and
-        announced to the kernel (``POSIX_FADV_WILLNEED``) so that it reads them ahead on its own: threads would only
-        fight over the GIL for data that is, or soon will be, in the page cache. Shared filesystems (``mount=``),
-        and an explicit ``max_requests``, keep many reads in flight on threads."""
+        """On a local disk the files are read one after the other in this thread, each with one ``read()`` of the
+        size it is said to have; the next ones are opened ahead, and those not in the page cache announced to the
+        kernel (``POSIX_FADV_WILLNEED``) so that it reads them from the disk meanwhile. Threads would only fight over
+        the GIL (and the process's page faults) for data that is, or soon will be, in the page cache. Shared
+        filesystems (``mount=``), and an explicit ``max_requests``, keep many reads in flight on threads."""
         if self.mount or max_requests is not None or not hasattr(os, "posix_fadvise"):
             yield from super()._read_many(items, max_requests, max_bytes)
             return
-        pending = (path for path, _ in items)
-        ahead: collections.deque[tuple[str, io.FileIO | None]] = collections.deque()
+        pending = iter(items)
+        ahead: collections.deque[tuple[str, int, int | None]] = collections.deque()
         try:
-            for path in itertools.islice(pending, READ_AHEAD_FILES):
-                ahead.append((path, self._open_ahead(path)))
+            for path, size in itertools.islice(pending, READ_AHEAD_FILES):
+                ahead.append((path, size, self._open_ahead(path)))
             while ahead:
-                path, opened = ahead.popleft()
+                path, size, descriptor = ahead.popleft()
                 following = next(pending, None)
                 if following is not None:
-                    ahead.append((following, self._open_ahead(following)))
-                if opened is None:
+                    ahead.append((*following, self._open_ahead(following[0])))
+                if descriptor is None:
                     yield self.read(path)
                     continue
                 try:
-                    with opened:
-                        data = opened.readall()
+                    data = _read_whole(descriptor, size)
                 except OSError as exc:
                     raise self._translate(exc, "read", path) from exc
+                finally:
+                    os.close(descriptor)
                 yield data
         finally:
-            for _, opened in ahead:
-                if opened is not None:
-                    opened.close()
+            for _, _, descriptor in ahead:
+                if descriptor is not None:
+                    os.close(descriptor)
 
     def read_many_hashed(
         self,
@@ -185,35 +190,39 @@ class LocalStore(Store):
             pairs.append((data, hashlib.sha256(data).hexdigest()))
         return pairs, None
 
-    def _open_ahead(self, path: str) -> io.FileIO | None:
-        """``path`` opened, and announced to the kernel so that it reads it ahead; ``None`` when it cannot be opened
-        (reading it then raises the error)."""
+    def _open_ahead(self, path: str) -> int | None:
+        """``path`` opened (a descriptor), and announced to the kernel so that it reads it ahead; ``None`` when it
+        cannot be opened (reading it then raises the error)."""
         try:
-            opened = self._open_file(path)
+            descriptor = self._open_descriptor(path)
         except (OSError, ValueError, UnsafePathError):
             return None
-        with contextlib.suppress(OSError):
-            os.posix_fadvise(opened.fileno(), 0, 0, os.POSIX_FADV_WILLNEED)
-        return opened
+        if not _cached(descriptor):
+            with contextlib.suppress(OSError):
+                os.posix_fadvise(descriptor, 0, 0, os.POSIX_FADV_WILLNEED)
+        return descriptor
 
-    def _open_file(self, path: str) -> io.FileIO:
-        """``path`` opened for reading, unbuffered (``FileIO.readall`` sizes one buffer from ``fstat`` and fills it,
-        with no second copy). A file that is itself a link is refused by the open (``O_NOFOLLOW``) rather than by
-        an ``lstat`` of every file; such a link is then followed only if it leads inside the root."""
+    def _open_descriptor(self, path: str) -> int:
+        """``path`` opened for reading. A file that is itself a link is refused by the open (``O_NOFOLLOW``) rather
+        than by an ``lstat`` of every file; such a link is then followed only if it leads inside the root."""
         full = Store.full_path(self, path)
         if self._links.folder_inside(os.path.dirname(full)):
             try:
-                descriptor = os.open(full, _READ_NO_LINK)
+                return os.open(full, _READ_NO_LINK)
             except OSError as exc:
                 if exc.errno != errno.ELOOP:
                     raise
-            else:
-                try:
-                    return io.FileIO(descriptor, "r")
-                except BaseException:
-                    os.close(descriptor)  # a folder: FileIO refuses it, and does not close what it did not open
-                    raise
-        return io.FileIO(self.full_path(path), "r")  # raises UnsafePathError where the link leads outside
+        return os.open(self.full_path(path), _READ)  # full_path raises UnsafePathError where the link leads outside
+
+    def _open_file(self, path: str) -> io.FileIO:
+        """``path`` opened for reading, unbuffered (``FileIO.readall`` sizes one buffer from ``fstat`` and fills it,
+        with no second copy)."""
+        descriptor = self._open_descriptor(path)
+        try:
+            return io.FileIO(descriptor, "r")
+        except BaseException:
+            os.close(descriptor)  # a folder: FileIO refuses it, and does not close what it did not open
+            raise
 
     def read(self, path: str) -> bytes:
         try:  # not self._errors: a local read is short enough for a context manager's cost to show
@@ -322,3 +331,28 @@ def _fsync(full: str) -> OSError | None:
     except OSError as exc:
         return exc
     return None
+
+
+def _read_whole(descriptor: int, size: int) -> bytes:
+    """The content of the open file ``descriptor``: one ``read()`` when it has ``size`` bytes (its expected size, 0
+    when unknown), as a file on a local disk almost always has; else (shorter, longer, or a short read) to its end."""
+    if 0 < size <= ONE_READ_MAX:
+        data = os.read(descriptor, size + 1)
+        if len(data) == size:
+            return data
+        rest = io.FileIO(descriptor, "r", closefd=False).readall() if data else b""
+        return data + rest
+    return io.FileIO(descriptor, "r", closefd=False).readall()
+
+
+_PROBE = bytearray(1)
+
+
+def _cached(descriptor: int) -> bool:
+    """Whether the file's first byte is in the page cache (a read that would not wait for the disk), asked with a
+    one-byte ``RWF_NOWAIT`` read; ``False`` where the kernel or filesystem cannot tell."""
+    try:
+        os.preadv(descriptor, [_PROBE], 0, os.RWF_NOWAIT)
+    except (OSError, AttributeError):
+        return False
+    return True
