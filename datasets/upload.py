@@ -214,11 +214,12 @@ def _send(
     report: Progress,
     max_requests: int | None,
 ) -> int:
-    """Send the files of ``entries`` (each checked against its sha256 as it goes); return the bytes sent."""
+    """Send the files of ``entries`` (each checked as it goes against what was hashed: its xxh3-64, or its sha256);
+    return the bytes sent."""
     report.start("upload", items=len(entries), size=sum(e.size for e in entries))
-    triples = {layout.object_path(name, e.sha256): (parsed.files[e.path].local_path, e.sha256) for e in entries}
+    files = {layout.object_path(name, e.sha256): (parsed.files[e.path].local_path, e) for e in entries}
     sent = store.put_many(
-        ((local, key, sha256) for key, (local, sha256) in triples.items()),  # same bytes: once
+        ((local, key, entry.sha256, entry.xxh3) for key, (local, entry) in files.items()),  # same bytes: once
         max_requests=max_requests,
         on_done=lambda _, size: report.advance(size=size),
     )

@@ -164,7 +164,7 @@ def _put_back(
 def _put_back_object(store: Store, manifest: Manifest, entry: FileEntry, sources: dict[str, str]) -> str | None:
     path = layout.object_path(manifest.name, entry.sha256)
     if entry.sha256 in sources:
-        store.put_many([(sources[entry.sha256], path, entry.sha256)])
+        store.put_many([(sources[entry.sha256], path, entry.sha256, entry.xxh3)])
         return None
     data = _from_shards(store, manifest, entry)
     if data is not None:

@@ -49,20 +49,23 @@ def file_digests(path: str | os.PathLike[str]) -> tuple[str, str]:
     return digest.hexdigest(), fast.hexdigest()
 
 
-def read_checked(path: str | os.PathLike[str], sha256: str) -> bytes:
-    """The bytes of the local file ``path``, which must have ``sha256``: :class:`IntegrityError` when they do not
-    (the file changed since it was hashed)."""
+def read_checked(path: str | os.PathLike[str], sha256: str, fast: str = "") -> bytes:
+    """The bytes of the local file ``path``, which must have the xxh3-64 ``fast`` (when given: as cheap as the read)
+    or else ``sha256``: :class:`IntegrityError` when they do not (the file changed since it was hashed)."""
     with open(path, "rb", buffering=0) as source:
         data = source.readall()
-    require_unchanged(path, hashlib.sha256(data).hexdigest(), sha256)
+    if fast:
+        require_unchanged(path, xxh3(data), fast, checksum="xxh3-64")
+    else:
+        require_unchanged(path, hashlib.sha256(data).hexdigest(), sha256)
     return data
 
 
-def require_unchanged(path: str | os.PathLike[str], found: str, sha256: str) -> None:
-    """Raise :class:`IntegrityError` unless ``found`` (the sha256 of the bytes just read from ``path``) is
-    ``sha256`` (the one it had when it was hashed)."""
-    if found != sha256:
+def require_unchanged(path: str | os.PathLike[str], found: str, expected: str, *, checksum: str = "sha256") -> None:
+    """Raise :class:`IntegrityError` unless ``found`` (the ``checksum`` of the bytes just read from ``path``) is
+    ``expected`` (the one it had when it was hashed)."""
+    if found != expected:
         raise IntegrityError(
-            f"{os.fspath(path)} changed while it was being uploaded: its sha256 is now {found}, not the {sha256} it "
-            "had when it was hashed; nothing was stored for it: upload again"
+            f"{os.fspath(path)} changed while it was being uploaded: its {checksum} is now {found}, not the "
+            f"{expected} it had when it was hashed; nothing was stored for it: upload again"
         )

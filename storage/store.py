@@ -39,6 +39,12 @@ from datamount.storage.pools import generator_pool
 
 T = TypeVar("T")
 R = TypeVar("R")
+#: A file for :meth:`Store.put_many`: ``(local_path, store_path)``, or with the sha256 (and xxh3-64) it must have.
+PutItem = (
+    tuple[str | os.PathLike[str], str]
+    | tuple[str | os.PathLike[str], str, str]
+    | tuple[str | os.PathLike[str], str, str, str]
+)
 
 TEMP_PREFIX = ".~tmp."
 """Basename prefix of objects being written; :meth:`Store.list` never shows them."""
@@ -517,7 +523,7 @@ class Store:
 
     def put_many(
         self,
-        items: Iterable[tuple[str | os.PathLike[str], str] | tuple[str | os.PathLike[str], str, str]],
+        items: Iterable[PutItem],
         *,
         max_requests: int | None = None,
         on_done: Callable[[str, int], None] | None = None,
@@ -527,9 +533,10 @@ class Store:
         Parameters
         ----------
         items
-            ``(local_path, store_path)`` pairs, or ``(local_path, store_path, sha256)`` triples: then the bytes are
-            hashed in the same read that sends them, and a file whose bytes no longer have that sha256 (it changed
-            since it was hashed) is an :class:`IntegrityError` and is not stored.
+            ``(local_path, store_path)`` pairs, or ``(local_path, store_path, sha256[, xxh3])``: then the bytes are
+            hashed in the same read that sends them (with xxh3-64 when it is given, else sha256), and a file whose
+            bytes no longer have that checksum (it changed since it was hashed) is an :class:`IntegrityError` and is
+            not stored.
         max_requests
             Uploads in flight at most (default :attr:`default_max_requests`).
         on_done
@@ -569,9 +576,7 @@ class Store:
                 return done, exc
         return done, None
 
-    def _prepare_puts(
-        self, items: Iterable[tuple[str | os.PathLike[str], str] | tuple[str | os.PathLike[str], str, str]]
-    ) -> Iterator[_Upload]:
+    def _prepare_puts(self, items: Iterable[PutItem]) -> Iterator[_Upload]:
         made: set[str] = set()
         for item in items:
             local, path = item[0], item[1]
@@ -581,7 +586,7 @@ class Store:
                 with self._errors("upload", path):
                     self._before_write(full)
                 made.add(parent)
-            yield _Upload(os.fspath(local), path, full, item[2] if len(item) > 2 else None)
+            yield _Upload(os.fspath(local), path, full, *item[2:])
 
     def _put_one(self, item: _Upload) -> int:
         with self._errors("upload", item.path):
@@ -773,28 +778,33 @@ class Store:
 
 @dataclass(frozen=True)
 class _Upload:
-    """A local file to send: where it is, where it goes (store-relative and full), and the sha256 it must have."""
+    """A local file to send: where it is, where it goes (store-relative and full), and the sha256 it must have (and
+    its xxh3-64, which is what the copy checks when given)."""
 
     local: str
     path: str
     full: str
-    sha256: str | None
+    sha256: str | None = None
+    xxh3: str = ""
 
 
 def _read_checked(item: _Upload) -> bytes:
-    return read_checked(item.local, item.sha256 or "")
+    return read_checked(item.local, item.sha256 or "", item.xxh3)
 
 
 def _copy_checked(item: _Upload, write: Callable[[bytes], object]) -> int:
     """Copy ``item``'s file through ``write``, hashing it in the same read; return its size."""
-    digest = hashlib.sha256()
+    digest = xxhash.xxh3_64() if item.xxh3 else hashlib.sha256()
     size = 0
     with open(item.local, "rb") as source:
         while chunk := source.read(HASH_CHUNK):
             digest.update(chunk)
             write(chunk)
             size += len(chunk)
-    require_unchanged(item.local, digest.hexdigest(), item.sha256 or "")
+    if item.xxh3:
+        require_unchanged(item.local, digest.hexdigest(), item.xxh3, checksum="xxh3-64")
+    else:
+        require_unchanged(item.local, digest.hexdigest(), item.sha256 or "")
     return size
 
 

@@ -30,8 +30,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from datamount.storage.checksums import xxh3
 from datamount.storage.errors import IntegrityError, ObjectExistsError, ObjectNotFoundError, UnsafePathError
-from datamount.storage.store import TEMP_PREFIX, Store
+from datamount.storage.store import CHECKED_IN_MEMORY, TEMP_PREFIX, Store
 
 __all__ = [
     "ESCAPING_PATHS",
@@ -251,6 +252,21 @@ class StoreBatchTests:
         with pytest.raises(IntegrityError, match=r"src1\.bin changed while it was being uploaded"):
             store.put_many([(changed, "checked/changed", stale)])
         assert store.list("checked") == {"checked/good": good.stat().st_size}
+
+    @pytest.mark.parametrize("size", [5_000, CHECKED_IN_MEMORY + 1], ids=["in-memory", "streamed"])
+    def test_put_many_checks_the_xxh3_a_file_must_have_when_given(
+        self, store: Store, tmp_path: Path, size: int
+    ) -> None:
+        """With an xxh3-64 given, that is what the copy checks (as cheap as the read), not the sha256."""
+        good = tmp_path / "good.bin"
+        good.write_bytes(bytes(range(256)) * (size // 256) + b"x" * (size % 256))
+        data = good.read_bytes()
+        sha256, right, stale = hashlib.sha256(data).hexdigest(), xxh3(data), xxh3(b"what the file held")
+        assert store.put_many([(good, "fast/good", sha256, right)]) == size
+        assert store.read("fast/good") == data
+        with pytest.raises(IntegrityError, match=r"good\.bin changed while it was being uploaded: its xxh3-64 is now"):
+            store.put_many([(good, "fast/changed", sha256, stale)])  # its sha256 right: the xxh3-64 is checked
+        assert store.list("fast") == {"fast/good": size}
 
     def test_remove_many_removes_each_and_ignores_missing(self, store: Store) -> None:
         for name in ("a", "b/c", "d"):
