@@ -38,6 +38,9 @@ from datamount.storage.store import (
     _Upload,
 )
 
+#: Copies in flight on a local disk: one per core. The bytes go to the page cache and reach the disk together at the
+#: commit, so more threads only contend (on 2 cores, 4,000 files of 110 KB took 0.30 s with 2 and 0.49 with 8).
+LOCAL_DISK_REQUESTS = max(1, min(8, os.cpu_count() or 1))
 #: Files announced to the kernel ahead of a sequential :meth:`LocalStore.read_many`.
 READ_AHEAD_FILES = 16
 #: Reading a file that is not itself a link; reading any file.
@@ -58,6 +61,7 @@ class LocalStore(Store):
     atomic_put = False
     exclusive_create = True
     needs_dirs = True
+    #: Requests in flight on a shared mount, where each waits on the network.
     default_max_requests = 8
 
     def __init__(self, root: str, *, url: str, mount: str | None = None, name: str | None = None) -> None:
@@ -65,6 +69,8 @@ class LocalStore(Store):
         super().__init__(LocalFileSystem(), root, url=url, options=options, name=name)
         self.mount = mount
         self._links = LinkGuard(self.root)
+        if not mount:
+            self.default_max_requests = LOCAL_DISK_REQUESTS
 
     @classmethod
     def from_url(cls, url: str, *, name: str | None = None, **options: Any) -> LocalStore:
