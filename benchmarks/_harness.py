@@ -74,10 +74,15 @@ def interleaved_costs(
     """Like :func:`interleaved_medians`, with the CPU time each action took here and in ``server_pids``; ``setup``
     runs untimed before each round."""
     found: dict[str, list[tuple[float, float, float]]] = {name: [] for name in actions}
-    for _ in range(runs):
+    names = list(actions)
+    for round_number in range(runs):
         if setup is not None:
             setup()
-        for name, action in actions.items():
+        shift = round_number % len(names)  # each action takes its turn going first
+        for name in names[shift:] + names[:shift]:
+            action = actions[name]
+            # Untimed: the dirty pages an earlier action left are written back now, not by the next one's syncs.
+            os.sync()
             server_before = processes_cpu_seconds(server_pids)
             cpu_before = time.process_time()
             started = time.perf_counter()
@@ -406,8 +411,12 @@ def costed_row(
 
 class FreshStores:
     """One store per label under a prefix no earlier run used: :meth:`renew` (untimed, before each round) opens new
-    ones, passed to ``prepare``, and removes the last round's; :meth:`remove` removes them at the end. ``options``
-    gives a label's stores options of their own (``{"put": {"client": "s3fs"}}``)."""
+    ones, passed to ``prepare``; :meth:`remove` removes every round's at the end. ``options`` gives a label's stores
+    options of their own (``{"put": {"client": "s3fs"}}``).
+
+    Nothing is removed between rounds: on ext4, files created soon after thousands were deleted cost many times
+    their usual system time (the allocator skips every recently freed inode, ``recently_deleted``), so a removal
+    before a round would slow whichever upload runs first in it."""
 
     def __init__(
         self,
@@ -423,6 +432,7 @@ class FreshStores:
         self._options = options or {}
         self._counter = itertools.count()
         self._stores: dict[str, Store] = {}
+        self._used: list[Store] = []
 
     def __getitem__(self, label: str) -> Store:
         return self._stores[label]
@@ -432,13 +442,11 @@ class FreshStores:
             store = self._backend.open(f"upload-{next(self._counter)}", **self._options.get(label, {}))
             if self._prepare is not None:
                 self._prepare(store)
-            previous = self._stores.pop(label, None)
-            if previous is not None:
-                previous.remove("", recursive=True, missing_ok=True)
             self._stores[label] = store
+            self._used.append(store)
 
     def remove(self) -> None:
-        for store in self._stores.values():
+        for store in self._used:
             store.remove("", recursive=True, missing_ok=True)
 
 
