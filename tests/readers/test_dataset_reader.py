@@ -31,7 +31,8 @@ def test_each_call_is_a_fresh_pass(store: Store, make_image_list: MakeImageList)
 def test_a_pass_abandoned_early_stops_its_reads(
     local_store: Store, make_image_list: MakeImageList, packed: bool
 ) -> None:
-    # Packed: several shards of several row groups, so that shards are opened and row groups decoded ahead when it is closed.
+    # Packed: several shards of several row groups, so that shards are opened and row groups decoded ahead when it is
+    # closed.
     sizes = {"shard_bytes": 12_000, "row_group_bytes": 2_400} if packed else {}
     upload(make_image_list(200, size=300), "d", store=local_store, packed=packed, **sizes)
     if packed:
