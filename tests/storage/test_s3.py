@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import logging
 import multiprocessing
+import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -172,6 +174,58 @@ def test_credentials_come_from_profiles_and_credential_process(
         assert "profile-secret" not in repr(store) and "process-secret" not in repr(store)
     with pytest.raises(StoreConfigError, match="no AWS profile 'nobody'"):
         open_store(f"s3://{s3_bucket}", endpoint_url=proxy.endpoint_url, profile="nobody")
+
+
+_OPEN_AND_READ = """
+import sys
+from datamount.storage import open_store
+store = open_store(sys.argv[1], endpoint_url=sys.argv[2])
+print(store.read("obj").decode(), store.client, "botocore" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize(
+    ("environment", "chain"),
+    [
+        ({}, False),  # keys in the environment and no AWS config file: the chain would find exactly those
+        ({"AWS_PROFILE": "team"}, True),  # a profile may name a region (its keys still lose to the environment's)
+        ({"CONFIG": "[default]\nregion = eu-west-1\n"}, True),  # the region is in the config file
+        ({"CONFIG": "[default]\nregion = eu-west-1\n", "AWS_DEFAULT_REGION": "us-east-1"}, False),
+    ],
+    ids=["keys-only", "profile", "config-file-region", "region-in-environment"],
+)
+def test_keys_in_the_environment_need_no_credential_chain(
+    s3_server: S3Server,
+    s3_bucket: str,
+    fault_proxy: FaultProxyFactory,
+    tmp_path: Path,
+    environment: dict[str, str],
+    chain: bool,
+) -> None:
+    """A fresh process (a job, a spawned worker) with its keys in the environment signs with them without importing
+    botocore (~0.1 s); where a profile or config file could add to them, botocore's chain still decides."""
+    proxy = fault_proxy(s3_server.endpoint_url)
+    open_store(f"s3://{s3_bucket}/env", endpoint_url=s3_server.endpoint_url).write("obj", b"payload")
+    (tmp_path / "config").write_text(environment.get("CONFIG", ""))
+    (tmp_path / "credentials").write_text("[team]\naws_access_key_id = AKIAFROMPROFILE\naws_secret_access_key = x\n")
+    if "CONFIG" not in environment:
+        (tmp_path / "config").unlink()
+    child = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith("AWS_") or key == "AWS_EC2_METADATA_DISABLED"
+    }
+    child.update(
+        AWS_ACCESS_KEY_ID=S3_TEST_KEY,
+        AWS_SECRET_ACCESS_KEY=S3_TEST_SECRET,
+        AWS_CONFIG_FILE=str(tmp_path / "config"),
+        AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "credentials"),
+        **{key: value for key, value in environment.items() if key != "CONFIG"},
+    )
+    command = [sys.executable, "-c", _OPEN_AND_READ, f"s3://{s3_bucket}/env", proxy.endpoint_url]
+    done = subprocess.run(command, env=child, capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["payload", "obstore", str(chain)]
+    assert {record.access_key for record in proxy.requests} == {S3_TEST_KEY}
 
 
 def test_no_credentials_anywhere_is_one_clear_error(
