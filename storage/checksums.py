@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from typing import Any
 
 import xxhash
 
@@ -19,11 +20,8 @@ CHUNK = 1 << 20
 
 def sha256_file(path: str | os.PathLike[str]) -> str:
     """The hex sha256 of the local file at ``path``, read in 1 MiB chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb", buffering=0) as source:
-        while chunk := source.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
+    (digest,) = _hash_file(path, hashlib.sha256())
+    return digest
 
 
 def xxh3(data: bytes | bytearray | memoryview) -> str:
@@ -41,23 +39,33 @@ def matches(data: bytes | bytearray | memoryview, sha256: str, fast: str = "", *
 
 def file_digests(path: str | os.PathLike[str]) -> tuple[str, str]:
     """The hex sha256 and xxh3-64 of the local file at ``path``, from one read in 1 MiB chunks."""
-    digest, fast = hashlib.sha256(), xxhash.xxh3_64()
+    sha256, fast = _hash_file(path, hashlib.sha256(), xxhash.xxh3_64())
+    return sha256, fast
+
+
+def _hash_file(path: str | os.PathLike[str], *hashers: Any) -> list[str]:
+    """The hex digests of the local file at ``path`` by each of ``hashers``, from one read in 1 MiB chunks."""
     with open(path, "rb", buffering=0) as source:
         while chunk := source.read(CHUNK):
-            digest.update(chunk)
-            fast.update(chunk)
-    return digest.hexdigest(), fast.hexdigest()
+            for hasher in hashers:
+                hasher.update(chunk)
+    return [hasher.hexdigest() for hasher in hashers]
+
+
+def copy_check(sha256: str, fast: str = "") -> tuple[Any, str, str]:
+    """How the bytes of a file being sent are checked: a hasher, the digest it must give, and the checksum's name
+    (the xxh3-64 ``fast`` when given, as cheap as the read; else ``sha256``). See :func:`require_unchanged`."""
+    return (xxhash.xxh3_64(), fast, "xxh3-64") if fast else (hashlib.sha256(), sha256, "sha256")
 
 
 def read_checked(path: str | os.PathLike[str], sha256: str, fast: str = "") -> bytes:
-    """The bytes of the local file ``path``, which must have the xxh3-64 ``fast`` (when given: as cheap as the read)
-    or else ``sha256``: :class:`IntegrityError` when they do not (the file changed since it was hashed)."""
+    """The bytes of the local file ``path``, which must have the xxh3-64 ``fast`` (when given) or else ``sha256``:
+    :class:`IntegrityError` when they do not (the file changed since it was hashed)."""
     with open(path, "rb", buffering=0) as source:
         data = source.readall()
-    if fast:
-        require_unchanged(path, xxh3(data), fast, checksum="xxh3-64")
-    else:
-        require_unchanged(path, hashlib.sha256(data).hexdigest(), sha256)
+    hasher, expected, checksum = copy_check(sha256, fast)
+    hasher.update(data)
+    require_unchanged(path, hasher.hexdigest(), expected, checksum=checksum)
     return data
 
 

@@ -25,7 +25,7 @@ from fsspec.asyn import AsyncFileSystem
 
 from datamount.storage import redact
 from datamount.storage._window import ordered_window
-from datamount.storage.checksums import read_checked, require_unchanged
+from datamount.storage.checksums import copy_check, read_checked, require_unchanged
 from datamount.storage.errors import (
     DatamountError,
     ObjectExistsError,
@@ -794,17 +794,14 @@ def _read_checked(item: _Upload) -> bytes:
 
 def _copy_checked(item: _Upload, write: Callable[[bytes], object]) -> int:
     """Copy ``item``'s file through ``write``, hashing it in the same read; return its size."""
-    digest = xxhash.xxh3_64() if item.xxh3 else hashlib.sha256()
+    hasher, expected, checksum = copy_check(item.sha256 or "", item.xxh3)
     size = 0
     with open(item.local, "rb") as source:
         while chunk := source.read(HASH_CHUNK):
-            digest.update(chunk)
+            hasher.update(chunk)
             write(chunk)
             size += len(chunk)
-    if item.xxh3:
-        require_unchanged(item.local, digest.hexdigest(), item.xxh3, checksum="xxh3-64")
-    else:
-        require_unchanged(item.local, digest.hexdigest(), item.sha256 or "")
+    require_unchanged(item.local, hasher.hexdigest(), expected, checksum=checksum)
     return size
 
 
