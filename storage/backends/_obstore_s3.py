@@ -3,10 +3,8 @@
 Per request it costs a fraction of s3fs's CPU (no Python-side signing, parsing or event hooks), which is what caps
 small-object reads on a few cores. Requests are retried here, not inside obstore, so that one retry budget covers
 every failure (a refused connection, a 5xx, an answer cut short) and a throttling answer (``503 SlowDown``, ``429``)
-slows every request of the filesystem while it lasts, not only the one that got it.
-
-obstore's runtime does not survive ``fork()``: once a process has made a request through it, no obstore client works
-in a process forked from it (every call hangs). :func:`usable_here` says whether this process may use one.
+slows every request of the filesystem while it lasts, not only the one that got it. Every request is awaited
+through :func:`_obstore_runtime.answer`, which keeps the process's end from racing obstore's threads.
 """
 
 from __future__ import annotations
@@ -28,6 +26,7 @@ from fsspec.spec import AbstractBufferedFile
 from obstore.exceptions import AlreadyExistsError, PreconditionError
 from obstore.store import S3Store as ObstoreS3Store
 
+from datamount.storage.backends._obstore_runtime import answer, each
 from datamount.storage.errors import StoreConfigError, StorePermissionError
 
 R = TypeVar("R")
@@ -52,14 +51,6 @@ _CUT_SHORT = ("error decoding response body", "kind: Decode", "kind: Body", "Inc
 
 #: The region of requests when neither the options, the environment nor the AWS profile names one.
 DEFAULT_REGION = "us-east-1"
-#: The process whose obstore runtime has started (``None``: none has, in this process or the one it was forked from).
-_RUNTIME_PID: int | None = None
-
-
-def usable_here() -> bool:
-    """Whether this process can use obstore: it has not been forked from a process whose obstore runtime had
-    started (that runtime's threads are gone in the child, and every request would wait for them forever)."""
-    return _RUNTIME_PID in (None, os.getpid())
 
 
 def botocore_credentials(profile: str | None) -> tuple[Any, str | None]:
@@ -186,8 +177,6 @@ class ObstoreS3FileSystem(AsyncFileSystem):
 
     async def _call(self, request: Callable[[], Awaitable[R]]) -> R:
         """``request()`` until it succeeds, fails for good, or has used every attempt; throttling pauses them all."""
-        global _RUNTIME_PID
-        _RUNTIME_PID = os.getpid()
         attempt = 0
         while True:
             pause = self._resume_at - time.monotonic()
@@ -226,7 +215,7 @@ class ObstoreS3FileSystem(AsyncFileSystem):
         prefix = self._key(root)
 
         async def first_page() -> None:
-            async for _ in obstore.list(self.store, prefix or None, chunk_size=1):
+            async for _ in each(obstore.list(self.store, prefix or None, chunk_size=1)):
                 break
 
         await self._call(first_page)
@@ -265,8 +254,8 @@ class ObstoreS3FileSystem(AsyncFileSystem):
             options["range"] = (start, end)
 
         async def get() -> memoryview:
-            answer = await obstore.get_async(self.store, key, options=options)  # type: ignore[arg-type]
-            return memoryview(await answer.bytes_async())
+            found = await answer(obstore.get_async(self.store, key, options=options))  # type: ignore[arg-type]
+            return memoryview(await answer(found.bytes_async()))
 
         try:
             return await self._call(get)
@@ -281,12 +270,12 @@ class ObstoreS3FileSystem(AsyncFileSystem):
         key = self._key(path).rstrip("/")
         if key:
             try:
-                meta = await self._call(lambda: obstore.head_async(self.store, key))
+                meta = await self._call(lambda: answer(obstore.head_async(self.store, key)))
             except FileNotFoundError:
                 pass
             else:
                 return self._file_entry(meta)
-        listing = await self._call(lambda: obstore.list_with_delimiter_async(self.store, key or None))
+        listing = await self._call(lambda: answer(obstore.list_with_delimiter_async(self.store, key or None)))
         if key == "" or listing["objects"] or listing["common_prefixes"]:
             return {"name": self._name(key), "size": 0, "type": "directory"}
         raise FileNotFoundError(path)
@@ -300,7 +289,7 @@ class ObstoreS3FileSystem(AsyncFileSystem):
 
     async def _ls(self, path: str, detail: bool = True, **kwargs: Any) -> list[Any]:
         key = self._key(path).rstrip("/")
-        listing = await self._call(lambda: obstore.list_with_delimiter_async(self.store, key or None))
+        listing = await self._call(lambda: answer(obstore.list_with_delimiter_async(self.store, key or None)))
         entries = [self._file_entry(meta) for meta in listing["objects"]] + [
             {"name": self._name(prefix), "size": 0, "type": "directory"} for prefix in listing["common_prefixes"]
         ]
@@ -315,7 +304,7 @@ class ObstoreS3FileSystem(AsyncFileSystem):
 
         async def every_object() -> list[dict[str, Any]]:
             found: list[dict[str, Any]] = []
-            async for chunk in obstore.list(self.store, key or None, chunk_size=1000):
+            async for chunk in each(obstore.list(self.store, key or None, chunk_size=1000)):
                 found.extend(chunk)
             return found
 
@@ -336,7 +325,7 @@ class ObstoreS3FileSystem(AsyncFileSystem):
         put_mode = "create" if mode == "create" else "overwrite"
 
         async def put() -> None:
-            await obstore.put_async(self.store, key, value, mode=put_mode)
+            await answer(obstore.put_async(self.store, key, value, mode=put_mode))
 
         try:
             await self._call(put)
@@ -347,11 +336,11 @@ class ObstoreS3FileSystem(AsyncFileSystem):
         if not os.path.isfile(lpath):
             raise FileNotFoundError(lpath)
         key = self._key(rpath)
-        await self._call(lambda: obstore.put_async(self.store, key, Path(lpath)))
+        await self._call(lambda: answer(obstore.put_async(self.store, key, Path(lpath))))
 
     async def _rm_file(self, path: str, **kwargs: Any) -> None:
         key = self._key(path)
-        await self._call(lambda: obstore.delete_async(self.store, key))
+        await self._call(lambda: answer(obstore.delete_async(self.store, key)))
 
     async def _rm(self, path: str | list[str], recursive: bool = False, **kwargs: Any) -> None:
         paths = [path] if isinstance(path, str) else list(path)
@@ -362,11 +351,11 @@ class ObstoreS3FileSystem(AsyncFileSystem):
             keys.append(self._key(one))
         for start in range(0, len(keys), 1000):
             batch = keys[start : start + 1000]
-            await self._call(lambda batch=batch: obstore.delete_async(self.store, batch))
+            await self._call(lambda batch=batch: answer(obstore.delete_async(self.store, batch)))
 
     async def _cp_file(self, path1: str, path2: str, **kwargs: Any) -> None:
         source, target = self._key(path1), self._key(path2)
-        await self._call(lambda: obstore.copy_async(self.store, source, target))
+        await self._call(lambda: answer(obstore.copy_async(self.store, source, target)))
 
     async def _makedirs(self, path: str, exist_ok: bool = False) -> None:
         self._key(path)  # an object store has no folders to make, but the path must be in the bucket

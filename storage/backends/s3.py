@@ -210,7 +210,7 @@ COMMON_OPTIONS = {
 
 def s3_filesystem(bucket: str, options: dict[str, Any]) -> tuple[Any, EndpointSettings]:
     """The filesystem for a store on ``bucket`` with ``options`` (``client`` chooses it), and its endpoint settings."""
-    from datamount.storage.backends import _obstore_s3
+    from datamount.storage.backends import _obstore_runtime
 
     opts = dict(options)
     client = opts.pop("client", "obstore")
@@ -218,7 +218,7 @@ def s3_filesystem(bucket: str, options: dict[str, Any]) -> tuple[Any, EndpointSe
         raise StoreConfigError(f"client must be one of {', '.join(CLIENTS)}, got {client!r}")
     _check_options(opts, client)
     if client == "obstore":
-        if _obstore_s3.usable_here():
+        if _obstore_runtime.usable_here():
             return obstore_filesystem(bucket, opts)
         log.info("s3://%s: obstore does not work in a process forked after it was used here; using s3fs", bucket)
     fs_options = s3_filesystem_options(opts)

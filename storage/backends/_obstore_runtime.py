@@ -1,0 +1,94 @@
+"""obstore's runtime (the Rust threads that make its requests) and this process's life: where it may be used, and an
+end that waits for it.
+
+obstore's runtime does not survive ``fork()``: once a process has made a request through it, no obstore client works
+in a process forked from it (every call hangs). :func:`usable_here` says whether this process may use one.
+
+A runtime thread hands each answer to the event loop itself, taking the GIL to do it. On Python before 3.14 a thread
+that wants the GIL while the interpreter is ending is made to exit, and for a thread Python did not start that
+aborts the whole process: SIGABRT (exit code -6, 134 in a shell) after the script's work is done. So every obstore
+request is awaited through :func:`answer`, which counts it until its answer has been handed over, and at exit the
+interpreter waits until none is outstanding and no runtime thread is still inside Python (at most
+:data:`EXIT_WAIT` seconds).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any, TypeVar
+
+R = TypeVar("R")
+
+log = logging.getLogger(__name__)
+
+#: Seconds an ending interpreter waits for obstore's outstanding requests to be answered.
+EXIT_WAIT = 30.0
+
+#: The process whose obstore runtime has started (``None``: none has, in this process or the one it was forked from).
+_started_in: int | None = None
+#: Requests sent through the runtime whose answer has not yet been handed to the event loop.
+_outstanding: set[asyncio.Future[Any]] = set()
+
+
+def usable_here() -> bool:
+    """Whether this process can use obstore: it has not been forked from a process whose obstore runtime had
+    started (that runtime's threads are gone in the child, and every request would wait for them forever)."""
+    return _started_in in (None, os.getpid())
+
+
+async def answer(request: Awaitable[R]) -> R:
+    """Await one obstore request. It is counted until answered, and runs to its answer even if the caller is
+    cancelled (a runtime thread still takes the GIL to hand over a cancelled request's end)."""
+    global _started_in
+    _started_in = os.getpid()
+    future = asyncio.ensure_future(request)
+    _outstanding.add(future)
+    future.add_done_callback(_outstanding.discard)
+    return await asyncio.shield(future)
+
+
+async def each(stream: AsyncIterator[R]) -> AsyncIterator[R]:
+    """The items of an obstore stream (a listing's pages), each awaited through :func:`answer`."""
+    while True:
+        try:
+            item = await answer(anext(stream))
+        except StopAsyncIteration:
+            return
+        yield item
+
+
+def _runtime_threads_in_python() -> int:
+    """How many threads Python did not start are running Python code now (an obstore thread handing over an answer,
+    or asking a credential provider for keys)."""
+    started_by_python = {
+        thread.ident for thread in threading.enumerate() if not isinstance(thread, threading._DummyThread)
+    }
+    return sum(ident not in started_by_python for ident in sys._current_frames())
+
+
+def _wait_for_the_runtime() -> None:
+    """At exit: until every obstore request of this process has been answered and handed over."""
+    if _started_in != os.getpid():
+        return
+    deadline = time.monotonic() + EXIT_WAIT
+    while _outstanding or _runtime_threads_in_python():
+        if time.monotonic() > deadline:
+            log.warning(
+                "%d S3 requests were still unanswered %g s after the script ended; not waiting for them longer "
+                "(the process may be aborted when they are)",
+                len(_outstanding),
+                EXIT_WAIT,
+            )
+            return
+        time.sleep(0.001)  # lets a runtime thread take the GIL and finish
+
+
+atexit.register(_wait_for_the_runtime)
+os.register_at_fork(after_in_child=_outstanding.clear)  # the parent's requests are not this process's to wait for

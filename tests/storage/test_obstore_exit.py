@@ -1,0 +1,96 @@
+"""A process that used an S3 store through obstore ends with its own exit code, never killed by obstore's threads.
+
+obstore answers each request from one of its runtime's threads, which takes the GIL to hand the answer to the
+event loop. On Python before 3.14, a thread that wants the GIL while the interpreter is ending is made to exit
+(``pthread_exit``), and the unwind through obstore's frames aborts the process: exit code -6 (SIGABRT) after the
+script's work is done. These tests hold obstore's thread (or an answer) at the point where the race opens, so it
+is lost every time rather than one run in five on a busy machine.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from datamount.storage import Store
+from tests.servers.fault_proxy import Fault, FaultProxyFactory
+from tests.servers.moto import S3Server
+
+pytestmark = pytest.mark.s3
+
+#: Slows obstore's runtime thread down right after it has woken the event loop with an answer: the answer is used
+#: and the script ends while that thread still has to take the GIL back to return.
+_LINGER_AFTER_WAKING_THE_LOOP = """
+import threading, time
+from asyncio import selector_events
+
+wake = selector_events.BaseSelectorEventLoop._write_to_self
+
+def wake_then_linger(loop):
+    wake(loop)
+    if threading.get_ident() not in {thread.ident for thread in threading.enumerate()}:
+        time.sleep(0.3)
+
+selector_events.BaseSelectorEventLoop._write_to_self = wake_then_linger
+"""
+
+_READ_ONE = """
+import sys
+from datamount.storage import open_store
+store = open_store(sys.argv[1], endpoint_url=sys.argv[2])
+print(store.read("blobs/00").decode())
+"""
+
+#: Reads the first of several objects and ends while the others are still on their way; a slow teardown (as of a
+#: large framework's modules) keeps the interpreter ending when their answers come.
+_READ_THE_FIRST_OF_MANY = """
+import sys, time
+from datamount.storage import open_store
+
+class SlowTeardown:
+    def __del__(self):
+        time.sleep(1.0)
+
+teardown = SlowTeardown()
+store = open_store(sys.argv[1], endpoint_url=sys.argv[2])
+reads = store.read_many([f"blobs/{i:02d}" for i in range(8)], max_requests=8)
+print(bytes(next(reads)).decode())
+"""
+
+
+def _run(script: str, store: Store, endpoint_url: str) -> tuple[subprocess.CompletedProcess[str], float]:
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-c", script, store.url, endpoint_url], env=dict(os.environ), capture_output=True, text=True
+    )
+    return done, time.monotonic() - started
+
+
+@pytest.fixture
+def blobs(s3_store: Store) -> Store:
+    for i in range(8):
+        s3_store.write(f"blobs/{i:02d}", f"payload {i}".encode())
+    return s3_store
+
+
+@pytest.mark.timeout(60)
+def test_a_script_ends_cleanly_while_obstore_hands_over_its_last_answer(blobs: Store, s3_server: S3Server) -> None:
+    for _ in range(3):
+        done, _ = _run(_LINGER_AFTER_WAKING_THE_LOOP + _READ_ONE, blobs, s3_server.endpoint_url)
+        assert (done.returncode, done.stdout) == (0, "payload 0\n"), done.stderr
+
+
+@pytest.mark.timeout(60)
+def test_a_script_ends_cleanly_with_reads_still_in_flight(
+    blobs: Store, s3_server: S3Server, fault_proxy: FaultProxyFactory
+) -> None:
+    proxy = fault_proxy(s3_server.endpoint_url)
+    for i in range(1, 8):
+        proxy.inject(Fault.delay(0.4), methods={"GET"}, containing=f"blobs/{i:02d}")
+    done, seconds = _run(_READ_THE_FIRST_OF_MANY, blobs, proxy.endpoint_url)
+    assert (done.returncode, done.stdout) == (0, "payload 0\n"), done.stderr
+    assert seconds < 10, f"the script took {seconds:.1f} s to end"
