@@ -10,11 +10,12 @@ from urllib.parse import unquote
 import pytest
 
 from datamount.datasets import layout, pack, upload
+from datamount.datasets.rows import shards
 from datamount.datasets.rows.shards import SparseFile
 from datamount.readers import reader
 from datamount.storage import IntegrityError, Store, open_store
 from tests.generated import MakeImageList, image_rows
-from tests.servers.fault_proxy import FaultProxy, FaultProxyFactory
+from tests.servers.fault_proxy import Fault, FaultProxy, FaultProxyFactory
 from tests.servers.moto import S3_TEST_KEY, S3_TEST_SECRET, S3Server
 
 pytestmark = pytest.mark.s3
@@ -95,4 +96,33 @@ def test_the_footer_is_fetched_once_though_several_row_groups_start_at_once(pack
         for r in packed.proxy.requests
         if r.method == "GET" and packed.shard in unquote(r.target) and str(r.range).endswith(f"-{size - 1}")
     ]
-    assert len(tails) == 2, tails  # its last 8 bytes (the footer's length), then the footer
+    assert len(tails) == 1, tails  # the shard's last 64 KiB hold the footer and its length
+
+
+def test_a_footer_larger_than_the_first_read_is_completed_by_a_second(
+    packed: Packed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(shards, "FOOTER_GUESS", 100)  # less than this shard's footer
+    assert list(reader("d", packed.far)()) == image_rows(packed.list_file)
+    size = packed.direct.info(packed.shard).size
+    tails = [r.range for r in packed.proxy.requests if r.method == "GET" and str(r.range).endswith(f"-{size - 1}")]
+    assert tails == [f"bytes={size - 100}-{size - 1}"]
+    footer_length = int.from_bytes(packed.direct.read_range(packed.shard, size - 8, size - 4), "little")
+    rest = f"bytes={size - 8 - footer_length}-{size - 101}"
+    assert [r.range for r in packed.proxy.requests].count(rest) == 1
+
+
+def test_a_pass_reads_its_first_row_group_alone_then_several_at_once(packed: Packed) -> None:
+    """The first row group's GET has the whole bandwidth (the first sample does not wait for a window's share of
+    it); the next ones go out together once it has come."""
+    packed.proxy.inject(Fault.delay(0.3), methods={"GET"}, containing=packed.shard)
+    assert list(reader("d", packed.far)()) == image_rows(packed.list_file)
+    size = packed.direct.info(packed.shard).size
+    groups = [
+        r.received
+        for r in packed.proxy.requests
+        if r.method == "GET" and packed.shard in unquote(r.target) and not str(r.range).endswith(f"-{size - 1}")
+    ]
+    assert len(groups) == 30
+    assert groups[1] - groups[0] >= 0.3, "the second row group was asked for before the first had come"
+    assert groups[-1] - groups[1] < 0.3 * (len(groups) - 1) / 2, "the following row groups were read one at a time"
