@@ -28,8 +28,9 @@ R = TypeVar("R")
 
 log = logging.getLogger(__name__)
 
-#: Seconds an ending interpreter waits for obstore's outstanding requests to be answered.
+#: Seconds an ending interpreter waits for obstore's outstanding requests to be answered, and after which it says so.
 EXIT_WAIT = 30.0
+EXIT_NOTICE = 1.0
 
 #: The process whose obstore runtime has started (``None``: none has, in this process or the one it was forked from).
 _started_in: int | None = None
@@ -74,20 +75,28 @@ def _runtime_threads_in_python() -> int:
 
 
 def _wait_for_the_runtime() -> None:
-    """At exit: until every obstore request of this process has been answered and handed over."""
+    """At exit: until every obstore request of this process has been answered and handed over (saying so when that
+    takes more than :data:`EXIT_NOTICE` seconds; a Ctrl-C stops the wait)."""
     if _started_in != os.getpid():
         return
-    deadline = time.monotonic() + EXIT_WAIT
-    while _outstanding or _runtime_threads_in_python():
-        if time.monotonic() > deadline:
-            log.warning(
-                "%d S3 requests were still unanswered %g s after the script ended; not waiting for them longer "
-                "(the process may be aborted when they are)",
-                len(_outstanding),
-                EXIT_WAIT,
-            )
-            return
-        time.sleep(0.001)  # lets a runtime thread take the GIL and finish
+    started = time.monotonic()
+    told = False
+    try:
+        while _outstanding or _runtime_threads_in_python():
+            waited = time.monotonic() - started
+            if waited > EXIT_WAIT:
+                log.warning("%d S3 requests unanswered after %g s; exiting without them", len(_outstanding), waited)
+                return
+            if not told and waited > EXIT_NOTICE:
+                log.warning(
+                    "waiting for %d S3 requests in flight to end before exiting (at most %g s; Ctrl-C stops waiting)",
+                    len(_outstanding),
+                    EXIT_WAIT,
+                )
+                told = True
+            time.sleep(0.001)  # lets a runtime thread take the GIL and finish
+    except KeyboardInterrupt:
+        return
 
 
 atexit.register(_wait_for_the_runtime)

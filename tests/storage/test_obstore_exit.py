@@ -10,6 +10,8 @@ is lost every time rather than one run in five on a busy machine.
 from __future__ import annotations
 
 import os
+import re
+import signal
 import subprocess
 import sys
 import time
@@ -45,20 +47,24 @@ store = open_store(sys.argv[1], endpoint_url=sys.argv[2])
 print(store.read("blobs/00").decode())
 """
 
-#: Reads the first of several objects and ends while the others are still on their way; a slow teardown (as of a
-#: large framework's modules) keeps the interpreter ending when their answers come.
+#: Reads the first of several objects and ends while the others are still on their way.
 _READ_THE_FIRST_OF_MANY = """
-import sys, time
+import sys
 from datamount.storage import open_store
+store = open_store(sys.argv[1], endpoint_url=sys.argv[2])
+reads = store.read_many([f"blobs/{i:02d}" for i in range(8)], max_requests=8)
+print(bytes(next(reads)).decode(), flush=True)
+"""
+
+#: A slow teardown (as of a large framework's modules): the interpreter is still ending when late answers come.
+_SLOW_TEARDOWN = """
+import time
 
 class SlowTeardown:
     def __del__(self):
         time.sleep(1.0)
 
 teardown = SlowTeardown()
-store = open_store(sys.argv[1], endpoint_url=sys.argv[2])
-reads = store.read_many([f"blobs/{i:02d}" for i in range(8)], max_requests=8)
-print(bytes(next(reads)).decode())
 """
 
 
@@ -91,6 +97,26 @@ def test_a_script_ends_cleanly_with_reads_still_in_flight(
     proxy = fault_proxy(s3_server.endpoint_url)
     for i in range(1, 8):
         proxy.inject(Fault.delay(0.4), methods={"GET"}, containing=f"blobs/{i:02d}")
-    done, seconds = _run(_READ_THE_FIRST_OF_MANY, blobs, proxy.endpoint_url)
+    done, seconds = _run(_SLOW_TEARDOWN + _READ_THE_FIRST_OF_MANY, blobs, proxy.endpoint_url)
     assert (done.returncode, done.stdout) == (0, "payload 0\n"), done.stderr
     assert seconds < 10, f"the script took {seconds:.1f} s to end"
+
+
+@pytest.mark.timeout(60)
+def test_an_end_waiting_for_stalled_reads_says_so_and_ctrl_c_stops_it(
+    blobs: Store, s3_server: S3Server, fault_proxy: FaultProxyFactory
+) -> None:
+    proxy = fault_proxy(s3_server.endpoint_url)
+    for i in range(1, 8):
+        proxy.inject(Fault.stall(), methods={"GET"}, containing=f"blobs/{i:02d}")
+    command = [sys.executable, "-c", _READ_THE_FIRST_OF_MANY, blobs.url, proxy.endpoint_url]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as child:
+        assert child.stdout is not None and child.stderr is not None
+        assert child.stdout.readline() == "payload 0\n"
+        notice = child.stderr.readline()  # about a second after the script's end
+        assert re.search(r"waiting for [1-7] S3 requests in flight to end before exiting \(at most 30 s", notice), (
+            notice
+        )
+        child.send_signal(signal.SIGINT)
+        assert child.wait(timeout=10) == 0
+        assert child.stderr.read() == ""  # no traceback
