@@ -92,6 +92,16 @@ class S3Store(ObjectStore):
 
         return "obstore" if isinstance(self.fs, ObstoreS3FileSystem) else "s3fs"
 
+    async def _aread_one(self, item: tuple[str, int]) -> bytes:
+        path, size = item
+        sized = getattr(self.fs, "_cat_sized", None)  # obstore's; s3fs reads whole objects only
+        if not size or sized is None:
+            return await super()._aread_one(item)
+        try:
+            return await sized(self.full_path(path), size)
+        except Exception as exc:
+            raise self._translate(exc, "read", path) from exc
+
     def check(self) -> None:
         # Either client's probe: one listing request of at most one key under the root.
         self._call_with_deadline("open", self.fs.probe, self.root)

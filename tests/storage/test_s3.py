@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import pytest
 
@@ -236,6 +237,26 @@ def test_no_credentials_anywhere_is_one_clear_error(
     with pytest.raises(StorePermissionError, match="no S3 credentials found"):
         open_store(f"s3://{s3_bucket}", endpoint_url=s3_server.endpoint_url)
     assert open_store(f"s3://{s3_bucket}", endpoint_url=s3_server.endpoint_url, anon=True).client == "obstore"
+
+
+def test_objects_of_known_size_are_read_with_one_ranged_request_each(
+    s3_server: S3Server, s3_bucket: str, fault_proxy: FaultProxyFactory
+) -> None:
+    """Through obstore, an object whose size the caller knows is asked as ``bytes=0-SIZE`` (one byte more than it
+    should have): one request whose answer is the bytes, where a whole object is an answer, then its body."""
+    proxy = fault_proxy(s3_server.endpoint_url)
+    store = open_store(f"s3://{s3_bucket}/sized", endpoint_url=proxy.endpoint_url)
+    objects = {f"obj/{i}": os.urandom(1000 + i) for i in range(5)}
+    for path, data in objects.items():
+        store.write(path, data)
+    sizes = [len(data) for data in objects.values()]
+    assert list(store.read_many(list(objects), sizes=sizes)) == list(objects.values())
+    gets = sorted(
+        (unquote(r.target).rsplit("/", 1)[-1], r.range)
+        for r in proxy.requests
+        if r.method == "GET" and "/sized/obj/" in unquote(r.target)
+    )
+    assert gets == [(str(i), f"bytes=0-{1000 + i}") for i in range(5)]
 
 
 def _clients_in_child(store: Store, options: dict[str, str], answers: Any) -> None:
