@@ -71,7 +71,7 @@ class FileList(Sequence[FileEntry]):
     def entries(self) -> list[FileEntry]:
         if self._entries is None:
             try:
-                with _collector_paused():
+                with collector_paused():
                     self._entries = msgspec.json.decode(self._raw, type=list[FileEntry])
             except msgspec.DecodeError as exc:
                 raise ManifestError(f"{self._where} is damaged: its files: {exc}") from exc
@@ -194,7 +194,7 @@ class Manifest:
 
     @classmethod
     def from_json(cls, data: bytes, where: str) -> Manifest:
-        with _collector_paused():
+        with collector_paused():
             return cls._from_json(data, where)
 
     @classmethod
@@ -217,10 +217,10 @@ class Manifest:
 
 
 @contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """No cyclic garbage collection while a manifest's objects are made: they hold no cycles, and the collections a
-    few hundred thousand new objects set off would walk all of them again and again (a 60,000-file manifest is read
-    in half the time)."""
+def collector_paused() -> Iterator[None]:
+    """No cyclic garbage collection while a version's objects are made (its manifest's entries, its list's rows):
+    they hold no cycles, and the collections a few hundred thousand new objects set off would walk all of them again
+    and again (a 60,000-file manifest is read in half the time; 1.28 million list rows in 0.37 s instead of 0.89)."""
     enabled = gc.isenabled()
     gc.disable()
     try:

@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 from datamount.datasets import layout
 from datamount.datasets.errors import DatasetNotFoundError
-from datamount.datasets.manifest import Manifest
+from datamount.datasets.manifest import FileEntry, Manifest, collector_paused
 from datamount.datasets.rows.source import DEFAULT_ROWS_PER_SPAN, Piece, Row, clip, line_spans, out_of_range
 from datamount.storage import IntegrityError, Store
 from datamount.storage.checksums import matches
@@ -18,20 +18,25 @@ from datamount.storage.store import DEFAULT_MAX_BYTES_IN_FLIGHT
 Line = tuple[str, ...]
 
 
+def list_rows(raw: bytes) -> list[Line]:
+    """The rows of (part of) a normalised list."""
+    with collector_paused():
+        return [tuple(line.split("\t")) for line in raw.decode("utf-8").split("\n") if line]
+
+
 def parse_lines(raw: bytes) -> tuple[list[Line], list[int]]:
     """The rows of (part of) a normalised list, and where each row's line starts in ``raw``."""
-    rows, starts, position = [], [], 0
+    starts, position = [], 0
     for line in raw.split(b"\n"):
         if line:
-            rows.append(tuple(line.decode("utf-8").split("\t")))
             starts.append(position)
         position += len(line) + 1
-    return rows, starts
+    return list_rows(raw), starts
 
 
 def read_lines(store: Store, manifest: Manifest) -> list[Line]:
     """The rows of a version's normalised list."""
-    return parse_lines(store.read(layout.list_path(manifest)))[0]
+    return list_rows(store.read(layout.list_path(manifest)))
 
 
 class ObjectLocation(NamedTuple):
@@ -44,18 +49,24 @@ class ObjectLocation(NamedTuple):
     xxh3: str
 
 
+def row_files(manifest: Manifest, lines: list[Line]) -> list[FileEntry]:
+    """For each row of an image version, its file's manifest entry (no new object per row: a version of a million
+    rows finds them in a fraction of a second)."""
+    files = {entry.path: entry for entry in manifest.files}
+    try:
+        return [files[line[0]] for line in lines]
+    except KeyError as missing:
+        raise DatasetNotFoundError(f"{manifest.ref}: the manifest has no file for {missing.args[0]!r}") from None
+
+
+def object_location(manifest: Manifest, entry: FileEntry) -> ObjectLocation:
+    """The object that holds the file of ``entry``."""
+    return ObjectLocation(layout.object_path(manifest.name, entry.sha256), entry.size, entry.sha256, entry.xxh3)
+
+
 def object_locations(manifest: Manifest, lines: list[Line]) -> list[ObjectLocation]:
     """For each row of an image version, the object that holds its file."""
-    objects = {
-        entry.path: ObjectLocation(
-            layout.object_path(manifest.name, entry.sha256), entry.size, entry.sha256, entry.xxh3
-        )
-        for entry in manifest.files
-    }
-    missing = next((line[0] for line in lines if line[0] not in objects), None)
-    if missing is not None:
-        raise DatasetNotFoundError(f"{manifest.ref}: the manifest has no file for {missing!r}")
-    return [objects[line[0]] for line in lines]
+    return [object_location(manifest, entry) for entry in row_files(manifest, lines)]
 
 
 def check_object(
@@ -143,9 +154,9 @@ class ObjectRows(ListRows):
         self.verify = verify
 
     @functools.cached_property
-    def _located(self) -> list[ObjectLocation]:
-        """Each row's object, found on first use."""
-        return object_locations(self.manifest, self._lines)
+    def _files(self) -> list[FileEntry]:
+        """Each row's file, found on first use (its object's location is made as the row is read)."""
+        return row_files(self.manifest, self._lines)
 
     def rows(self, start: int, stop: int) -> Iterator[Row]:
         start, stop = clip(start, stop, len(self))
@@ -153,7 +164,7 @@ class ObjectRows(ListRows):
 
     def row(self, index: int) -> Row:
         labels = super().row(index)[1:]
-        location = self._located[index]
+        location = object_location(self.manifest, self._files[index])
         return (check_object(self.store, self.manifest, index, location, self.store.read(location.path)), *labels)
 
     def pieces(self, pieces: Iterable[Piece]) -> Iterator[Row]:
@@ -163,26 +174,24 @@ class ObjectRows(ListRows):
     def _sha256_only(self) -> bool:
         """Whether some file has no xxh3-64 (a version from before format 4): then the store computes each object's
         sha256 as it arrives, on threads of its own."""
-        return any(not location.xxh3 for location in self._located)
+        return any(not entry.xxh3 for entry in self._files)
 
     def _read(self, rows: Iterable[int]) -> Iterator[Row]:
         """Rows ``rows`` in that order, one window of reads in flight across all of them, each object checked before
         its row is yielded (with ``verify``, against its xxh3-64, or its sha256 as the store computed it)."""
-        located, lines = self._located, self._lines
-        rows_read, rows_yielded = itertools.tee(rows)
-        for_paths, for_sizes = itertools.tee(located[row] for row in rows_read)
-        paths = (location.path for location in for_paths)
-        sizes = (location.size for location in for_sizes)
+        files, lines, manifest = self._files, self._lines, self.manifest
+        located = ((row, object_location(manifest, files[row])) for row in rows)
+        for_paths, for_sizes, for_checks = itertools.tee(located, 3)
+        paths = (location.path for _, location in for_paths)
+        sizes = (location.size for _, location in for_sizes)
         if not (self.verify and self._sha256_only):
             blobs = self.store.read_many(paths, sizes=sizes, max_requests=self.max_requests, max_bytes=self.max_bytes)
-            for row, data in zip(rows_yielded, blobs, strict=True):
-                location = located[row]
-                checked = check_object(self.store, self.manifest, row, location, data, hashed=self.verify)
+            for (row, location), data in zip(for_checks, blobs, strict=True):
+                checked = check_object(self.store, manifest, row, location, data, hashed=self.verify)
                 yield (checked, *lines[row][1:])
             return
         hashed = self.store.read_many_hashed(
             paths, sizes=sizes, max_requests=self.max_requests, max_bytes=self.max_bytes
         )
-        for row, (data, digest) in zip(rows_yielded, hashed, strict=True):
-            location = located[row]
-            yield (check_object(self.store, self.manifest, row, location, data, digest=digest), *lines[row][1:])
+        for (row, location), (data, digest) in zip(for_checks, hashed, strict=True):
+            yield (check_object(self.store, manifest, row, location, data, digest=digest), *lines[row][1:])
