@@ -10,10 +10,10 @@ from __future__ import annotations
 import bisect
 import stat
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from datamount.datasets.export import list_name
-from datamount.datasets.manifest import FileEntry, Kind, Manifest, ShardEntry
+from datamount.datasets.manifest import FileEntry, Kind, Manifest, ShardEntry, collector_paused
 from datamount.datasets.rows.listed import Line
 from datamount.storage import UnsafePathError
 
@@ -23,10 +23,9 @@ SHARDS_FOLDER = "shards"
 ROOT_INODE = 1
 
 
-@dataclass(frozen=True, slots=True)
-class Content:
+class Content(NamedTuple):
     """What a file's bytes are: a stored object (``entry``), row ``row`` of a packed version, the version's list, or
-    one of its shards."""
+    one of its shards. (A tuple: a version has one per file, made when it is mounted.)"""
 
     kind: str  # "object", "row", "list" or "shard"
     size: int
@@ -82,7 +81,8 @@ class Tree:
         self._first_row: dict[int, int] = {}
         self.folders = 1
         if manifest.kind is Kind.IMAGE and lines is not None:
-            self._add_row_files(lines)
+            with collector_paused():  # a node per row: 1.28 million of them set off collection after collection
+                self._add_row_files(lines)
         if manifest.has_list:
             self._add(list_name(manifest), Content("list", manifest.list_size))
         if manifest.kind is Kind.TABLE or (manifest.kind is Kind.TEXT and manifest.shards):
@@ -139,22 +139,23 @@ class Tree:
     def _add(self, path: str, content: Content) -> Node:
         parts = _parts(path, self.manifest)
         folder = self.root
-        for part in parts[:-1]:
+        for depth, part in enumerate(parts[:-1]):
             child = folder.children.get(part)
             if child is None:
-                child = folder.children[part] = self._node(part, folder, None)
+                child = folder.children[part] = self._node(part, folder, None, "/" + "/".join(parts[: depth + 1]))
             elif not child.is_folder:
                 raise UnsafePathError(f"{self.manifest.ref}: {path!r} puts a file inside the file {child.path!r}")
             folder = child
         if parts[-1] in folder.children:
             raise UnsafePathError(f"{self.manifest.ref}: two files at {path!r} (is the list named like a file?)")
-        node = folder.children[parts[-1]] = self._node(parts[-1], folder, content)
+        node = folder.children[parts[-1]] = self._node(parts[-1], folder, content, "/" + path)
         return node
 
-    def _node(self, name: str, parent: Node, content: Content | None) -> Node:
+    def _node(self, name: str, parent: Node, content: Content | None, path: str) -> Node:
+        """A new node at ``path`` (its :attr:`Node.path`, known to the caller)."""
         node = Node(name, parent, len(self.inodes), content)
         self.inodes.append(node)
-        self.nodes[node.path] = node
+        self.nodes[path] = node
         self.folders += content is None
         return node
 
