@@ -31,6 +31,9 @@ log = logging.getLogger(__name__)
 #: Seconds an ending interpreter waits for obstore's outstanding requests to be answered, and after which it says so.
 EXIT_WAIT = 30.0
 EXIT_NOTICE = 1.0
+#: Seconds it then waits, at most, for threads it did not start to leave Python code (an answer's hand-over takes
+#: microseconds; a thread of another library may run Python code for as long as it likes).
+HANDOVER_WAIT = 1.0
 
 #: The process whose obstore runtime has started (``None``: none has, in this process or the one it was forked from).
 _started_in: int | None = None
@@ -75,14 +78,15 @@ def _runtime_threads_in_python() -> int:
 
 
 def _wait_for_the_runtime() -> None:
-    """At exit: until every obstore request of this process has been answered and handed over (saying so when that
-    takes more than :data:`EXIT_NOTICE` seconds; a Ctrl-C stops the wait)."""
+    """At exit: until every obstore request of this process has been answered (saying so when that takes more than
+    :data:`EXIT_NOTICE` seconds; a Ctrl-C stops the wait), then until the runtime's threads have handed over the last
+    answers (a moment; at most :data:`HANDOVER_WAIT` seconds, in case a thread of another library runs Python code)."""
     if _started_in != os.getpid():
         return
     started = time.monotonic()
     told = False
     try:
-        while _outstanding or _runtime_threads_in_python():
+        while _outstanding:
             waited = time.monotonic() - started
             if waited > EXIT_WAIT:
                 log.warning("%d S3 requests unanswered after %g s; exiting without them", len(_outstanding), waited)
@@ -94,7 +98,10 @@ def _wait_for_the_runtime() -> None:
                     EXIT_WAIT,
                 )
                 told = True
-            time.sleep(0.001)  # lets a runtime thread take the GIL and finish
+            time.sleep(0.001)  # lets a runtime thread take the GIL and hand over an answer
+        handed_over = time.monotonic() + HANDOVER_WAIT
+        while _runtime_threads_in_python() and time.monotonic() < handed_over:
+            time.sleep(0.001)
     except KeyboardInterrupt:
         return
 
