@@ -19,7 +19,7 @@ import time
 import pytest
 
 from datamount.storage import Store
-from tests.servers.fault_proxy import Fault, FaultProxyFactory
+from tests.servers.fault_proxy import Fault, FaultProxy, FaultProxyFactory
 from tests.servers.moto import S3Server
 
 pytestmark = pytest.mark.s3
@@ -76,6 +76,13 @@ def _run(script: str, store: Store, endpoint_url: str) -> tuple[subprocess.Compl
     return done, time.monotonic() - started
 
 
+def _all_but_the_first_blob(proxy: FaultProxy, fault: Fault) -> FaultProxy:
+    """``proxy``, with ``fault`` on the reads of every blob but the first."""
+    for i in range(1, 8):
+        proxy.inject(fault, methods={"GET"}, containing=f"blobs/{i:02d}")
+    return proxy
+
+
 @pytest.fixture
 def blobs(s3_store: Store) -> Store:
     for i in range(8):
@@ -94,9 +101,7 @@ def test_a_script_ends_cleanly_while_obstore_hands_over_its_last_answer(blobs: S
 def test_a_script_ends_cleanly_with_reads_still_in_flight(
     blobs: Store, s3_server: S3Server, fault_proxy: FaultProxyFactory
 ) -> None:
-    proxy = fault_proxy(s3_server.endpoint_url)
-    for i in range(1, 8):
-        proxy.inject(Fault.delay(0.4), methods={"GET"}, containing=f"blobs/{i:02d}")
+    proxy = _all_but_the_first_blob(fault_proxy(s3_server.endpoint_url), Fault.delay(0.4))
     done, seconds = _run(_SLOW_TEARDOWN + _READ_THE_FIRST_OF_MANY, blobs, proxy.endpoint_url)
     assert (done.returncode, done.stdout) == (0, "payload 0\n"), done.stderr
     assert seconds < 10, f"the script took {seconds:.1f} s to end"
@@ -106,9 +111,7 @@ def test_a_script_ends_cleanly_with_reads_still_in_flight(
 def test_an_end_waiting_for_stalled_reads_says_so_and_ctrl_c_stops_it(
     blobs: Store, s3_server: S3Server, fault_proxy: FaultProxyFactory
 ) -> None:
-    proxy = fault_proxy(s3_server.endpoint_url)
-    for i in range(1, 8):
-        proxy.inject(Fault.stall(), methods={"GET"}, containing=f"blobs/{i:02d}")
+    proxy = _all_but_the_first_blob(fault_proxy(s3_server.endpoint_url), Fault.stall())
     command = [sys.executable, "-c", _READ_THE_FIRST_OF_MANY, blobs.url, proxy.endpoint_url]
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as child:
         assert child.stdout is not None and child.stderr is not None
