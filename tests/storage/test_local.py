@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from datamount.storage import MountError, UnsafePathError, open_store
+from datamount.storage.checksums import file_digests
 from datamount.storage.mounts import mount_of, read_mounts, require_mount
 
 
@@ -30,6 +31,29 @@ def test_a_link_to_outside_the_root_is_refused(tmp_path: Path) -> None:
     with pytest.raises(UnsafePathError):
         store.local_path("escape/secret")  # to be memory-mapped
     assert sorted(p.name for p in outside.iterdir()) == ["secret"]
+
+
+@pytest.mark.parametrize("checked", [False, True], ids=["plain", "with-checksums"])
+def test_put_many_refuses_a_destination_through_a_link_to_outside(tmp_path: Path, checked: bool) -> None:
+    """Every file's destination is checked before it is copied: the one through a link is refused, and nothing is
+    written outside the root."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    store = open_store(tmp_path / "store")
+    os.symlink(outside, tmp_path / "store" / "escape")
+    sources = tmp_path / "sources"
+    sources.mkdir()
+    names = [f"fine/{i:02d}" for i in range(20)] + ["escape/planted"]
+    items = []
+    for index, name in enumerate(names):
+        local = sources / f"{index:02d}"
+        local.write_bytes(name.encode())
+        digests = file_digests(local) if checked else ()
+        items.append((str(local), name, *digests))
+    with pytest.raises(UnsafePathError, match=r"escape/planted.*outside the store root"):
+        store.put_many(items, max_requests=4)
+    assert list(outside.iterdir()) == []
+    assert all(store.read(name) == name.encode() for name in store.list("fine"))
 
 
 def test_a_link_inside_the_root_is_followed(tmp_path: Path) -> None:
