@@ -414,12 +414,17 @@ class Store:
         return self.read(item[0])
 
     async def _aread_one(self, item: tuple[str, int]) -> bytes:
-        path = item[0]
+        path, size = item
         full = self.full_path(path)
         try:
-            return await self.fs._cat_file(full)
+            return await self._cat_object(full, size)
         except Exception as exc:
             raise self._translate(exc, "read", path) from exc
+
+    async def _cat_object(self, full: str, size: int) -> bytes:
+        """The whole object at ``full``, said to have ``size`` bytes (0: not known); a client that reads an object of
+        known size more cheaply uses it."""
+        return await self.fs._cat_file(full)
 
     def open(self, path: str, mode: str = "rb", **kwargs: Any) -> IO[bytes]:
         """A file object on ``path``, for readers that stream (binary modes only)."""

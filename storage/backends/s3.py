@@ -92,15 +92,11 @@ class S3Store(ObjectStore):
 
         return "obstore" if isinstance(self.fs, ObstoreS3FileSystem) else "s3fs"
 
-    async def _aread_one(self, item: tuple[str, int]) -> bytes:
-        path, size = item
+    async def _cat_object(self, full: str, size: int) -> bytes:
         sized = getattr(self.fs, "_cat_sized", None)  # obstore's; s3fs reads whole objects only
-        if not size or sized is None:
-            return await super()._aread_one(item)
-        try:
-            return await sized(self.full_path(path), size)
-        except Exception as exc:
-            raise self._translate(exc, "read", path) from exc
+        if size and sized is not None:
+            return await sized(full, size)
+        return await super()._cat_object(full, size)
 
     def check(self) -> None:
         # Either client's probe: one listing request of at most one key under the root.
