@@ -79,7 +79,8 @@ def upload(
     root
         The folder image paths are relative to (default: the list file's folder).
     progress
-        Receives the ``hash`` and ``upload`` phases.
+        Receives the ``upload`` phase, after a ``hash`` phase where the files are hashed before they are sent (on
+        stores that cannot name an object after writing it, or when the latest version has the same list).
     max_requests
         Uploads in flight at most.
     packed, shard_bytes, row_group_bytes
@@ -114,13 +115,16 @@ def upload(
         seed = arguments.whole_number(split_seed, "split_seed")
         draft = dataclasses.replace(draft, extra={SPLITS_KEY: row_splits(split, seed, len(parsed.rows))})
     latest = catalog.latest(target, name)
-    # The files are hashed first unless they go straight into shards, where they are hashed as they are read (then
-    # only a latest version of the same list needs them hashed first, to tell whether it holds these very files).
+    # The files are hashed first only where that is needed: to tell whether a latest version of the same list holds
+    # these very files, or where the store cannot name an object after writing it. Otherwise they are hashed as they
+    # are read to be stored: into objects on stores that can (a file system), into shards with --pack.
+    same_list = latest is not None and latest.list_sha256 == list_sha
     direct = packed and parsed.kind is Kind.IMAGE
-    if not direct or (latest is not None and latest.list_sha256 == list_sha):
+    hashed_first = same_list or not (direct or target.names_after_writing)
+    if hashed_first:
         draft = dataclasses.replace(draft, files=hash_files(parsed, report))
     same_splits = latest is not None and latest.extra.get(SPLITS_KEY) == draft.extra.get(SPLITS_KEY)
-    if latest is not None and latest.list_sha256 == list_sha and same_files(latest.files, draft.files) and same_splits:
+    if latest is not None and same_list and same_files(latest.files, draft.files) and same_splits:
         if latest.objects:
             repaired = _send_missing(target, latest, parsed, list_bytes, report, max_requests)
             if packed:
@@ -132,18 +136,73 @@ def upload(
     if direct:
         return _upload_shards(target, draft, parsed, list_bytes, report, shard_bytes, row_group_bytes)
 
-    entries = draft.files
     present = target.list(f"{folder}/{layout.OBJECTS}")
-    missing = list({e.sha256: e for e in entries if present.get(layout.object_path(name, e.sha256)) != e.size}.values())
-    sent = _send(target, name, parsed, missing, report, max_requests)
+    if hashed_first:
+        sent = _send_hashed(target, draft, parsed, present, report, max_requests)
+    else:
+        sent = _store_by_content(target, draft, parsed, present, report, max_requests)
+        draft = dataclasses.replace(draft, files=sent.files)
     target.write(f"{folder}/{layout.list_key(list_sha)}", list_bytes)
     # Right before the commit: whatever a removal racing this upload took away is sent again.
     again = _send_missing(target, draft, parsed, list_bytes, report, max_requests)
     manifest = catalog.commit(target, draft)
     if packed:
         manifest = pack(manifest.ref, store=target, shard_bytes=shard_bytes, row_group_bytes=row_group_bytes)
-    reused = len({e.sha256 for e in entries}) - len(missing)
-    return UploadResult(manifest, len(missing) + again, sent, reused, created=True)
+    reused = len({e.sha256 for e in draft.files}) - sent.files_sent
+    return UploadResult(manifest, sent.files_sent + again, sent.bytes_sent, reused, created=True)
+
+
+@dataclass(frozen=True)
+class _Sent:
+    """What storing a version's files sent, and (when they were hashed as they were stored) their entries."""
+
+    files_sent: int
+    bytes_sent: int
+    files: list[FileEntry] = dataclasses.field(default_factory=list)
+
+
+def _send_hashed(
+    store: Store,
+    draft: Manifest,
+    parsed: ParsedList,
+    present: Mapping[str, int],
+    report: Progress,
+    max_requests: int | None,
+) -> _Sent:
+    """Send the hashed files of ``draft`` that ``present`` (the objects listed) lacks."""
+    needed = {e.sha256: e for e in draft.files if present.get(layout.object_path(draft.name, e.sha256)) != e.size}
+    missing = list(needed.values())
+    return _Sent(len(missing), _send(store, draft.name, parsed, missing, report, max_requests))
+
+
+def _store_by_content(
+    store: Store,
+    draft: Manifest,
+    parsed: ParsedList,
+    present: Mapping[str, int],
+    report: Progress,
+    max_requests: int | None,
+) -> _Sent:
+    """Store the list's files as objects named by their content, each read once (hashed as it is stored), those
+    ``present`` already (the objects listed) hashed but not written; their manifest entries (the ``upload`` phase)."""
+    files = sorted(parsed.files.values(), key=lambda f: f.relative_path)
+    report.start("upload", items=len(files), size=sum(f.size for f in files))
+    entries = []
+    written: dict[str, int] = {}
+    stored = store.put_many_by_content(
+        ((f.local_path, f.size) for f in files),
+        lambda sha256: layout.object_path(draft.name, sha256),
+        staging=f"{layout.dataset_folder(draft.name)}/{layout.OBJECTS}",
+        present=present,
+        max_requests=max_requests,
+    )
+    for source, done in zip(files, stored, strict=True):
+        entries.append(FileEntry(source.relative_path, done.size, done.sha256, done.xxh3))
+        if done.written:
+            written[done.sha256] = done.size
+        report.advance(size=done.size)
+    report.finish()
+    return _Sent(len(written), sum(written.values()), entries)
 
 
 def _upload_shards(

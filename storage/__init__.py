@@ -23,7 +23,7 @@ from datamount.storage.errors import (
 )
 from datamount.storage.factory import open_store
 from datamount.storage.profiles import Profile, config_path, default_store_path, load_config
-from datamount.storage.store import ObjectInfo, Store
+from datamount.storage.store import ObjectInfo, Store, StoredFile
 
 __all__ = [
     "BackendNotInstalledError",
@@ -40,6 +40,7 @@ __all__ = [
     "StoreIOError",
     "StorePermissionError",
     "StoreUnreachableError",
+    "StoredFile",
     "UnsafePathError",
     "arguments",
     "config_path",

@@ -109,6 +109,18 @@ class ObjectInfo:
 
 
 @dataclass(frozen=True)
+class StoredFile:
+    """A local file stored under its content's name by :meth:`Store.put_many_by_content`: the checksums and size of
+    the bytes read, where they are now, and whether they were written (``False``: the store held them already)."""
+
+    path: str
+    sha256: str
+    xxh3: str
+    size: int
+    written: bool
+
+
+@dataclass(frozen=True)
 class Failure:
     """How a backend exception reads to a user: the datamount error kind and a short reason."""
 
@@ -145,6 +157,9 @@ class Store:
     atomic_put: ClassVar[bool] = False
     #: Parent folders must exist before a write (file systems, not object stores).
     needs_dirs: ClassVar[bool] = True
+    #: :meth:`put_many_by_content` is available: a file can be stored under a name found from its bytes while they
+    #: are being written (a temporary name linked into place), so each local file is read once.
+    names_after_writing: ClassVar[bool] = False
     #: Requests kept in flight by :meth:`read_many` and :meth:`put_many` unless told otherwise.
     default_max_requests: ClassVar[int] = 16
     #: Seconds :meth:`check` may take before the store is reported unreachable.
@@ -568,6 +583,27 @@ class Store:
                 if failure is not None:
                     raise failure
         return total
+
+    def put_many_by_content(
+        self,
+        files: Iterable[tuple[str, int]],
+        address: Callable[[str], str],
+        *,
+        staging: str,
+        present: Mapping[str, int] | None = None,
+        max_requests: int | None = None,
+    ) -> Iterator[StoredFile]:
+        """Store each local file under the path ``address(sha256)`` of its bytes, reading each file once: hashed
+        (sha256 and xxh3-64) as it is read and written to a temporary name in the folder ``staging``, then linked
+        into place. A file of at most a few MiB is hashed before anything is written, and not written at all when
+        ``present`` (store path -> size, e.g. a listing) or the store already has an object of that name and size.
+
+        ``files`` are ``(local_path, size)`` pairs (the size a hint for grouping); one :class:`StoredFile` is
+        yielded per file, in order, with at most ``max_requests`` files (default :attr:`default_max_requests`)
+        being stored at once. The objects are durable once :meth:`make_durable` has been called on them.
+        Only where :attr:`names_after_writing` is true.
+        """
+        raise NotImplementedError(f"{type(self).__name__} cannot name an object after writing it")
 
     def _put_group(
         self, group: builtins.list[tuple[_Upload, int]]

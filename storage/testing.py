@@ -25,6 +25,7 @@ import hashlib
 import pickle
 import threading
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -61,6 +62,11 @@ ESCAPING_PATHS = [
 ]
 
 _SAFE_NAME = st.text(alphabet=st.characters(codec="utf-8", exclude_characters="/\\\x00"), min_size=1, max_size=12)
+
+
+def _by_sha256(sha256: str) -> str:
+    """Where :meth:`Store.put_many_by_content` puts bytes in these tests."""
+    return f"objects/{sha256[:2]}/{sha256}"
 
 
 def _local_files(tmp_path: Path, count: int) -> list[Path]:
@@ -283,6 +289,74 @@ class StoreBatchTests:
         with pytest.raises(IntegrityError, match=r"good\.bin changed while it was being uploaded: its xxh3-64 is now"):
             store.put_many([(good, "fast/changed", sha256, stale)])  # its sha256 right: the xxh3-64 is checked
         assert store.list("fast") == {"fast/good": size}
+
+    #: Contents for :meth:`put_many_by_content`: empty, small, the same bytes twice, and larger than any read buffer.
+    _BY_CONTENT: ClassVar[list[bytes]] = [
+        b"",
+        b"a",
+        b"same bytes",
+        b"same bytes",
+        bytes(range(256)) * 400,
+        b"\x07" * ((5 << 20) + 3),
+    ]
+
+    def test_put_many_by_content_names_each_file_by_its_bytes(self, store: Store, tmp_path: Path) -> None:
+        """Each file goes under the name its sha256 gives, with its checksums and size, in order; bytes stored once
+        (the second file of the same bytes is not written). Stores that cannot name an object after writing it say
+        so."""
+        sources = []
+        for number, content in enumerate(self._BY_CONTENT):
+            sources.append(tmp_path / f"content{number}.bin")
+            sources[-1].write_bytes(content)
+        files = [(str(source), source.stat().st_size) for source in sources]
+        if not store.names_after_writing:
+            with pytest.raises(NotImplementedError):
+                list(store.put_many_by_content(files, _by_sha256, staging="objects"))
+            return
+        stored = list(store.put_many_by_content(files, _by_sha256, staging="objects", max_requests=2))
+        expected = [(hashlib.sha256(c).hexdigest(), xxh3(c), len(c)) for c in self._BY_CONTENT]
+        assert [(s.sha256, s.xxh3, s.size) for s in stored] == expected
+        assert [s.path for s in stored] == [_by_sha256(sha256) for sha256, _, _ in expected]
+        assert [s.written for s in stored] == [True, True, True, False, True, True]
+        for done, content in zip(stored, self._BY_CONTENT, strict=True):
+            assert store.read(done.path) == content
+        assert store.list("objects") == {s.path: s.size for s in stored}
+        assert not [p for p in store.fs.find(store.full_path("objects")) if TEMP_PREFIX in p]
+
+    def test_put_many_by_content_writes_what_is_missing_only(self, store: Store, tmp_path: Path) -> None:
+        """What ``present`` lists (or the store holds) at the right size is not written again; an object of the
+        right name and the wrong size (a damaged one) is written over."""
+        if not store.names_after_writing:
+            pytest.skip(f"{type(store).__name__} does not name objects after writing them")
+        kept, damaged, listed = (tmp_path / name for name in ("kept", "damaged", "listed"))
+        for source in (kept, damaged, listed):
+            source.write_bytes(f"the bytes of {source.name}".encode() * 50)
+        files = [(str(source), source.stat().st_size) for source in (kept, damaged, listed)]
+        (first,) = store.put_many_by_content(files[:1], _by_sha256, staging="objects")
+        damaged_path = _by_sha256(hashlib.sha256(damaged.read_bytes()).hexdigest())
+        listed_path = _by_sha256(hashlib.sha256(listed.read_bytes()).hexdigest())
+        store.write(damaged_path, b"half of it")
+        present = {listed_path: listed.stat().st_size}  # said to be there (it is not): trusted, so not written
+        again = list(store.put_many_by_content(files, _by_sha256, staging="objects", present=present))
+        assert [s.written for s in again] == [False, True, False]
+        assert store.read(first.path) == kept.read_bytes()
+        assert store.read(damaged_path) == damaged.read_bytes()
+        assert not store.exists(listed_path)
+
+    def test_put_many_by_content_of_a_missing_file_names_it_and_leaves_nothing(
+        self, store: Store, tmp_path: Path
+    ) -> None:
+        if not store.names_after_writing:
+            pytest.skip(f"{type(store).__name__} does not name objects after writing them")
+        (present,) = _local_files(tmp_path, 1)
+        absent = tmp_path / "absent.bin"
+        files = [(str(present), present.stat().st_size), (str(absent), 10)]
+        results = store.put_many_by_content(files, _by_sha256, staging="objects")
+        assert next(results).written
+        with pytest.raises(FileNotFoundError, match=r"absent\.bin"):
+            next(results)
+        assert list(store.list("objects").values()) == [present.stat().st_size]
+        assert not [p for p in store.fs.find(store.full_path("objects")) if TEMP_PREFIX in p]
 
     def test_remove_many_removes_each_and_ignores_missing(self, store: Store) -> None:
         for name in ("a", "b/c", "d"):

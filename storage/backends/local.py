@@ -10,11 +10,16 @@ import hashlib
 import io
 import itertools
 import os
+import posixpath
 import shutil
-from collections.abc import Iterable, Iterator
+import stat
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import IO, Any
 
+import xxhash
 from fsspec.implementations.local import LocalFileSystem, make_path_posix
 
 from datamount.storage._window import ordered_window
@@ -32,6 +37,7 @@ from datamount.storage.store import (
     HASHERS,
     TEMP_PREFIX,
     Store,
+    StoredFile,
     _copy_checked,
     _grouped,
     _read_checked,
@@ -48,6 +54,10 @@ _READ_NO_LINK = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ = os.O_RDONLY | os.O_CLOEXEC
 #: The largest file read with one ``read()`` of its expected size (Linux moves at most 2 GiB - 4 KiB per call).
 ONE_READ_MAX = 1 << 30
+#: Bytes :meth:`LocalStore.put_many_by_content` reads at once, into one buffer per thread kept across files (a new
+#: ``bytes`` per file costs the kernel's zeroing and the page faults of its memory: reading 4,000 files of 110 KB
+#: took 0.21 CPU-s that way, 0.05 into a kept buffer). A file this size or smaller is hashed before it is written.
+CONTENT_CHUNK = 4 << 20
 
 
 class LocalStore(Store):
@@ -61,6 +71,7 @@ class LocalStore(Store):
     atomic_put = False
     exclusive_create = True
     needs_dirs = True
+    names_after_writing = True
     #: Requests in flight on a shared mount, where each waits on the network.
     default_max_requests = 8
 
@@ -289,6 +300,28 @@ class LocalStore(Store):
             os.replace(tmp, item.full)
         return size
 
+    def put_many_by_content(
+        self,
+        files: Iterable[tuple[str, int]],
+        address: Callable[[str], str],
+        *,
+        staging: str,
+        present: Mapping[str, int] | None = None,
+        max_requests: int | None = None,
+    ) -> Iterator[StoredFile]:
+        """Each file is read, hashed and written by one thread, from one buffer that stays in that core's cache;
+        a group of files per task, a task per core on a local disk (many on a shared mount)."""
+        writer = _ContentWriter(self, address, staging, present or {})
+        groups = _grouped(files, HASH_GROUP_ITEMS, HASH_GROUP_BYTES)
+        workers = max_requests or self.default_max_requests
+        with generator_pool(workers, "datamount-put") as pool:
+            for _, (stored, failure) in ordered_window(
+                lambda group: pool.submit(writer.store_group, group), groups, max_in_flight=workers + 1
+            ):
+                yield from stored
+                if failure is not None:
+                    raise failure
+
     def _make_durable(self, paths: list[str]) -> None:
         """On a local disk one ``syncfs`` of the root's filesystem writes back everything at once (the paths are
         not even looked at). A shared mount (``mount=``) does not pass ``syncfs`` on to its servers (FUSE), so there
@@ -324,6 +357,120 @@ class LocalStore(Store):
 
 
 _LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+class _ContentWriter:
+    """The work of :meth:`LocalStore.put_many_by_content` for one call: files in, objects named by content out.
+
+    Per file it costs the read, the hashes, the write and four system calls (create, link, unlink, close): each
+    folder is checked (and made) once, temporary names are a token of the call and a counter, not a random draw.
+    """
+
+    def __init__(self, store: LocalStore, address: Callable[[str], str], staging: str, present: Mapping[str, int]):
+        self.store = store
+        self.address = address
+        self.present = present
+        self.staging = staging
+        full_staging = store.full_path(staging, allow_root=True)
+        with store._errors("upload to", staging):
+            store._before_write(posixpath.join(full_staging, "object"))
+        self.folders: dict[str, str] = {}  # store folder -> its checked full path
+        self.buffers = threading.local()
+        self.temporaries = f"{full_staging}/{TEMP_PREFIX}object.{uuid.uuid4().hex[:12]}."
+        self.numbers = itertools.count()
+
+    def store_group(self, group: list[tuple[str, int]]) -> tuple[list[StoredFile], BaseException | None]:
+        """The group's files stored, up to the first failure, and that failure (raised after them)."""
+        buffer = getattr(self.buffers, "chunk", None)
+        if buffer is None:
+            buffer = self.buffers.chunk = memoryview(bytearray(CONTENT_CHUNK))
+        stored = []
+        for local, _ in group:
+            try:
+                stored.append(self.store_file(local, buffer))
+            except Exception as exc:
+                return stored, exc
+        return stored, None
+
+    def store_file(self, local: str, buffer: memoryview) -> StoredFile:
+        with open(local, "rb", buffering=0) as source:
+            size = _fill(source, buffer, local)
+            if size < len(buffer):  # the whole file: named before it is written, and only written when needed
+                data = buffer[:size]
+                sha256, fast = hashlib.sha256(data).hexdigest(), xxhash.xxh3_64_hexdigest(data)
+                path = self.address(sha256)
+                if self.present.get(path) == size:
+                    return StoredFile(path, sha256, fast, size, written=False)
+                tmp = f"{self.temporaries}{next(self.numbers)}"
+                try:
+                    with open(tmp, "xb") as out:
+                        out.write(data)
+                    return StoredFile(path, sha256, fast, size, self._name(tmp, path, size))
+                except BaseException as exc:
+                    raise self._failed(exc, tmp, f"upload {local} to", path) from exc
+            tmp = f"{self.temporaries}{next(self.numbers)}"  # larger: written as it is read, then named
+            hashers = hashlib.sha256(), xxhash.xxh3_64()
+            try:
+                with open(tmp, "xb") as out:
+                    read = size
+                    while read:
+                        for hasher in hashers:
+                            hasher.update(buffer[:read])
+                        out.write(buffer[:read])
+                        read = _fill(source, buffer, local)
+                        size += read
+                sha256, fast = (hasher.hexdigest() for hasher in hashers)
+                path = self.address(sha256)
+                return StoredFile(path, sha256, fast, size, self._name(tmp, path, size))
+            except BaseException as exc:
+                raise self._failed(exc, tmp, f"upload {local} to", self.staging) from exc
+
+    def _failed(self, exc: BaseException, tmp: str, op: str, path: str) -> BaseException:
+        """``exc`` as the error to raise, the temporary file ``tmp`` removed: a failure to read the local file as it
+        is (it names that file), any other one as a failure to ``op`` ``path`` in the store."""
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if isinstance(exc, _LocalReadError) or not isinstance(exc, Exception):
+            return exc
+        return self.store._translate(exc, op, path)
+
+    def _name(self, tmp: str, path: str, size: int) -> bool:
+        """Give the written temporary file ``tmp`` its name ``path``; whether it was needed (``False``: a file of
+        that name and size was there already). Anything else of that name (damaged, a link) is replaced."""
+        folder, name = posixpath.split(path)
+        full_folder = self.folders.get(folder)
+        if full_folder is None:
+            full_folder = self.store.full_path(folder)  # checked: inside the root, links followed
+            self.store._before_write(f"{full_folder}/{name}")
+            self.folders[folder] = full_folder
+        full = f"{full_folder}/{name}"
+        try:
+            os.link(tmp, full)
+        except FileExistsError:
+            there = os.stat(full, follow_symlinks=False)
+            if stat.S_ISREG(there.st_mode) and there.st_size == size:
+                os.unlink(tmp)
+                return False
+            os.replace(tmp, full)
+            return True
+        os.unlink(tmp)
+        return True
+
+
+class _LocalReadError(OSError):
+    """A local file being stored could not be read (raised as it is: it names that file, not the store)."""
+
+
+def _fill(source: io.FileIO, buffer: memoryview, local: str) -> int:
+    """Read from ``source`` until ``buffer`` is full or the file ends; how many bytes were read. A failure names the
+    local file ``local``."""
+    filled = 0
+    try:
+        while filled < len(buffer) and (count := source.readinto(buffer[filled:])):
+            filled += count
+    except OSError as exc:
+        raise _LocalReadError(exc.errno, exc.strerror, local) from exc
+    return filled
 
 
 def _fsync(full: str) -> OSError | None:

@@ -119,7 +119,8 @@ def test_on_a_shared_mount_each_file_and_folder_is_fsynced_before_the_manifest_e
     )
     manifest = creation_of(calls, layout.manifest_path("d", 1))
     objects = f"{layout.dataset_folder('d')}/{layout.OBJECTS}/"
-    stored = [c.paths[-1] for c in calls if c.name.startswith("rename") and c.ok and objects in c.paths[-1]]
+    placed = ("rename", "link")
+    stored = [c.paths[-1] for c in calls if c.name.startswith(placed) and c.ok and objects in c.paths[-1]]
     assert len(stored) == 30
     synced = {c.paths[0]: c for c in calls if c.name == "fsync" and c.ok}
     for path in stored:

@@ -76,7 +76,7 @@ def test_invalid_names_are_refused_before_anything_is_read(local_store: Store, t
 
 
 def test_a_killed_upload_is_invisible_then_resumed(local_store: Store, make_image_list: MakeImageList) -> None:
-    list_file = make_image_list(40, size=2000)
+    list_file = make_image_list(200, size=2000)
     # A progress receiver that kills its own process mid-upload, as a power cut or an OOM kill would.
     script = textwrap.dedent(
         f"""
@@ -99,12 +99,31 @@ def test_a_killed_upload_is_invisible_then_resumed(local_store: Store, make_imag
     killed = subprocess.run([sys.executable, "-c", script], capture_output=True, check=False)
     assert killed.returncode == -9, killed.stderr.decode()
     partial = local_store.list("datasets/big/objects")
-    assert 15 <= len(partial) < 40
+    assert 15 <= len(partial) < 200
     with pytest.raises(DatasetNotFoundError):
         reader("big", local_store)
     result = upload(list_file, "big", store=local_store)
-    assert result.sent_files == 40 - len(partial) and result.reused_files == len(partial)
+    assert result.sent_files == 200 - len(partial) and result.reused_files == len(partial)
     assert list(reader("big", local_store)()) == image_rows(list_file)
+
+
+def _bytes_read_by_this_process() -> int:
+    for line in Path("/proc/self/io").read_text().splitlines():
+        if line.startswith("rchar:"):
+            return int(line.split()[1])
+    raise AssertionError("/proc/self/io has no rchar")
+
+
+@pytest.mark.skipif(not Path("/proc/self/io").exists(), reason="needs Linux's /proc/self/io")
+def test_an_upload_to_a_file_system_reads_each_file_once(local_store: Store, make_image_list: MakeImageList) -> None:
+    """Hashed as they are stored: hashing every file first and then copying it read each byte twice."""
+    list_file = make_image_list(64, size=256 << 10)
+    total = sum(path.stat().st_size for path in (list_file.parent / "data").iterdir())
+    before = _bytes_read_by_this_process()
+    result = upload(list_file, "d", store=local_store)
+    read = _bytes_read_by_this_process() - before
+    assert result.sent_bytes == total
+    assert total <= read < 1.25 * total
 
 
 def test_duplicate_files_are_stored_once(local_store: Store, tmp_path: Path) -> None:

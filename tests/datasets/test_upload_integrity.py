@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 from pathlib import Path
@@ -38,18 +39,57 @@ class ChangeAfterHashing:
 def test_a_file_changed_between_hashing_and_sending_is_never_stored_under_its_old_hash(
     request: pytest.FixtureRequest, backend: str, make_image_list: MakeImageList
 ) -> None:
+    """Files are hashed before they are sent where the store cannot name an object after writing it (S3), and on
+    every store when the latest version has the same list (to tell whether it holds these very files)."""
     store: Store = request.getfixturevalue(f"{backend}_store")
     list_file = make_image_list(8)
     victim = list_file.parent / "data" / "img0003.jpg"
+    if store.names_after_writing:  # a version of the same list, then the victim's bytes are new to the store
+        upload(list_file, "d", store=store)
+        victim.write_bytes(b"\xff\xd8\xff" + b"a new image" * 20)
+    before = catalog.versions(store, "d")
     original = victim.read_bytes()
     with pytest.raises(IntegrityError, match=r"img0003\.jpg changed while it was being uploaded"):
         upload(list_file, "d", store=store, progress=ChangeAfterHashing(victim))
-    assert catalog.versions(store, "d") == []
+    assert catalog.versions(store, "d") == before
     victim.write_bytes(original)
     result = upload(list_file, "d", store=store)
     assert result.created
     assert list(reader("d", store)()) == image_rows(list_file)
     assert verify(store, result.manifest).ok
+
+
+class ChangeBeforeSending:
+    """Progress that rewrites a source file when the upload phase starts, after the list was checked."""
+
+    def __init__(self, victim: Path, content: bytes) -> None:
+        self.victim = victim
+        self.content = content
+
+    def start(self, phase: str, *, items: int, size: int) -> None:
+        if phase == "upload":
+            self.victim.write_bytes(self.content)
+
+    def advance(self, *, items: int = 1, size: int = 0) -> None:
+        pass
+
+    def finish(self) -> None:
+        pass
+
+
+def test_a_file_hashed_as_it_is_stored_is_named_and_recorded_by_the_bytes_stored(
+    local_store: Store, make_image_list: MakeImageList
+) -> None:
+    """On a store that names objects after writing them each file is read once: the version holds the bytes read,
+    under their own sha256 and size, even those of a file that changed after the list was checked."""
+    list_file = make_image_list(8)
+    victim = list_file.parent / "data" / "img0003.jpg"
+    grown = victim.read_bytes() + b"appended after the list was checked" * 30
+    result = upload(list_file, "d", store=local_store, progress=ChangeBeforeSending(victim, grown))
+    [entry] = [e for e in result.manifest.files if e.path == "data/img0003.jpg"]
+    assert (entry.size, entry.sha256) == (len(grown), hashlib.sha256(grown).hexdigest())
+    assert verify(local_store, result.manifest).ok
+    assert list(reader("d", local_store)()) == image_rows(list_file)
 
 
 @pytest.mark.parametrize("backend", ["local", "s3"])

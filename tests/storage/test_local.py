@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -150,6 +151,44 @@ def test_a_full_disk_fails_clearly_and_keeps_the_old_object(tiny_disk: Path) -> 
     assert str(tiny_disk) in str(caught.value)
     assert store.read("obj") == b"old"
     assert sorted(os.listdir(tiny_disk)) == ["obj"]
+
+
+def _by_sha256(sha256: str) -> str:
+    return f"objects/{sha256[:2]}/{sha256}"
+
+
+def test_storing_by_content_on_a_full_disk_fails_clearly_and_leaves_no_temporary(
+    tiny_disk: Path, tmp_path: Path
+) -> None:
+    store = open_store(tiny_disk)
+    fits, too_big = tmp_path / "fits.bin", tmp_path / "too-big.bin"
+    fits.write_bytes(b"f" * 1000)
+    too_big.write_bytes(os.urandom(1 << 20))
+    results = store.put_many_by_content(
+        [(str(fits), 1000), (str(too_big), 1 << 20)], _by_sha256, staging="objects", max_requests=1
+    )
+    first = next(results)
+    with pytest.raises(OSError, match="no space left") as caught:
+        next(results)
+    assert f"{store.url}/objects/" in str(caught.value)
+    assert store.list() == {first.path: 1000}
+    assert [name for _, _, names in os.walk(tiny_disk) for name in names] == [first.sha256]
+
+
+def test_storing_by_content_replaces_a_link_at_the_objects_name_and_never_writes_through_it(tmp_path: Path) -> None:
+    store = open_store(tmp_path / "store")
+    outside = tmp_path / "outside.bin"
+    outside.write_bytes(b"not the store's")
+    source = tmp_path / "source.bin"
+    source.write_bytes(b"the object's bytes")
+    path = _by_sha256(hashlib.sha256(source.read_bytes()).hexdigest())
+    planted = tmp_path / "store" / path
+    planted.parent.mkdir(parents=True)
+    planted.symlink_to(outside)
+    (stored,) = store.put_many_by_content([(str(source), 18)], _by_sha256, staging="objects")
+    assert stored.written and not planted.is_symlink()
+    assert planted.read_bytes() == b"the object's bytes"
+    assert outside.read_bytes() == b"not the store's"
 
 
 def test_mount_guard_refuses_a_plain_folder(tmp_path: Path) -> None:
