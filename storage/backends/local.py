@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import collections
 import contextlib
 import ctypes
@@ -196,9 +197,11 @@ class LocalStore(Store):
                 if failure is not None:
                     raise failure
 
-    def _read_hashed(self, group: list[tuple[str, int]]) -> tuple[list[tuple[bytes, str]], BaseException | None]:
+    def _read_hashed(
+        self, group: builtins.list[tuple[str, int]]
+    ) -> tuple[builtins.list[tuple[bytes, str]], BaseException | None]:
         """The group's files with their sha256s up to the first failure, and that failure (raised after them)."""
-        pairs = []
+        pairs: builtins.list[tuple[bytes, str]] = []
         for path, _ in group:
             try:
                 data = self.read(path)
@@ -322,7 +325,7 @@ class LocalStore(Store):
                 if failure is not None:
                     raise failure
 
-    def _make_durable(self, paths: list[str]) -> None:
+    def _make_durable(self, paths: builtins.list[str]) -> None:
         """On a local disk one ``syncfs`` of the root's filesystem writes back everything at once (the paths are
         not even looked at). A shared mount (``mount=``) does not pass ``syncfs`` on to its servers (FUSE), so there
         each file, then each folder that holds one, is fsynced, many at a time."""
