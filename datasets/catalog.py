@@ -71,15 +71,29 @@ def read_manifest(store: Store, name: str, version: int, *, packed: bool | None 
     """Version ``version`` of ``name``, with the shards ``pack`` added to it (``packed``: whether the versions folder
     lists a pack record; looked for when not known)."""
     path = layout.manifest_path(name, version)
+    record: bytes | None = None
     try:
-        data = store.read(path)
+        if packed:  # both asked for at once: one round trip, not two
+            data, record = _read_both(store, path, layout.pack_record_path(name, version))
+        else:
+            data = store.read(path)
     except ObjectNotFoundError:
         raise DatasetNotFoundError(f"dataset {name}@{version} does not exist in {store.url}") from None
     manifest = Manifest.from_json(data, store.url_for(path))
     if packed is False or manifest.shards:
         return manifest
-    shards = _pack_record(store, manifest, hashlib.sha256(data).hexdigest())
+    shards = _pack_record(store, manifest, hashlib.sha256(data).hexdigest(), record)
     return manifest.with_shards(shards) if shards else manifest
+
+
+def _read_both(store: Store, manifest_path: str, record_path: str) -> tuple[bytes, bytes | None]:
+    """A manifest and its pack record, read at once; the record ``None`` when it is gone (its version removed
+    since the folder was listed: the manifest is then read alone, and tells)."""
+    try:
+        data, record = store.read_many([manifest_path, record_path])
+    except ObjectNotFoundError:
+        return store.read(manifest_path), None
+    return data, record
 
 
 def latest(store: Store, name: str) -> Manifest | None:
@@ -196,12 +210,12 @@ def add_shards(store: Store, manifest: Manifest, shards: list[ShardEntry]) -> Ma
     return manifest.with_shards(shards)
 
 
-def _pack_record(store: Store, manifest: Manifest, manifest_sha256: str) -> list[ShardEntry]:
-    """The shards the pack record of ``manifest``'s version lists; none when there is no record, or one left by
-    a version of that number that was removed."""
+def _pack_record(store: Store, manifest: Manifest, manifest_sha256: str, data: bytes | None = None) -> list[ShardEntry]:
+    """The shards the pack record of ``manifest``'s version lists (its bytes ``data`` when they were read already);
+    none when there is no record, or one left by a version of that number that was removed."""
     path = layout.pack_record_path(manifest.name, manifest.version)
     try:
-        data = store.read(path)
+        data = store.read(path) if data is None else data
     except ObjectNotFoundError:
         return []
     try:

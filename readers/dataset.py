@@ -9,6 +9,7 @@ import threading
 import uuid
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -455,6 +456,27 @@ def _counted(samples: Iterator[tuple[Any, ...]], progress: _PassProgress) -> Ite
         close_iterator(samples)
 
 
+def _opened_version(store: Store | str | None, name: str) -> tuple[Store, Manifest]:
+    """The store, and the version ``name`` resolves to there. A remote store opened here is checked (a wrong
+    endpoint, bucket or credential fails with its clear message) while the version is looked up: the first sample
+    comes one round trip sooner."""
+    if isinstance(store, Store):
+        return store, catalog.resolve(store, name)
+    opened = open_store(store, check=False)
+    if opened.local_path() is not None:
+        opened.check()
+        return opened, catalog.resolve(opened, name)
+    with ThreadPoolExecutor(1, thread_name_prefix="datamount-check") as pool:
+        checked = pool.submit(opened.check)
+        try:
+            manifest = catalog.resolve(opened, name)
+        except BaseException:
+            checked.result()  # the check's error, where it has one, names the cause better
+            raise
+        checked.result()
+    return opened, manifest
+
+
 def _order_options(
     rank: int | None,
     world_size: int | None,
@@ -576,10 +598,10 @@ def reader(
         No dataset (or version, or split) of that name in the store.
     """
     order = _order_options(rank, world_size, shuffle, seed, remainder, worker_chunk, shuffle_block)
-    opened = open_store(store)
+    opened, manifest = _opened_version(store, name)
     source = open_rows(
         opened,
-        catalog.resolve(opened, name),
+        manifest,
         split=split,
         use_shards=use_shards,
         cache=cache,

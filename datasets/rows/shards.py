@@ -46,6 +46,11 @@ WHOLE_SHARD_DECODERS = max(1, min(2, os.cpu_count() or 1))
 #: Bytes read from a remote shard's end to find its footer: the footer of a shard of thousands of rows fits, and is
 #: then one ranged read rather than two in turn (the footer's length, then the footer).
 FOOTER_GUESS = 64 << 10
+#: A remote shard's first row group is asked for together with its footer (it starts after the 4-byte magic): the
+#: bytes its share of the shard's rows suggests, this much more and ``FOOTER_GUESS`` bytes more (the rest is fetched
+#: when that falls short).
+FIRST_GROUP_MARGIN = 1.1
+_MAGIC_BYTES = 4
 #: Rows in each batch of a whole shard's first row group, handed out as Arrow decodes them.
 FIRST_GROUP_BATCH_ROWS = 4096
 #: No bound on decoding (a single read, not a pass).
@@ -76,6 +81,7 @@ class ShardRows:
         self._columns = list(manifest.columns)
         self._starts = list(itertools.accumulate((s.rows for s in manifest.shards), initial=0))
         self._footers: dict[str, pq.FileMetaData] = {}
+        self._heads: dict[str, memoryview] = {}  # a shard's bytes from its magic on, fetched with its footer
         self._footer_lock = threading.Lock()
         self._footer_locks: dict[str, threading.Lock] = {}
         self._spans: list[range] | None = None
@@ -83,6 +89,7 @@ class ShardRows:
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         del state["_footer_lock"], state["_footer_locks"]  # locks do not travel to worker processes
+        state["_heads"] = {}
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -343,22 +350,38 @@ class ShardRows:
             with self._open(shard) as source:
                 yield self._parquet(shard, source)
             return
-        footer = self._footer(path, shard)
+        footer = self._footer(path, shard, with_first_group=group == 0)
         start, end = _group_range(footer, group)
-        fetched = self.store.read_range_buffer(path, start, end)
+        fetched = self._head(path, start, end) if group == 0 else None
+        if fetched is None:
+            fetched = self.store.read_range_buffer(path, start, end)
         yield self._parquet(shard, SparseFile(shard.size, {start: fetched}, name=self.store.url_for(path)), footer)
 
-    def _footer(self, path: str, shard: ShardEntry) -> pq.FileMetaData:
+    def _footer(self, path: str, shard: ShardEntry, *, with_first_group: bool = False) -> pq.FileMetaData:
         """A shard's Parquet footer: one ranged read of the shard's end the first time (two if the footer is larger
-        than :data:`FOOTER_GUESS`), then kept (row groups read at the same moment wait for the one fetch)."""
+        than :data:`FOOTER_GUESS`), then kept (row groups read at the same moment wait for the one fetch). When the
+        first row group is wanted, its bytes are asked for at once (:meth:`_head`): one round trip, not two."""
         with self._footer_lock:
             fetching = self._footer_locks.setdefault(path, threading.Lock())
         with fetching:
-            return self._fetched_footer(path, shard)
+            return self._fetched_footer(path, shard, with_first_group)
 
-    def _fetched_footer(self, path: str, shard: ShardEntry) -> pq.FileMetaData:
+    def _fetched_footer(self, path: str, shard: ShardEntry, with_first_group: bool) -> pq.FileMetaData:
         if path not in self._footers:
-            tail = self.store.read_range(path, max(shard.size - FOOTER_GUESS, 0), shard.size)
+            tail_start = max(shard.size - FOOTER_GUESS, 0)
+            if with_first_group and shard.rows:
+                guess = int(shard.size * shard.row_groups[0] / shard.rows * FIRST_GROUP_MARGIN)
+                head_end = min(_MAGIC_BYTES + guess + FOOTER_GUESS, shard.size)
+                if head_end >= tail_start:  # a small shard: all of it, in one read
+                    whole = self.store.read_range(path, 0, shard.size)
+                    head, tail = memoryview(whole)[_MAGIC_BYTES:], whole[tail_start:]
+                else:
+                    ranges = [(tail_start, shard.size), (_MAGIC_BYTES, head_end)]
+                    tail, head_bytes = self.store.read_ranges(path, ranges)
+                    head = memoryview(head_bytes)
+                self._heads[path] = head
+            else:
+                tail = self.store.read_range(path, tail_start, shard.size)
             length = int.from_bytes(tail[-8:-4], "little")
             if tail[-4:] != b"PAR1" or length + 12 > shard.size:
                 raise IntegrityError(f"{self.store.url_for(path)} is not a Parquet file (its last bytes are wrong)")
@@ -367,6 +390,17 @@ class ShardRows:
             with self._damage(shard):
                 self._footers[path] = pq.read_metadata(pa.BufferReader(tail[-8 - length :]))
         return self._footers[path]
+
+    def _head(self, path: str, start: int, end: int) -> memoryview | bytes | None:
+        """Bytes ``[start, end)`` of a shard from its head fetched with the footer (completed by one more read when
+        they go further), once; ``None`` when no head was fetched."""
+        head = self._heads.pop(path, None)
+        if head is None or not _MAGIC_BYTES <= start < _MAGIC_BYTES + len(head):
+            return None
+        within = head[start - _MAGIC_BYTES : end - _MAGIC_BYTES]
+        if start - _MAGIC_BYTES + len(within) >= end - _MAGIC_BYTES:
+            return within
+        return bytes(within) + self.store.read_range(path, _MAGIC_BYTES + len(head), end)
 
 
 class _OpenShard:

@@ -13,9 +13,9 @@ from datamount.datasets import layout, pack, upload
 from datamount.datasets.rows import shards
 from datamount.datasets.rows.shards import SparseFile
 from datamount.readers import reader
-from datamount.storage import IntegrityError, Store, open_store
+from datamount.storage import DatamountError, IntegrityError, Store, open_store
 from tests.generated import MakeImageList, image_rows
-from tests.servers.fault_proxy import Fault, FaultProxy, FaultProxyFactory
+from tests.servers.fault_proxy import Fault, FaultProxy, FaultProxyFactory, RequestRecord
 from tests.servers.moto import S3_TEST_KEY, S3_TEST_SECRET, S3Server
 
 pytestmark = pytest.mark.s3
@@ -126,3 +126,95 @@ def test_a_pass_reads_its_first_row_group_alone_then_several_at_once(packed: Pac
     assert len(groups) == 30
     assert groups[1] - groups[0] >= 0.3, "the second row group was asked for before the first had come"
     assert groups[-1] - groups[1] < 0.3 * (len(groups) - 1) / 2, "the following row groups were read one at a time"
+
+
+def _shard_gets(packed: Packed) -> list[RequestRecord]:
+    return [r for r in packed.proxy.requests if r.method == "GET" and packed.shard in unquote(r.target)]
+
+
+def test_a_shards_first_row_group_is_asked_for_with_its_footer(packed: Packed) -> None:
+    """Both at once, each GET delayed 0.3 s: the first sample comes one round trip sooner, and the first row group
+    is not asked for again."""
+    packed.proxy.inject(Fault.delay(0.3), methods={"GET"}, containing=packed.shard)
+    size = packed.direct.info(packed.shard).size
+    samples = reader("d", packed.far)()
+    first = next(samples)
+    tail, head = sorted(_shard_gets(packed)[:2], key=lambda r: not str(r.range).endswith(f"-{size - 1}"))
+    assert str(head.range).startswith("bytes=4-")
+    assert abs(head.received - tail.received) < 0.15, "the first row group waited for the footer"
+    assert [first, *samples] == image_rows(packed.list_file)
+    assert sum(str(r.range).startswith("bytes=4-") for r in _shard_gets(packed)) == 1
+
+
+def test_a_first_row_group_longer_than_its_guess_is_completed_by_one_more_read(
+    packed: Packed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(shards, "FIRST_GROUP_MARGIN", 0.01)
+    monkeypatch.setattr(shards, "FOOTER_GUESS", 4096)  # also the head's fixed margin
+    assert list(reader("d", packed.far)()) == image_rows(packed.list_file)
+    [head] = [r for r in _shard_gets(packed) if str(r.range).startswith("bytes=4-")]
+    head_end = int(str(head.range).rsplit("-", 1)[1])
+    assert [r.range for r in _shard_gets(packed) if str(r.range).startswith(f"bytes={head_end + 1}-")]
+
+
+def test_a_small_shard_is_read_whole_in_one_request(
+    s3_server: S3Server, s3_bucket: str, fault_proxy: FaultProxyFactory, make_image_list: MakeImageList
+) -> None:
+    list_file = make_image_list(5, size=2_000)
+    keys = {"key": S3_TEST_KEY, "secret": S3_TEST_SECRET}
+    direct = open_store(f"s3://{s3_bucket}/small", endpoint_url=s3_server.endpoint_url, **keys)
+    upload(list_file, "d", store=direct)
+    [shard] = pack("d", store=direct).shards
+    proxy = fault_proxy(s3_server.endpoint_url)
+    far = open_store(f"s3://{s3_bucket}/small", endpoint_url=proxy.endpoint_url, **keys)
+    assert list(reader("d", far)()) == image_rows(list_file)
+    path = layout.shard_path("d", shard)
+    assert [r.range for r in proxy.requests if r.method == "GET" and path in unquote(r.target)] == [
+        f"bytes=0-{shard.size - 1}"
+    ]
+
+
+def test_a_manifest_and_its_pack_record_are_asked_for_at_once(packed: Packed) -> None:
+    packed.proxy.inject(Fault.delay(0.3), methods={"GET"}, containing="/versions/1.")
+    assert list(reader("d", packed.far)()) == image_rows(packed.list_file)
+    asked = {
+        unquote(r.target).rsplit("/", 1)[1]: r.received for r in packed.proxy.requests if "/versions/1." in r.target
+    }
+    assert set(asked) == {"1.json", "1.pack.json"}
+    assert abs(asked["1.json"] - asked["1.pack.json"]) < 0.15, "the pack record waited for the manifest"
+
+
+def test_a_reader_opened_by_url_checks_the_store_while_it_finds_the_version(
+    packed: Packed, s3_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Opened here (from a URL, as a job's script does), the store's check and the version's look-up go together."""
+    for name, value in {
+        "AWS_ENDPOINT_URL": packed.proxy.endpoint_url,
+        "AWS_ACCESS_KEY_ID": S3_TEST_KEY,
+        "AWS_SECRET_ACCESS_KEY": S3_TEST_SECRET,
+    }.items():
+        monkeypatch.setenv(name, value)
+    packed.proxy.inject(Fault.delay(0.3), methods={"GET"})
+    before = len(packed.proxy.requests)
+    samples = reader("d", f"s3://{s3_bucket}/root")
+    first, second = packed.proxy.requests[before : before + 2]
+    listed = {"versions" if "versions/" in unquote(r.target) else "check": r.received for r in (first, second)}
+    assert set(listed) == {"check", "versions"}
+    assert abs(listed["check"] - listed["versions"]) < 0.15, "the version was looked up only after the check"
+    assert list(samples()) == image_rows(packed.list_file)
+
+
+def test_a_reader_opened_by_url_on_a_missing_bucket_says_what_opening_it_says(
+    s3_server: S3Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in {
+        "AWS_ENDPOINT_URL": s3_server.endpoint_url,
+        "AWS_ACCESS_KEY_ID": S3_TEST_KEY,
+        "AWS_SECRET_ACCESS_KEY": S3_TEST_SECRET,
+    }.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(DatamountError) as opening:
+        open_store("s3://no-such-bucket-here/root")
+    with pytest.raises(type(opening.value)) as reading:
+        reader("d", "s3://no-such-bucket-here/root")
+    assert str(reading.value) == str(opening.value)
