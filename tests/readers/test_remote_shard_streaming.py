@@ -10,6 +10,7 @@ from urllib.parse import unquote
 import pytest
 
 from datamount.datasets import layout, pack, upload
+from datamount.datasets.manifest import ShardEntry
 from datamount.datasets.rows import shards
 from datamount.datasets.rows.shards import SparseFile
 from datamount.readers import reader
@@ -43,19 +44,29 @@ class Packed:
     shard: str
 
 
+def packed_behind_a_proxy(
+    list_file: Path, s3_server: S3Server, url: str, fault_proxy: FaultProxyFactory, **pack_options: int
+) -> tuple[Packed, ShardEntry]:
+    """``list_file`` uploaded to ``url`` on moto and packed into one shard, and a store reaching it through a proxy."""
+    keys = {"key": S3_TEST_KEY, "secret": S3_TEST_SECRET}
+    direct = open_store(url, endpoint_url=s3_server.endpoint_url, **keys)
+    upload(list_file, "d", store=direct)
+    [shard] = pack("d", store=direct, **pack_options).shards
+    proxy = fault_proxy(s3_server.endpoint_url)
+    far = open_store(url, endpoint_url=proxy.endpoint_url, **keys)
+    return Packed(list_file, far, proxy, direct, layout.shard_path("d", shard)), shard
+
+
 @pytest.fixture
 def packed(
     s3_server: S3Server, s3_bucket: str, fault_proxy: FaultProxyFactory, make_image_list: MakeImageList
 ) -> Packed:
     list_file = make_image_list(60, size=20_000)
-    keys = {"key": S3_TEST_KEY, "secret": S3_TEST_SECRET}
-    direct = open_store(f"s3://{s3_bucket}/root", endpoint_url=s3_server.endpoint_url, **keys)
-    upload(list_file, "d", store=direct)
-    [shard] = pack("d", store=direct, row_group_bytes=40_000).shards
+    found, shard = packed_behind_a_proxy(
+        list_file, s3_server, f"s3://{s3_bucket}/root", fault_proxy, row_group_bytes=40_000
+    )
     assert len(shard.row_groups) == 30
-    proxy = fault_proxy(s3_server.endpoint_url)
-    far = open_store(f"s3://{s3_bucket}/root", endpoint_url=proxy.endpoint_url, **keys)
-    return Packed(list_file, far, proxy, direct, layout.shard_path("d", shard))
+    return found
 
 
 def test_the_first_sample_comes_before_the_shard_has(packed: Packed) -> None:
@@ -161,15 +172,9 @@ def test_a_small_shard_is_read_whole_in_one_request(
     s3_server: S3Server, s3_bucket: str, fault_proxy: FaultProxyFactory, make_image_list: MakeImageList
 ) -> None:
     list_file = make_image_list(5, size=2_000)
-    keys = {"key": S3_TEST_KEY, "secret": S3_TEST_SECRET}
-    direct = open_store(f"s3://{s3_bucket}/small", endpoint_url=s3_server.endpoint_url, **keys)
-    upload(list_file, "d", store=direct)
-    [shard] = pack("d", store=direct).shards
-    proxy = fault_proxy(s3_server.endpoint_url)
-    far = open_store(f"s3://{s3_bucket}/small", endpoint_url=proxy.endpoint_url, **keys)
-    assert list(reader("d", far)()) == image_rows(list_file)
-    path = layout.shard_path("d", shard)
-    assert [r.range for r in proxy.requests if r.method == "GET" and path in unquote(r.target)] == [
+    small, shard = packed_behind_a_proxy(list_file, s3_server, f"s3://{s3_bucket}/small", fault_proxy)
+    assert list(reader("d", small.far)()) == image_rows(list_file)
+    assert [r.range for r in small.proxy.requests if r.method == "GET" and small.shard in unquote(r.target)] == [
         f"bytes=0-{shard.size - 1}"
     ]
 
