@@ -50,6 +50,10 @@ from datamount.storage.store import (
 LOCAL_DISK_REQUESTS = max(1, min(8, os.cpu_count() or 1))
 #: Files announced to the kernel ahead of a sequential :meth:`LocalStore.read_many`.
 READ_AHEAD_FILES = 16
+#: Once this many files in a row were in the page cache, only one file in :data:`PROBE_EVERY` is asked whether it is
+#: (a warm pass then saves a system call per file, ~5% of it); one that is not sends the pass back to asking each.
+CACHED_IN_A_ROW = 64
+PROBE_EVERY = 16
 #: Reading a file that is not itself a link; reading any file.
 _READ_NO_LINK = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ = os.O_RDONLY | os.O_CLOEXEC
@@ -150,14 +154,15 @@ class LocalStore(Store):
             return
         pending = iter(items)
         ahead: collections.deque[tuple[str, int, int | None]] = collections.deque()
+        announcer = _ReadAhead()
         try:
             for path, size in itertools.islice(pending, READ_AHEAD_FILES):
-                ahead.append((path, size, self._open_ahead(path)))
+                ahead.append((path, size, self._open_ahead(path, announcer)))
             while ahead:
                 path, size, descriptor = ahead.popleft()
                 following = next(pending, None)
                 if following is not None:
-                    ahead.append((*following, self._open_ahead(following[0])))
+                    ahead.append((*following, self._open_ahead(following[0], announcer)))
                 if descriptor is None:
                     yield self.read(path)
                     continue
@@ -210,16 +215,14 @@ class LocalStore(Store):
             pairs.append((data, hashlib.sha256(data).hexdigest()))
         return pairs, None
 
-    def _open_ahead(self, path: str) -> int | None:
-        """``path`` opened (a descriptor), and announced to the kernel so that it reads it ahead; ``None`` when it
-        cannot be opened (reading it then raises the error)."""
+    def _open_ahead(self, path: str, announcer: _ReadAhead) -> int | None:
+        """``path`` opened (a descriptor), and announced to the kernel so that it reads it ahead where it is not in
+        the page cache; ``None`` when it cannot be opened (reading it then raises the error)."""
         try:
             descriptor = self._open_descriptor(path)
         except (OSError, ValueError, UnsafePathError):
             return None
-        if not _cached(descriptor):
-            with contextlib.suppress(OSError):
-                os.posix_fadvise(descriptor, 0, 0, os.POSIX_FADV_WILLNEED)
+        announcer.announce(descriptor)
         return descriptor
 
     def _open_descriptor(self, path: str) -> int:
@@ -499,6 +502,26 @@ def _read_whole(descriptor: int, size: int) -> bytes:
         rest = io.FileIO(descriptor, "r", closefd=False).readall() if data else b""
         return data + rest
     return io.FileIO(descriptor, "r", closefd=False).readall()
+
+
+class _ReadAhead:
+    """Announces files about to be read to the kernel (``POSIX_FADV_WILLNEED``), those not in the page cache only,
+    asking of fewer files once many in a row were cached (:data:`CACHED_IN_A_ROW`, :data:`PROBE_EVERY`)."""
+
+    def __init__(self) -> None:
+        self.cached_in_a_row = 0
+        self.seen = 0
+
+    def announce(self, descriptor: int) -> None:
+        self.seen += 1
+        if self.cached_in_a_row >= CACHED_IN_A_ROW and self.seen % PROBE_EVERY:
+            return
+        if _cached(descriptor):
+            self.cached_in_a_row += 1
+            return
+        self.cached_in_a_row = 0
+        with contextlib.suppress(OSError):
+            os.posix_fadvise(descriptor, 0, 0, os.POSIX_FADV_WILLNEED)
 
 
 _PROBE = bytearray(1)

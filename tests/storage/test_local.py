@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from datamount.storage import MountError, UnsafePathError, open_store
+from datamount.storage.backends import local
 from datamount.storage.checksums import file_digests
 from datamount.storage.mounts import mount_of, read_mounts, require_mount
 
@@ -304,3 +305,29 @@ def test_only_files_not_in_the_page_cache_are_announced_to_the_kernel(tmp_path: 
     assert done.stdout.strip() == str(24 * 50_000)
     hinted = [line for line in trace.read_text().splitlines() if "POSIX_FADV_WILLNEED" in line]
     assert len(hinted) == len(evicted), "\n".join(hinted)
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace (.ci/run installs it)")
+def test_a_warm_pass_asks_fewer_files_whether_they_are_cached_and_still_announces_a_cold_part(tmp_path: Path) -> None:
+    """After many cached files in a row only one in ``PROBE_EVERY`` is asked about; the first that is not cached
+    sends the pass back to asking each, so a cold part is announced all but its first few files."""
+    store = open_store(tmp_path / "store")
+    paths = [f"objs/{index:03d}" for index in range(300)]
+    for path in paths:
+        store.write(path, os.urandom(4_000))  # written with fsync: clean pages, which can be dropped
+    cold = paths[150:]
+    for path in cold:
+        descriptor = os.open(store.local_path(path), os.O_RDONLY)
+        try:
+            os.posix_fadvise(descriptor, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(descriptor)
+    trace = tmp_path / "trace"
+    command = ["strace", "-f", "-e", "trace=fadvise64,preadv2", "-o", str(trace), sys.executable, "-c", _READ_ALL]
+    done = subprocess.run([*command, str(tmp_path / "store"), *paths], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == str(300 * 4_000)
+    lines = trace.read_text().splitlines()
+    asked = [line for line in lines if "RWF_NOWAIT" in line]
+    hinted = [line for line in lines if "POSIX_FADV_WILLNEED" in line]
+    assert len(asked) < 300 - 60, f"{len(asked)} files were asked whether they are cached"
+    assert len(cold) - local.PROBE_EVERY <= len(hinted) <= len(cold), f"{len(hinted)} of {len(cold)} announced"
