@@ -17,6 +17,8 @@ from datamount.datasets.upload import UploadResult
 from datamount.readers import reader
 from datamount.readers.stream import import_stream, write_to
 from datamount.storage import Store
+from datamount.storage.store import TEMP_PREFIX
+from tests.generated import image_rows, write_image_list
 
 RACING_PAIRS = 20
 
@@ -81,6 +83,28 @@ def test_racing_writers_lose_no_version_between_processes(local_store: Store, tm
         assert [row[0] for row in reader(f"race@{version}", local_store)()] == [
             line.split("\t")[0] for line in path.read_text().splitlines()
         ]
+
+
+def test_racing_image_uploads_sharing_files_each_commit_a_whole_version(local_store: Store, tmp_path: Path) -> None:
+    """Processes storing the same files at once (each names an object by its content and links it into place): every
+    version holds its own rows, every object is whole, and no temporary file is left."""
+    every = write_image_list(tmp_path / "src", 120, size=20_000).read_text(encoding="utf-8").splitlines()
+    lists = []
+    for writer in range(3):  # overlapping lists: most files in two or three of them
+        lists.append(tmp_path / "src" / f"w{writer}.list")
+        lists[-1].write_text("".join(f"{line}\n" for line in every[writer * 20 : writer * 20 + 80]), encoding="utf-8")
+    command = [sys.executable, "-m", "datamount.cli.main", "upload", "--store", local_store.url, "-q"]
+    writers = [subprocess.Popen([*command, str(path), "shared"], stdout=subprocess.PIPE, text=True) for path in lists]
+    outputs = [writer.communicate(timeout=120)[0] for writer in writers]
+    assert [writer.returncode for writer in writers] == [0] * len(lists)
+    for path, output in zip(lists, outputs, strict=True):
+        ref = output.split()[1].rstrip(":")
+        manifest = catalog.resolve(local_store, ref)
+        assert verify(local_store, manifest).ok
+        assert list(reader(ref, local_store)()) == image_rows(path)
+    objects = Path(local_store.local_path(f"{layout.dataset_folder('shared')}/{layout.OBJECTS}"))
+    assert len(local_store.list(f"{layout.dataset_folder('shared')}/{layout.OBJECTS}")) == 120
+    assert not [found for found in objects.rglob("*") if found.name.startswith(TEMP_PREFIX)]
 
 
 def test_a_failing_import_removes_only_what_it_wrote(local_store: Store, tmp_path: Path) -> None:
