@@ -5,7 +5,8 @@ A dataset is a folder, ``datasets/NAME`` (``datasets/TEAM/NAME``) for users and 
     objects/ab/abcdef...                file bytes, named by their sha256 and shared by every version
     lists/abcdef....list                a normalised .list, named by its sha256 (format 1: lists/N.list)
     packs/DRAFT/shard-00000.parquet     the shards a writer wrote before its commit, in a folder of its own
-    packs/N-SIZES/shard-00000.parquet   the shards ``pack`` added to committed version N (one folder per shard size)
+    packs/N-SIZES/shard-00000.parquet   the shards ``pack`` added to committed version N (one folder per set of
+                                        sizes: shard, row group, and a smaller first row group per shard)
     versions/N.json                     the manifest of version N, created last: the version exists once it is there
     versions/N.pack.json                the shards ``pack`` added to version N, created once
     versions/N.removed                  version N was removed: the number is not given again
@@ -105,11 +106,13 @@ def new_pack_folder() -> str:
     return f"{PACKS}/{uuid.uuid4().hex[:16]}"
 
 
-def version_pack_folder(version: int, shard_bytes: int, row_group_bytes: int) -> str:
+def version_pack_folder(version: int, shard_bytes: int, row_group_bytes: int, first_group_bytes: int) -> str:
     """The pack folder of the shards ``pack`` adds to committed version ``version`` with these sizes (relative to the
     dataset folder): packs with the same sizes write the same bytes to the same files, packs with others never
-    touch them."""
-    return f"{PACKS}/{version}-{shard_bytes}-{row_group_bytes}"
+    touch them. A smaller first row group per shard is named last (``N-SHARD-GROUP-FIRST``); without it, every
+    row group was cut alike (``N-SHARD-GROUP``, as packs made before first row groups were smaller)."""
+    first = f"-{first_group_bytes}" if first_group_bytes < row_group_bytes else ""
+    return f"{PACKS}/{version}-{shard_bytes}-{row_group_bytes}{first}"
 
 
 def upload_pack_folder(digest: str, attempt: int) -> str:

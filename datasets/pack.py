@@ -20,6 +20,7 @@ from datamount.datasets.rows import ObjectLocation, check_object, object_locatio
 from datamount.datasets.shard_writer import (
     DEFAULT_ROW_GROUP_BYTES,
     DEFAULT_SHARD_BYTES,
+    FIRST_ROW_GROUP_BYTES,
     ShardWriter,
     check_sizes,
     list_schema,
@@ -38,7 +39,9 @@ def pack(
     """Pack dataset version ``ref`` (``name`` or ``name@N``) into Parquet shards; return the updated manifest.
 
     The version is cut into row groups of at least ``row_group_bytes`` of sample data (file bytes and label
-    characters, before compression; the last may hold less) and those into shards of at least ``shard_bytes``.
+    characters, before compression; each shard's first of at least ``FIRST_ROW_GROUP_BYTES`` when that is less,
+    so that a remote pass's first sample comes soon; the last may hold less) and those into shards of at least
+    ``shard_bytes``.
     Each shard is then written on its own (:func:`plan_pack`, :func:`write_unit`: ``pack_ray`` writes them in
     parallel, byte for byte the same). Shards are written first, then recorded as the version's
     (:func:`~datamount.datasets.catalog.add_shards`; the samples do not change, so readers that opened the version
@@ -83,7 +86,13 @@ class PackUnit:
         return self.row_groups[-1][1]
 
 
-def plan_pack(store: Store, manifest: Manifest, shard_bytes: int, row_group_bytes: int) -> list[PackUnit]:
+def plan_pack(
+    store: Store,
+    manifest: Manifest,
+    shard_bytes: int,
+    row_group_bytes: int,
+    first_group_bytes: int = FIRST_ROW_GROUP_BYTES,
+) -> list[PackUnit]:
     """Cut ``manifest``'s version into shards of row groups, from its list alone (no file is read)."""
     raw = store.read(layout.list_path(manifest))
     rows, starts = parse_lines(raw)
@@ -93,7 +102,7 @@ def plan_pack(store: Store, manifest: Manifest, shard_bytes: int, row_group_byte
         sizes = [o.size + sum(len(value) for value in row[1:]) for row, o in zip(rows, objects, strict=True)]
     else:
         sizes = [sum(len(value) for value in row) for row in rows]
-    folder = layout.version_pack_folder(manifest.version, shard_bytes, row_group_bytes)
+    folder = layout.version_pack_folder(manifest.version, shard_bytes, row_group_bytes, first_group_bytes)
     return [
         PackUnit(
             folder,
@@ -102,18 +111,24 @@ def plan_pack(store: Store, manifest: Manifest, shard_bytes: int, row_group_byte
             (starts[groups[0][0]], starts[groups[-1][1]]),
             objects[groups[0][0] : groups[-1][1]],
         )
-        for number, groups in enumerate(cut_shards(sizes, shard_bytes, row_group_bytes))
+        for number, groups in enumerate(cut_shards(sizes, shard_bytes, row_group_bytes, first_group_bytes))
     ]
 
 
-def cut_shards(sizes: list[int], shard_bytes: int, row_group_bytes: int) -> list[list[tuple[int, int]]]:
-    """Rows of ``sizes`` bytes each, cut into row groups of at least ``row_group_bytes`` (the last may hold less)
-    and those into shards of at least ``shard_bytes``: each shard's row groups as ``(start, stop)`` row numbers."""
+def cut_shards(
+    sizes: list[int], shard_bytes: int, row_group_bytes: int, first_group_bytes: int = FIRST_ROW_GROUP_BYTES
+) -> list[list[tuple[int, int]]]:
+    """Rows of ``sizes`` bytes each, cut into row groups of at least ``row_group_bytes`` (each shard's first of at
+    least ``first_group_bytes``, when that is less; the last may hold less) and those into shards of at least
+    ``shard_bytes``: each shard's row groups as ``(start, stop)`` row numbers."""
+    first_group_bytes = min(first_group_bytes, row_group_bytes)
     plans: list[list[tuple[int, int]]] = [[]]
     group_start = group_bytes = shard_data = 0
     for index, size in enumerate(sizes):
         group_bytes += size
-        if group_bytes < row_group_bytes and index + 1 < len(sizes):
+        opens_a_shard = not plans[-1] or shard_data >= shard_bytes
+        wanted = first_group_bytes if opens_a_shard else row_group_bytes
+        if group_bytes < wanted and index + 1 < len(sizes):
             continue
         if shard_data >= shard_bytes:
             plans.append([])

@@ -28,7 +28,7 @@ from datamount.datasets.listfile import ParsedList
 from datamount.datasets.manifest import FileEntry, Kind, Manifest, ShardEntry
 from datamount.datasets.pack import cut_shards
 from datamount.datasets.progress import Progress
-from datamount.datasets.shard_writer import ShardWriter, check_sizes, list_schema
+from datamount.datasets.shard_writer import FIRST_ROW_GROUP_BYTES, ShardWriter, check_sizes, list_schema
 from datamount.storage import Store
 from datamount.storage.checksums import require_unchanged
 
@@ -64,7 +64,7 @@ def commit_packed(
     check_sizes(shard_bytes, row_group_bytes)
     rows: list[Row] = [(os.path.normpath(row[0]), *row[1:]) for row in parsed.rows]
     sizes = [parsed.files[row[0]].size + sum(len(value) for value in row[1:]) for row in rows]
-    plans = cut_shards(sizes, shard_bytes, row_group_bytes)
+    plans = cut_shards(sizes, shard_bytes, row_group_bytes, FIRST_ROW_GROUP_BYTES)
     folder = _free_folder(store, draft.name, draft.list_sha256, sizes, shard_bytes, row_group_bytes)
     progress.start("pack", items=len(rows), size=sum(sizes))
     written = _written_shards(store, draft.name, folder, plans)
@@ -109,7 +109,8 @@ def _free_folder(
     """The pack folder of this upload: the first folder named after its list, sizes and shard sizes that no version
     may use yet."""
     digest = hashlib.sha256(list_sha256.encode())
-    digest.update(array.array("q", [shard_bytes, row_group_bytes, *sizes]).tobytes())
+    cut = [shard_bytes, row_group_bytes, *([FIRST_ROW_GROUP_BYTES] if row_group_bytes > FIRST_ROW_GROUP_BYTES else [])]
+    digest.update(array.array("q", [*cut, *sizes]).tobytes())
     dataset = layout.dataset_folder(name)
     for attempt in itertools.count(1):
         folder = layout.upload_pack_folder(digest.hexdigest()[:16], attempt)

@@ -14,13 +14,15 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from datamount.datasets import catalog, layout, verify
-from datamount.datasets.pack import pack
+from datamount.datasets.pack import cut_shards, pack, plan_pack, write_unit
 from datamount.datasets.rows import ShardRows
+from datamount.datasets.shard_writer import FIRST_ROW_GROUP_BYTES
 from datamount.datasets.upload import upload
+from datamount.datasets.verify import repair
 from datamount.readers import reader
 from datamount.storage import IntegrityError, Store
 from datamount.storage.cache import ContentCache
-from tests.generated import PackedDataset, PackedImages, SharedDatasets, upload_and_pack
+from tests.generated import PackedDataset, PackedImages, SharedDatasets, image_rows, upload_and_pack, write_image_list
 
 SMALL = {"shard_bytes": 40_000, "row_group_bytes": 6_000}
 #: The dataset of these tests: 60 images of about 1.5 kB in a few shards.
@@ -232,3 +234,64 @@ def test_processes_sharing_a_cache_fetch_each_shard_once(s3_packed_images: Packe
     assert all(child.returncode == 0 for child in children)
     assert [int(rows) for rows, _ in outputs] == [60, 60, 60]
     assert sum(int(misses) for _, misses in outputs) == shards
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    sizes=st.lists(st.integers(0, 3_000), max_size=80),
+    shard_bytes=st.integers(1, 20_000),
+    group_bytes=st.integers(1, 5_000),
+    first_bytes=st.integers(1, 6_000),
+)
+def test_each_shards_first_row_group_is_cut_at_the_first_group_size(
+    sizes: list[int], shard_bytes: int, group_bytes: int, first_bytes: int
+) -> None:
+    """Every row once, in order; each row group closes at the first row that brings it to its size (a shard's first
+    at ``min(first, group)``), the version's last may hold less; each shard but the last at least ``shard_bytes``."""
+    plans = cut_shards(sizes, shard_bytes, group_bytes, first_bytes)
+    groups = [group for plan in plans for group in plan]
+    assert [row for start, stop in groups for row in range(start, stop)] == list(range(len(sizes)))
+
+    def size(group: tuple[int, int]) -> int:
+        return sum(sizes[group[0] : group[1]])
+
+    for plan in plans:
+        for position, group in enumerate(plan):
+            wanted = min(first_bytes, group_bytes) if position == 0 else group_bytes
+            assert size(group) - sizes[group[1] - 1] < wanted
+            assert size(group) >= wanted or group == groups[-1]
+        assert sum(size(group) for group in plan[:-1]) < shard_bytes
+    assert all(sum(size(group) for group in plan) >= shard_bytes for plan in plans[:-1])
+
+
+def test_a_packs_shards_start_with_a_small_row_group_and_are_made_again_byte_for_byte(
+    local_store: Store, tmp_path: Path
+) -> None:
+    list_file = write_image_list(tmp_path / "src", 60, size=100_000)
+    upload(list_file, "d", store=local_store)
+    manifest = pack("d", store=local_store, shard_bytes=3_000_000, row_group_bytes=2_000_000)
+    sizes = [e.size + 1 for e in manifest.files]  # the file and its one-character label
+    assert [shard.row_groups for shard in manifest.shards] == [
+        [stop - start for start, stop in plan] for plan in cut_shards(sizes, 3_000_000, 2_000_000)
+    ]
+    assert len(manifest.shards) >= 2
+    assert all(shard.row_groups[0] == 11 for shard in manifest.shards[:-1])  # 11 x ~100 KB reach 1 MiB
+    assert layout.pack_folder_of(manifest.shards[0]).endswith(f"-{FIRST_ROW_GROUP_BYTES}")
+    damaged = layout.shard_path("d", manifest.shards[1])
+    local_store.write(damaged, local_store.read(damaged)[:-9])
+    assert [d.path for d in repair(local_store, manifest).repaired] == [damaged]
+    assert verify(local_store, manifest).ok
+    assert list(reader("d", local_store)()) == image_rows(list_file)
+
+
+def test_a_pack_whose_row_groups_were_all_cut_alike_is_still_made_again(local_store: Store, tmp_path: Path) -> None:
+    """As packs were cut before shards began with a smaller row group (their folder names three numbers)."""
+    list_file = write_image_list(tmp_path / "src", 30, size=100_000)
+    manifest = upload(list_file, "d", store=local_store).manifest
+    units = plan_pack(local_store, manifest, 1_000_000, 400_000, first_group_bytes=400_000)
+    manifest = catalog.add_shards(local_store, manifest, [write_unit(local_store, manifest, unit) for unit in units])
+    assert layout.pack_folder_of(manifest.shards[0]) == "packs/1-1000000-400000"
+    damaged = layout.shard_path("d", manifest.shards[0])
+    local_store.remove(damaged)
+    assert [d.path for d in repair(local_store, manifest).repaired] == [damaged]
+    assert verify(local_store, manifest).ok
