@@ -26,8 +26,8 @@ from datamount.storage.checksums import sha256_file
 DEFAULT_SHARD_BYTES = 256 << 20
 DEFAULT_ROW_GROUP_BYTES = 8 << 20
 #: The first row group of each shard ``pack`` and ``upload --pack`` cut is no larger than this: a pass over a remote
-#: shard hands out its first sample once that row group has come (on S3 ~50-100 MB/s per stream: 10-20 ms for
-#: 1 MiB, 80-160 ms for a row group of 8).
+#: shard hands out its first sample once that row group has come (a 256 MB shard of 110 KB samples on Ceph RGW: the
+#: first sample 0.04 s after the imports, 0.07 s with a first row group of 8 MiB).
 FIRST_ROW_GROUP_BYTES = 1 << 20
 #: Schema metadata that marks a datamount shard, and the version of its layout.
 FORMAT_KEY = b"datamount.shard"
