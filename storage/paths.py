@@ -74,7 +74,9 @@ class LinkGuard:
     def leads_inside(self, full: str) -> bool:
         """Whether ``full`` (a normalised path below the root, as ``os.path.join(root, relative)`` makes it) leads
         to the root or inside it, every link on the way followed."""
-        return self.folder_inside(os.path.dirname(full)) and (not os.path.islink(full) or self.resolves_inside(full))
+        if self.folder_inside(os.path.dirname(full)):
+            return not os.path.islink(full) or self.resolves_inside(full)
+        return self.resolves_inside(full)  # a link in a folder outside may lead back inside
 
     def folder_inside(self, folder: str) -> bool:
         """Whether ``folder`` (normalised, as :meth:`leads_inside` takes paths) leads to the root or inside it."""
@@ -84,8 +86,9 @@ class LinkGuard:
         if parent == folder or not folder.startswith(self.root):  # not written below the root: resolve it whole
             return self.resolves_inside(folder)
         if not self.folder_inside(parent):
-            return False
-        if os.path.islink(folder) and not self.resolves_inside(folder):
+            if not self.resolves_inside(folder):  # a link in a folder outside may lead back inside
+                return False
+        elif os.path.islink(folder) and not self.resolves_inside(folder):
             return False
         if os.path.isdir(folder):
             self._inside.add(folder)

@@ -312,10 +312,10 @@ def test_a_warm_pass_asks_fewer_files_whether_they_are_cached_and_still_announce
     """After many cached files in a row only one in ``PROBE_EVERY`` is asked about; the first that is not cached
     sends the pass back to asking each, so a cold part is announced all but its first few files."""
     store = open_store(tmp_path / "store")
-    paths = [f"objs/{index:03d}" for index in range(300)]
+    paths = [f"objs/{index:03d}" for index in range(750)]
     for path in paths:
         store.write(path, os.urandom(4_000))  # written with fsync: clean pages, which can be dropped
-    cold = paths[150:]
+    cold = paths[600:]
     for path in cold:
         descriptor = os.open(store.local_path(path), os.O_RDONLY)
         try:
@@ -325,9 +325,10 @@ def test_a_warm_pass_asks_fewer_files_whether_they_are_cached_and_still_announce
     trace = tmp_path / "trace"
     command = ["strace", "-f", "-e", "trace=fadvise64,preadv2", "-o", str(trace), sys.executable, "-c", _READ_ALL]
     done = subprocess.run([*command, str(tmp_path / "store"), *paths], capture_output=True, text=True, check=True)
-    assert done.stdout.strip() == str(300 * 4_000)
+    assert done.stdout.strip() == str(750 * 4_000)
     lines = trace.read_text().splitlines()
     asked = [line for line in lines if "RWF_NOWAIT" in line]
     hinted = [line for line in lines if "POSIX_FADV_WILLNEED" in line]
-    assert len(asked) < 300 - 60, f"{len(asked)} files were asked whether they are cached"
+    # ~64 + 536 / 16 + 150 without a file of the warm part dropped from the cache meanwhile (each costs ~64 more)
+    assert len(asked) < 450, f"{len(asked)} of 750 files were asked whether they are cached"
     assert len(cold) - local.PROBE_EVERY <= len(hinted) <= len(cold), f"{len(hinted)} of {len(cold)} announced"
