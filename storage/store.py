@@ -417,13 +417,7 @@ class Store:
 
     def _read_group(self, group: list[tuple[str, int]]) -> tuple[list[bytes], BaseException | None]:
         """The group's objects up to the first failure, and that failure (raised after them, in order)."""
-        blobs = []
-        for path, _ in group:
-            try:
-                blobs.append(self.read(path))
-            except Exception as exc:
-                return blobs, exc
-        return blobs, None
+        return each_until_failure(self._read_one, group)
 
     def _read_one(self, item: tuple[str, int]) -> bytes:
         return self.read(item[0])
@@ -609,13 +603,7 @@ class Store:
         self, group: builtins.list[tuple[_Upload, int]]
     ) -> tuple[builtins.list[tuple[str, int]], BaseException | None]:
         """The group's files up to the first failure (as ``(store_path, size)``), and that failure."""
-        done = []
-        for item, _ in group:
-            try:
-                done.append((item.path, self._put_one(item)))
-            except Exception as exc:
-                return done, exc
-        return done, None
+        return each_until_failure(lambda pair: (pair[0].path, self._put_one(pair[0])), group)
 
     def _prepare_puts(self, items: Iterable[PutItem]) -> Iterator[_Upload]:
         made: set[str] = set()
@@ -844,6 +832,18 @@ def _copy_checked(item: _Upload, write: Callable[[bytes], object]) -> int:
             size += len(chunk)
     require_unchanged(item.local, hasher.hexdigest(), expected, checksum=checksum)
     return size
+
+
+def each_until_failure(function: Callable[[T], R], items: Iterable[T]) -> tuple[list[R], BaseException | None]:
+    """``function`` of each item, in order, up to the first that fails, and that failure: a thread's share of a
+    batch, whose failure its caller raises after the results before it, so that failures come in order."""
+    results = []
+    for item in items:
+        try:
+            results.append(function(item))
+        except Exception as exc:
+            return results, exc
+    return results, None
 
 
 def _sha256s(group: list[tuple[bytes, int]]) -> list[str]:

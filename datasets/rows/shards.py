@@ -398,7 +398,7 @@ class ShardRows:
         if head is None or not _MAGIC_BYTES <= start < _MAGIC_BYTES + len(head):
             return None
         within = head[start - _MAGIC_BYTES : end - _MAGIC_BYTES]
-        if start - _MAGIC_BYTES + len(within) >= end - _MAGIC_BYTES:
+        if len(within) == end - start:
             return within
         return bytes(within) + self.store.read_range(path, _MAGIC_BYTES + len(head), end)
 

@@ -43,6 +43,7 @@ from datamount.storage.store import (
     _grouped,
     _read_checked,
     _Upload,
+    each_until_failure,
 )
 
 #: Copies in flight on a local disk: one per core. The bytes go to the page cache and reach the disk together at the
@@ -206,14 +207,7 @@ class LocalStore(Store):
         self, group: builtins.list[tuple[str, int]]
     ) -> tuple[builtins.list[tuple[bytes, str]], BaseException | None]:
         """The group's files with their sha256s up to the first failure, and that failure (raised after them)."""
-        pairs: builtins.list[tuple[bytes, str]] = []
-        for path, _ in group:
-            try:
-                data = self.read(path)
-            except Exception as exc:
-                return pairs, exc
-            pairs.append((data, hashlib.sha256(data).hexdigest()))
-        return pairs, None
+        return each_until_failure(lambda item: _with_sha256(self.read(item[0])), group)
 
     def _open_ahead(self, path: str, announcer: _ReadAhead) -> int | None:
         """``path`` opened (a descriptor), and announced to the kernel so that it reads it ahead where it is not in
@@ -390,13 +384,7 @@ class _ContentWriter:
         buffer = getattr(self.buffers, "chunk", None)
         if buffer is None:
             buffer = self.buffers.chunk = memoryview(bytearray(CONTENT_CHUNK))
-        stored = []
-        for local, _ in group:
-            try:
-                stored.append(self.store_file(local, buffer))
-            except Exception as exc:
-                return stored, exc
-        return stored, None
+        return each_until_failure(lambda item: self.store_file(item[0], buffer), group)
 
     def store_file(self, local: str, buffer: memoryview) -> StoredFile:
         with open(local, "rb", buffering=0) as source:
@@ -477,6 +465,10 @@ def _fill(source: io.FileIO, buffer: memoryview, local: str) -> int:
     except OSError as exc:
         raise _LocalReadError(exc.errno, exc.strerror, local) from exc
     return filled
+
+
+def _with_sha256(data: bytes) -> tuple[bytes, str]:
+    return data, hashlib.sha256(data).hexdigest()
 
 
 def _fsync(full: str) -> OSError | None:

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from datamount.storage import MountError, UnsafePathError, open_store
+from datamount.storage import MountError, Store, UnsafePathError, open_store
 from datamount.storage.backends import local
 from datamount.storage.checksums import file_digests
 from datamount.storage.mounts import mount_of, read_mounts, require_mount
@@ -284,49 +284,47 @@ print(sum(len(data) for data in store.read_many(paths)))
 """
 
 
-@pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace (.ci/run installs it)")
-def test_only_files_not_in_the_page_cache_are_announced_to_the_kernel(tmp_path: Path) -> None:
-    """Read-ahead hints (``POSIX_FADV_WILLNEED``) go only with files the disk must be read for: a hint costs a
-    warm read more than a tenth of its time, and saves a cold pass most of its."""
+def stored_with_some_evicted(tmp_path: Path, count: int, size: int, evicted: slice) -> tuple[Store, list[str]]:
+    """A store of ``count`` files of ``size`` random bytes, those of ``evicted`` dropped from the page cache; their
+    paths."""
     store = open_store(tmp_path / "store")
-    paths = [f"objs/{index}" for index in range(24)]
+    paths = [f"objs/{index:03d}" for index in range(count)]
     for path in paths:
-        store.write(path, os.urandom(50_000))  # written with fsync: clean pages, which can be dropped
-    evicted = paths[::3]
-    for path in evicted:
+        store.write(path, os.urandom(size))  # written with fsync: clean pages, which can be dropped
+    for path in paths[evicted]:
         descriptor = os.open(store.local_path(path), os.O_RDONLY)
         try:
             os.posix_fadvise(descriptor, 0, 0, os.POSIX_FADV_DONTNEED)
         finally:
             os.close(descriptor)
+    return store, paths
+
+
+def traced_read_all(tmp_path: Path, store: Store, paths: list[str], calls: str) -> list[str]:
+    """The ``calls`` (strace's ``trace=`` list) of a fresh process that reads ``paths`` with ``read_many``."""
     trace = tmp_path / "trace"
-    command = ["strace", "-f", "-e", "trace=fadvise64", "-o", str(trace), sys.executable, "-c", _READ_ALL]
-    done = subprocess.run([*command, str(tmp_path / "store"), *paths], capture_output=True, text=True, check=True)
-    assert done.stdout.strip() == str(24 * 50_000)
-    hinted = [line for line in trace.read_text().splitlines() if "POSIX_FADV_WILLNEED" in line]
-    assert len(hinted) == len(evicted), "\n".join(hinted)
+    command = ["strace", "-f", "-e", f"trace={calls}", "-o", str(trace), sys.executable, "-c", _READ_ALL]
+    done = subprocess.run([*command, store.root, *paths], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == str(sum(store.info(path).size for path in paths))
+    return trace.read_text().splitlines()
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace (.ci/run installs it)")
+def test_only_files_not_in_the_page_cache_are_announced_to_the_kernel(tmp_path: Path) -> None:
+    """Read-ahead hints (``POSIX_FADV_WILLNEED``) go only with files the disk must be read for: a hint costs a
+    warm read more than a tenth of its time, and saves a cold pass most of its."""
+    store, paths = stored_with_some_evicted(tmp_path, 24, 50_000, slice(None, None, 3))
+    hinted = [line for line in traced_read_all(tmp_path, store, paths, "fadvise64") if "POSIX_FADV_WILLNEED" in line]
+    assert len(hinted) == len(paths[::3]), "\n".join(hinted)
 
 
 @pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace (.ci/run installs it)")
 def test_a_warm_pass_asks_fewer_files_whether_they_are_cached_and_still_announces_a_cold_part(tmp_path: Path) -> None:
     """After many cached files in a row only one in ``PROBE_EVERY`` is asked about; the first that is not cached
     sends the pass back to asking each, so a cold part is announced all but its first few files."""
-    store = open_store(tmp_path / "store")
-    paths = [f"objs/{index:03d}" for index in range(750)]
-    for path in paths:
-        store.write(path, os.urandom(4_000))  # written with fsync: clean pages, which can be dropped
+    store, paths = stored_with_some_evicted(tmp_path, 750, 4_000, slice(600, None))
     cold = paths[600:]
-    for path in cold:
-        descriptor = os.open(store.local_path(path), os.O_RDONLY)
-        try:
-            os.posix_fadvise(descriptor, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(descriptor)
-    trace = tmp_path / "trace"
-    command = ["strace", "-f", "-e", "trace=fadvise64,preadv2", "-o", str(trace), sys.executable, "-c", _READ_ALL]
-    done = subprocess.run([*command, str(tmp_path / "store"), *paths], capture_output=True, text=True, check=True)
-    assert done.stdout.strip() == str(750 * 4_000)
-    lines = trace.read_text().splitlines()
+    lines = traced_read_all(tmp_path, store, paths, "fadvise64,preadv2")
     asked = [line for line in lines if "RWF_NOWAIT" in line]
     hinted = [line for line in lines if "POSIX_FADV_WILLNEED" in line]
     # ~64 + 536 / 16 + 150 without a file of the warm part dropped from the cache meanwhile (each costs ~64 more)
