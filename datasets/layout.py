@@ -29,6 +29,8 @@ VERSIONS = "versions"
 OBJECTS = "objects"
 LISTS = "lists"
 PACKS = "packs"
+#: The codec of the shards of a version's pack folder that names none (packs made before zstd).
+EARLIER_COMPRESSION = "snappy"
 #: The folders of a dataset's own; anything else in its folder belongs to the datasets of its namespace.
 OWN_FOLDERS = (VERSIONS, OBJECTS, LISTS, PACKS)
 
@@ -106,13 +108,17 @@ def new_pack_folder() -> str:
     return f"{PACKS}/{uuid.uuid4().hex[:16]}"
 
 
-def version_pack_folder(version: int, shard_bytes: int, row_group_bytes: int, first_group_bytes: int) -> str:
-    """The pack folder of the shards ``pack`` adds to committed version ``version`` with these sizes (relative to the
-    dataset folder): packs with the same sizes write the same bytes to the same files, packs with others never
-    touch them. A smaller first row group per shard is named last (``N-SHARD-GROUP-FIRST``); without it, every
-    row group was cut alike (``N-SHARD-GROUP``, as packs made before first row groups were smaller)."""
+def version_pack_folder(
+    version: int, shard_bytes: int, row_group_bytes: int, first_group_bytes: int, compression: str
+) -> str:
+    """The pack folder of the shards ``pack`` adds to committed version ``version`` with these sizes and codec
+    (relative to the dataset folder): packs with the same settings write the same bytes to the same files, packs with
+    others never touch them. A smaller first row group per shard comes after the sizes (``N-SHARD-GROUP-FIRST``;
+    without it every row group was cut alike, as packs made before first row groups were smaller), then the codec
+    (``-zstd``; none named: Snappy, as packs made before zstd)."""
     first = f"-{first_group_bytes}" if first_group_bytes < row_group_bytes else ""
-    return f"{PACKS}/{version}-{shard_bytes}-{row_group_bytes}{first}"
+    codec = f"-{compression}" if compression != EARLIER_COMPRESSION else ""
+    return f"{PACKS}/{version}-{shard_bytes}-{row_group_bytes}{first}{codec}"
 
 
 def upload_pack_folder(digest: str, attempt: int) -> str:

@@ -18,6 +18,7 @@ from datamount.datasets.manifest import Kind, Manifest, ShardEntry
 from datamount.datasets.progress import Progress, Silent
 from datamount.datasets.rows import ObjectLocation, check_object, object_locations, parse_lines
 from datamount.datasets.shard_writer import (
+    COMPRESSION,
     DEFAULT_ROW_GROUP_BYTES,
     DEFAULT_SHARD_BYTES,
     FIRST_ROW_GROUP_BYTES,
@@ -68,7 +69,8 @@ class PackUnit:
     ``folder`` is the pack folder and ``number`` the shard's number in it; ``row_groups`` are ``(start, stop)`` row
     numbers in the version;
     ``list_range`` the bytes of the version's list that hold those rows (a unit reads only its own lines);
-    ``objects`` (image datasets) each row's object path and size in the store.
+    ``objects`` (image datasets) each row's object path and size in the store; ``compression`` the codec of its
+    columns but the binary ones.
     """
 
     folder: str
@@ -76,6 +78,7 @@ class PackUnit:
     row_groups: tuple[tuple[int, int], ...]
     list_range: tuple[int, int]
     objects: list[ObjectLocation] = field(default_factory=list)
+    compression: str = COMPRESSION
 
     @property
     def start(self) -> int:
@@ -92,8 +95,10 @@ def plan_pack(
     shard_bytes: int,
     row_group_bytes: int,
     first_group_bytes: int = FIRST_ROW_GROUP_BYTES,
+    compression: str = COMPRESSION,
 ) -> list[PackUnit]:
-    """Cut ``manifest``'s version into shards of row groups, from its list alone (no file is read)."""
+    """Cut ``manifest``'s version into shards of row groups, from its list alone (no file is read), to be written
+    with ``compression``."""
     raw = store.read(layout.list_path(manifest))
     rows, starts = parse_lines(raw)
     starts.append(len(raw))
@@ -102,7 +107,7 @@ def plan_pack(
         sizes = [o.size + sum(len(value) for value in row[1:]) for row, o in zip(rows, objects, strict=True)]
     else:
         sizes = [sum(len(value) for value in row) for row in rows]
-    folder = layout.version_pack_folder(manifest.version, shard_bytes, row_group_bytes, first_group_bytes)
+    folder = layout.version_pack_folder(manifest.version, shard_bytes, row_group_bytes, first_group_bytes, compression)
     return [
         PackUnit(
             folder,
@@ -110,6 +115,7 @@ def plan_pack(
             tuple(groups),
             (starts[groups[0][0]], starts[groups[-1][1]]),
             objects[groups[0][0] : groups[-1][1]],
+            compression,
         )
         for number, groups in enumerate(cut_shards(sizes, shard_bytes, row_group_bytes, first_group_bytes))
     ]
@@ -155,6 +161,7 @@ def write_unit(store: Store, manifest: Manifest, unit: PackUnit, report: Progres
         first_shard=unit.number,
         first_index=unit.start,
         progress=report,
+        compression=unit.compression,
     )
     with contextlib.closing(_samples(store, manifest, unit, rows)) as samples:
         for start, stop in unit.row_groups:

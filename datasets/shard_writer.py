@@ -29,6 +29,10 @@ DEFAULT_ROW_GROUP_BYTES = 8 << 20
 #: shard hands out its first sample once that row group has come (a 256 MB shard of 110 KB samples on Ceph RGW: the
 #: first sample 0.04 s after the imports, 0.07 s with a first row group of 8 MiB).
 FIRST_ROW_GROUP_BYTES = 1 << 20
+#: The codec of every column but the binary ones (stored as they are). Beside Snappy, the codec of shards packed
+#: before it: 200,000 text pairs 40% smaller (8.9 -> 5.3 MB) and a quarter less CPU to decode (28 -> 21 ms), a
+#: ``uint8`` tensor column 31% smaller and 17% less.
+COMPRESSION = "zstd"
 #: Schema metadata that marks a datamount shard, and the version of its layout.
 FORMAT_KEY = b"datamount.shard"
 FORMAT_VALUE = b"1"
@@ -76,10 +80,14 @@ def _narrow_integer_columns(schema: pa.Schema) -> list[str]:
     return paths
 
 
+#: The level of a codec that has levels (zstd's fastest; Arrow's default for it is the same today).
+_LEVELS = {"zstd": 1}
+
+
 class ShardFile:
     """One shard being written to a local file, one row group per batch, then hashed and sent by :meth:`commit`."""
 
-    def __init__(self, path: str, schema: pa.Schema) -> None:
+    def __init__(self, path: str, schema: pa.Schema, compression: str = COMPRESSION) -> None:
         self.path = path
         text_columns = [f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
         # Parquet stores 8- and 16-bit integers as INT32: plainly written, a uint8 image takes four times its bytes;
@@ -90,7 +98,10 @@ class ShardFile:
             path,
             schema,
             # Image bytes are already compressed (JPEG, PNG): compressing them again costs time for nothing.
-            compression={f.name: "NONE" if f.name in binary_columns else "SNAPPY" for f in schema},
+            compression={f.name: "NONE" if f.name in binary_columns else compression for f in schema},
+            compression_level={f.name: _LEVELS[compression] for f in schema if f.name not in binary_columns}
+            if compression in _LEVELS
+            else None,
             use_dictionary=text_columns + narrow_columns,
             # Min/max statistics of a binary column would copy whole images into the footer.
             write_statistics=[f.name for f in schema if f.name not in binary_columns],
@@ -126,6 +137,7 @@ class ShardWriter:
     closes the current shard (a split starts a shard of its own), :meth:`close` returns every shard's entry, and
     :meth:`abort` removes what was sent. Shards are numbered from ``first_shard`` (a pack writes each planned shard
     with a writer of its own, in any process); a writer with a ``run`` name puts it in its shards' file names.
+    ``compression`` is the codec of every column but the binary ones (a pack made again uses its first codec).
     """
 
     def __init__(
@@ -141,6 +153,7 @@ class ShardWriter:
         first_index: int = 0,
         run: str = "",
         progress: Progress | None = None,
+        compression: str = COMPRESSION,
     ) -> None:
         check_sizes(shard_bytes, row_group_bytes)
         self.store = store
@@ -153,6 +166,7 @@ class ShardWriter:
         self._next_shard = first_shard
         self._next_index = first_index
         self._run = run
+        self._compression = compression
         self._progress = progress or Silent()
         self._index_position = schema.get_field_index(INDEX_COLUMN)
         self._scratch = tempfile.TemporaryDirectory(prefix="datamount-shards-")
@@ -255,7 +269,7 @@ class ShardWriter:
     def _write(self, batch: pa.RecordBatch) -> None:
         if self._file is None:
             local = os.path.join(self._scratch.name, f"shard-{self._next_shard:05d}.parquet")
-            self._file = ShardFile(local, self.schema)
+            self._file = ShardFile(local, self.schema, self._compression)
         self._file.write(batch)
         self._progress.advance(items=batch.num_rows, size=batch.nbytes)
         if self._file.size >= self._shard_bytes:

@@ -18,8 +18,9 @@ from datamount.datasets.upload import hash_files, normalised_list
 from datamount.storage import Store
 from datamount.storage.errors import DatamountError
 
-#: How a pack folder of ``pack`` names the sizes its shards were cut with: their bytes can be made again.
-_PACK_FOLDER = re.compile(r"^packs/(\d+)-(\d+)-(\d+)(?:-(\d+))?$")
+#: How a pack folder of ``pack`` names the sizes its shards were cut with and their codec: their bytes can be made
+#: again.
+_PACK_FOLDER = re.compile(r"^packs/(\d+)-(\d+)-(\d+)(?:-(\d+))?(?:-(zstd))?$")
 
 
 @dataclass(frozen=True)
@@ -196,7 +197,8 @@ def _put_back_shard(store: Store, manifest: Manifest, shard: ShardEntry) -> str 
         return f"shard {shard.path} was written by an import or an install, not by pack: nothing can make it again"
     unbuilt = manifest.with_shards([])
     shard_bytes, row_group_bytes, first = (int(size) if size else None for size in folder.group(2, 3, 4))
-    units = plan_pack(store, unbuilt, shard_bytes, row_group_bytes, first or row_group_bytes)
+    compression = folder.group(5) or layout.EARLIER_COMPRESSION
+    units = plan_pack(store, unbuilt, shard_bytes, row_group_bytes, first or row_group_bytes, compression)
     unit = next((unit for unit in units if f"{unit.folder}/shard-{unit.number:05d}.parquet" == shard.path), None)
     if unit is None:
         return f"shard {shard.path} is not one this version's pack makes"

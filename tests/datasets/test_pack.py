@@ -63,6 +63,41 @@ def test_text_datasets_pack_too(store: Store, text_list: Path) -> None:
     assert list(reader("pairs", store)()) == expected
 
 
+def test_shards_keep_text_in_zstd_and_image_bytes_as_they_are(
+    local_store: Store, tmp_path: Path, text_list: Path
+) -> None:
+    upload(text_list, "pairs", store=local_store)
+    list_file = write_image_list(tmp_path / "src", 12, size=5_000)
+    upload(list_file, "images", store=local_store)
+    for name in ("pairs", "images"):
+        manifest = pack(name, store=local_store)
+        assert layout.pack_folder_of(manifest.shards[0]).endswith("-zstd")
+        with local_store.open(layout.shard_path(name, manifest.shards[0])) as shard:
+            parquet = pq.ParquetFile(shard)
+            group = parquet.metadata.row_group(0)
+            codecs = {group.column(i).path_in_schema: group.column(i).compression for i in range(group.num_columns)}
+            binary = {field.name for field in parquet.schema_arrow if pa.types.is_binary(field.type)}
+        assert binary == ({manifest.columns[0]} if name == "images" else set())
+        assert codecs == {column: "UNCOMPRESSED" if column in binary else "ZSTD" for column in codecs}
+
+
+def test_a_snappy_shard_of_a_pack_made_before_zstd_is_made_again_byte_for_byte(
+    local_store: Store, tmp_path: Path
+) -> None:
+    """Its folder names its sizes and no codec: it is made again with Snappy, the codec it was written with."""
+    list_file = write_image_list(tmp_path / "src", 30, size=100_000)
+    manifest = upload(list_file, "d", store=local_store).manifest
+    units = plan_pack(local_store, manifest, 1_000_000, 400_000, first_group_bytes=200_000, compression="snappy")
+    manifest = catalog.add_shards(local_store, manifest, [write_unit(local_store, manifest, unit) for unit in units])
+    assert layout.pack_folder_of(manifest.shards[0]) == "packs/1-1000000-400000-200000"
+    damaged = layout.shard_path("d", manifest.shards[1])
+    with local_store.open(damaged) as shard:
+        assert pq.ParquetFile(shard).metadata.row_group(0).column(1).compression == "SNAPPY"
+    local_store.write(damaged, local_store.read(damaged)[:-9])
+    assert [d.path for d in repair(local_store, manifest).repaired] == [damaged]
+    assert verify(local_store, manifest).ok
+
+
 def test_random_access_by_row(packed_images: PackedDataset) -> None:
     store, expected = packed_images.store, packed_images.rows
     samples = reader("d", store)
@@ -276,7 +311,7 @@ def test_a_packs_shards_start_with_a_small_row_group_and_are_made_again_byte_for
     ]
     assert len(manifest.shards) >= 2
     assert all(shard.row_groups[0] == 11 for shard in manifest.shards[:-1])  # 11 x ~100 KB reach 1 MiB
-    assert layout.pack_folder_of(manifest.shards[0]).endswith(f"-{FIRST_ROW_GROUP_BYTES}")
+    assert layout.pack_folder_of(manifest.shards[0]).endswith(f"-{FIRST_ROW_GROUP_BYTES}-zstd")
     damaged = layout.shard_path("d", manifest.shards[1])
     local_store.write(damaged, local_store.read(damaged)[:-9])
     assert [d.path for d in repair(local_store, manifest).repaired] == [damaged]
@@ -285,10 +320,11 @@ def test_a_packs_shards_start_with_a_small_row_group_and_are_made_again_byte_for
 
 
 def test_a_pack_whose_row_groups_were_all_cut_alike_is_still_made_again(local_store: Store, tmp_path: Path) -> None:
-    """As packs were cut before shards began with a smaller row group (their folder names three numbers)."""
+    """As packs were cut before shards began with a smaller row group (their folder names three numbers, and no
+    codec: Snappy)."""
     list_file = write_image_list(tmp_path / "src", 30, size=100_000)
     manifest = upload(list_file, "d", store=local_store).manifest
-    units = plan_pack(local_store, manifest, 1_000_000, 400_000, first_group_bytes=400_000)
+    units = plan_pack(local_store, manifest, 1_000_000, 400_000, first_group_bytes=400_000, compression="snappy")
     manifest = catalog.add_shards(local_store, manifest, [write_unit(local_store, manifest, unit) for unit in units])
     assert layout.pack_folder_of(manifest.shards[0]) == "packs/1-1000000-400000"
     damaged = layout.shard_path("d", manifest.shards[0])
