@@ -14,7 +14,7 @@ import contextlib
 import dataclasses
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib.metadata import version as package_version
 
@@ -128,11 +128,13 @@ def resolve(store: Store, ref: str | DatasetRef, *, public_fallback: bool = True
 # ---------------------------------------------------------------------------------------------- committing
 
 
-def commit(store: Store, draft: Manifest) -> Manifest:
+def commit(store: Store, draft: Manifest, *, restore: Callable[[list[str]], object] | None = None) -> Manifest:
     """Make ``draft`` the next version of its dataset; return the committed manifest.
 
     Everything the draft names (list, objects, shards) must already be stored: it is checked here, from a listing,
-    right before the manifest is created (:class:`DatasetNotFoundError` names what is missing), and made durable
+    right before the manifest is created (:class:`DatasetNotFoundError` names what is missing; a writer that can
+    store it again passes ``restore``, which is handed those store paths first, and the check is made once more),
+    and made durable
     (:meth:`~datamount.storage.Store.make_durable`): a committed version survives a crash. The version number,
     the time and the datamount version are filled in here, and the manifest is created exclusively: when another
     writer takes the number first, this one takes the next. From the moment the manifest exists the version exists
@@ -141,6 +143,9 @@ def commit(store: Store, draft: Manifest) -> Manifest:
     if draft.version:
         raise ValueError(f"{draft.ref} is already committed")
     gone = missing(store, draft)
+    if gone and restore is not None:  # removed since it was stored (a racing removal): stored again, then checked
+        restore(gone)
+        gone = missing(store, draft)
     if gone:
         raise DatasetNotFoundError(
             f"cannot commit a new version of {draft.name} in {store.url}: {len(gone)} of the files it names are not "

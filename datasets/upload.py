@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -143,9 +143,13 @@ def upload(
         sent = _store_by_content(target, draft, parsed, present, report, max_requests)
         draft = dataclasses.replace(draft, files=sent.files)
     target.write(f"{folder}/{layout.list_key(list_sha)}", list_bytes)
-    # Right before the commit: whatever a removal racing this upload took away is sent again.
-    again = _send_missing(target, draft, parsed, list_bytes, report, max_requests)
-    manifest = catalog.commit(target, draft)
+    again = 0
+
+    def send_again(gone: list[str]) -> None:  # what a removal racing this upload took away, as the commit finds it
+        nonlocal again
+        again = _send_missing(target, draft, parsed, list_bytes, report, max_requests, absent=gone)
+
+    manifest = catalog.commit(target, draft, restore=send_again)
     if packed:
         manifest = pack(manifest.ref, store=target, shard_bytes=shard_bytes, row_group_bytes=row_group_bytes)
     reused = len({e.sha256 for e in draft.files}) - sent.files_sent
@@ -230,9 +234,12 @@ def _send_missing(
     list_bytes: bytes,
     report: Progress,
     max_requests: int | None,
+    *,
+    absent: Iterable[str] | None = None,
 ) -> int:
-    """Send what ``manifest`` names that the store lacks (found from a listing); return how many files that was."""
-    absent = set(catalog.missing(store, manifest))
+    """Send what ``manifest`` names that the store lacks (``absent``, its store paths: by default found from a
+    listing); return how many files that was."""
+    absent = set(catalog.missing(store, manifest) if absent is None else absent)
     if layout.list_path(manifest) in absent:
         store.write(layout.list_path(manifest), list_bytes)
     files = list(

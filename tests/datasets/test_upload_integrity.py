@@ -92,6 +92,40 @@ def test_a_file_hashed_as_it_is_stored_is_named_and_recorded_by_the_bytes_stored
     assert list(reader("d", local_store)()) == image_rows(list_file)
 
 
+class RemoveAfterSending:
+    """Progress that removes every object of the dataset when the first upload phase is over, as a removal racing
+    the upload would, before the version is committed."""
+
+    def __init__(self, store: Store, name: str) -> None:
+        self.store = store
+        self.name = name
+        self.phase = ""
+        self.removed = False
+
+    def start(self, phase: str, *, items: int, size: int) -> None:
+        self.phase = phase
+
+    def advance(self, *, items: int = 1, size: int = 0) -> None:
+        pass
+
+    def finish(self) -> None:
+        if self.phase == "upload" and not self.removed:
+            self.store.remove(f"{layout.dataset_folder(self.name)}/{layout.OBJECTS}", recursive=True)
+            self.removed = True
+
+
+@pytest.mark.parametrize("backend", ["local", "s3"])
+def test_objects_a_racing_removal_takes_before_the_commit_are_sent_again(
+    request: pytest.FixtureRequest, backend: str, make_image_list: MakeImageList
+) -> None:
+    store: Store = request.getfixturevalue(f"{backend}_store")
+    list_file = make_image_list(6)
+    result = upload(list_file, "d", store=store, progress=RemoveAfterSending(store, "d"))
+    assert result.created and result.sent_files == 2 * 6  # each sent, then each sent again
+    assert verify(store, result.manifest).ok
+    assert list(reader("d", store)()) == image_rows(list_file)
+
+
 @pytest.mark.parametrize("backend", ["local", "s3"])
 def test_the_documented_repair_sends_again_what_the_store_lost(
     request: pytest.FixtureRequest, backend: str, make_image_list: MakeImageList
