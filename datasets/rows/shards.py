@@ -137,7 +137,8 @@ class ShardRows:
     def _piece_blocks(self, pending: Iterator[Piece]) -> Iterator[Iterator[Row]]:
         ahead = PIECES_AHEAD_LOCAL if self.store.local_path() is not None else PIECES_AHEAD_REMOTE
         decoding = threading.BoundedSemaphore(DECODING_AT_ONCE)
-        with generator_pool(ahead, "datamount-span") as readers:  # what is still queued is cancelled on exit
+        # Started at once: the following pieces are submitted between the first piece's arrival and its first row.
+        with generator_pool(ahead, "datamount-span", started=True) as readers:  # what is queued is cancelled on exit
             # The first piece is read alone (its GET has the whole bandwidth, not a share of the window's), then
             # ``ahead`` are kept in flight: the first rows come after one row group's GET, not after ``ahead``.
             upcoming = deque(

@@ -3,6 +3,8 @@ before the shard has, and every byte still arrives checked."""
 
 from __future__ import annotations
 
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote
@@ -137,6 +139,27 @@ def test_a_pass_reads_its_first_row_group_alone_then_several_at_once(packed: Pac
     assert len(groups) == 30
     assert groups[1] - groups[0] >= 0.3, "the second row group was asked for before the first had come"
     assert groups[-1] - groups[1] < 0.3 * (len(groups) - 1) / 2, "the following row groups were read one at a time"
+
+
+def test_a_pass_starts_its_read_ahead_threads_before_its_first_row_group_is_asked_for(packed: Packed) -> None:
+    """Started later, once the first row group has come, each thread's start waits for the GIL among busy threads:
+    up to a switch interval (5 ms) each, between the first row group's arrival and its first sample."""
+    packed.proxy.inject(Fault.delay(0.3), methods={"GET"}, containing=packed.shard)
+    running_at_first_get: list[int] = []
+
+    def count_when_the_shard_is_asked_for() -> None:
+        deadline = time.monotonic() + 10
+        while not _shard_gets(packed) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        running_at_first_get.append(sum(t.name.startswith("datamount-span") for t in threading.enumerate()))
+
+    watcher = threading.Thread(target=count_when_the_shard_is_asked_for)
+    watcher.start()
+    samples = reader("d", packed.far)()
+    first = next(samples)
+    watcher.join()
+    assert running_at_first_get == [shards.PIECES_AHEAD_REMOTE]
+    assert [first, *samples] == image_rows(packed.list_file)
 
 
 def _shard_gets(packed: Packed) -> list[RequestRecord]:
