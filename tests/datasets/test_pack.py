@@ -81,23 +81,6 @@ def test_shards_keep_text_in_zstd_and_image_bytes_as_they_are(
         assert codecs == {column: "UNCOMPRESSED" if column in binary else "ZSTD" for column in codecs}
 
 
-def test_a_snappy_shard_of_a_pack_made_before_zstd_is_made_again_byte_for_byte(
-    local_store: Store, tmp_path: Path
-) -> None:
-    """Its folder names its sizes and no codec: it is made again with Snappy, the codec it was written with."""
-    list_file = write_image_list(tmp_path / "src", 30, size=100_000)
-    manifest = upload(list_file, "d", store=local_store).manifest
-    units = plan_pack(local_store, manifest, 1_000_000, 400_000, first_group_bytes=200_000, compression="snappy")
-    manifest = catalog.add_shards(local_store, manifest, [write_unit(local_store, manifest, unit) for unit in units])
-    assert layout.pack_folder_of(manifest.shards[0]) == "packs/1-1000000-400000-200000"
-    damaged = layout.shard_path("d", manifest.shards[1])
-    with local_store.open(damaged) as shard:
-        assert pq.ParquetFile(shard).metadata.row_group(0).column(1).compression == "SNAPPY"
-    local_store.write(damaged, local_store.read(damaged)[:-9])
-    assert [d.path for d in repair(local_store, manifest).repaired] == [damaged]
-    assert verify(local_store, manifest).ok
-
-
 def test_random_access_by_row(packed_images: PackedDataset) -> None:
     store, expected = packed_images.store, packed_images.rows
     samples = reader("d", store)
@@ -319,15 +302,24 @@ def test_a_packs_shards_start_with_a_small_row_group_and_are_made_again_byte_for
     assert list(reader("d", local_store)()) == image_rows(list_file)
 
 
-def test_a_pack_whose_row_groups_were_all_cut_alike_is_still_made_again(local_store: Store, tmp_path: Path) -> None:
-    """As packs were cut before shards began with a smaller row group (their folder names three numbers, and no
-    codec: Snappy)."""
+@pytest.mark.parametrize(
+    ("first_group_bytes", "folder"),
+    [(400_000, "packs/1-1000000-400000"), (200_000, "packs/1-1000000-400000-200000")],
+    ids=["row-groups-cut-alike", "smaller-first-row-group"],
+)
+def test_a_shard_of_a_pack_made_before_zstd_is_made_again_byte_for_byte(
+    local_store: Store, tmp_path: Path, first_group_bytes: int, folder: str
+) -> None:
+    """Packs made before zstd name no codec in their folder (their shards are Snappy), and those made before shards
+    began with a smaller row group name three numbers: a lost shard of either is made again as it was written."""
     list_file = write_image_list(tmp_path / "src", 30, size=100_000)
     manifest = upload(list_file, "d", store=local_store).manifest
-    units = plan_pack(local_store, manifest, 1_000_000, 400_000, first_group_bytes=400_000, compression="snappy")
+    units = plan_pack(local_store, manifest, 1_000_000, 400_000, first_group_bytes, compression="snappy")
     manifest = catalog.add_shards(local_store, manifest, [write_unit(local_store, manifest, unit) for unit in units])
-    assert layout.pack_folder_of(manifest.shards[0]) == "packs/1-1000000-400000"
-    damaged = layout.shard_path("d", manifest.shards[0])
+    assert layout.pack_folder_of(manifest.shards[0]) == folder
+    damaged = layout.shard_path("d", manifest.shards[1])
+    with local_store.open(damaged) as shard:
+        assert pq.ParquetFile(shard).metadata.row_group(0).column(1).compression == "SNAPPY"
     local_store.remove(damaged)
     assert [d.path for d in repair(local_store, manifest).repaired] == [damaged]
     assert verify(local_store, manifest).ok
