@@ -35,9 +35,13 @@ def _start_all(pool: ThreadPoolExecutor, workers: int) -> None:
     """Start every thread of ``pool`` (``workers`` of them): one task each that waits for all the others to be taken,
     so that none is taken by a thread already started."""
     all_taken = threading.Barrier(workers + 1)
-    for _ in range(workers):
-        pool.submit(all_taken.wait)
-    all_taken.wait()
+    try:
+        for _ in range(workers):
+            pool.submit(all_taken.wait)
+        all_taken.wait()
+    except BaseException:  # a thread that could not start, an interrupt: the tasks taken end rather than wait on
+        all_taken.abort()
+        raise
 
 
 def _joining_is_safe() -> bool:
