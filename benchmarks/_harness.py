@@ -31,7 +31,7 @@ def cache_bytecode() -> None:
 
     With ``PYTHONDONTWRITEBYTECODE`` set (as on some CI machines), modules without cached bytecode are compiled on
     every import: datamount's own, in a source checkout, and none of the peers', which pip compiled as it installed
-    them; a fresh process then spent ~13 ms of its timed first pass compiling datamount's local store alone. The
+    them; a fresh process opening a 4,000-file reader took 5.7 ms of its timed first pass, 2.2 with the bytecode. The
     bytecode goes to a folder of its own in the temporary directory (``PYTHONPYCACHEPREFIX``), never the source
     tree; each benchmark's untimed first run fills it, for datamount and the peers alike.
     """

@@ -94,14 +94,14 @@ class ShardFile:
         # dictionary-encoded, about its own size (16-bit noise 1.3x: its 65,536 values overflow the dictionary page).
         narrow_columns = _narrow_integer_columns(schema)
         binary_columns = {f.name for f in schema if pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type)}
+        level = _LEVELS.get(compression)
+        levels = None if level is None else {f.name: level for f in schema if f.name not in binary_columns}
         self._writer = pq.ParquetWriter(
             path,
             schema,
             # Image bytes are already compressed (JPEG, PNG): compressing them again costs time for nothing.
             compression={f.name: "NONE" if f.name in binary_columns else compression for f in schema},
-            compression_level={f.name: _LEVELS[compression] for f in schema if f.name not in binary_columns}
-            if compression in _LEVELS
-            else None,
+            compression_level=levels,
             use_dictionary=text_columns + narrow_columns,
             # Min/max statistics of a binary column would copy whole images into the footer.
             write_statistics=[f.name for f in schema if f.name not in binary_columns],
