@@ -226,7 +226,9 @@ class ShardRows:
         expected = shard.row_groups[0]
         with self._damage(shard, 0):
             _check_rows(parquet.metadata.row_group(0).num_rows, expected)
-            batches = parquet.iter_batches(FIRST_GROUP_BATCH_ROWS, row_groups=[0], columns=self._columns)
+            batches = parquet.iter_batches(
+                FIRST_GROUP_BATCH_ROWS, row_groups=[0], columns=self._columns, use_threads=False
+            )
             rows = 0
             for batch in batches:
                 rows += batch.num_rows
@@ -234,13 +236,19 @@ class ShardRows:
             _check_rows(rows, expected)
 
     def _parquet(self, shard: ShardEntry, source: Any, metadata: pq.FileMetaData | None = None) -> pq.ParquetFile:
-        """The Parquet reader of one shard: every page it reads is checked against its CRC (shards carry them)."""
+        """The Parquet reader of one shard: every page it reads is checked against its CRC (shards carry them).
+
+        It reads and decodes in the thread that asks (``pre_buffer=False`` here, ``use_threads=False`` in each
+        read), never in Arrow's pools: a pool thread that drops the last reference to fetched bytes (a Python
+        buffer) takes the GIL for it, and doing so while the interpreter exits (a script leaving a remote pass
+        unfinished) aborts the process. Passes decode several row groups at once in threads of their own.
+        """
         with self._damage(shard):
-            return pq.ParquetFile(source, metadata=metadata, page_checksum_verification=True)
+            return pq.ParquetFile(source, metadata=metadata, pre_buffer=False, page_checksum_verification=True)
 
     def _decode(self, shard: ShardEntry, parquet: pq.ParquetFile, group: int) -> pa.Table:
         with self._damage(shard, group):
-            table = parquet.read_row_group(group, columns=self._columns)
+            table = parquet.read_row_group(group, columns=self._columns, use_threads=False)
             _check_rows(table.num_rows, shard.row_groups[group])
             return table
 
