@@ -169,7 +169,9 @@ def _file_evidence(rows: list[tuple[str, ...]], numbers: list[int], root: str) -
 
 
 def _looks_like_path(value: str) -> bool:
-    """A file's name with a known suffix, as a path is written (with a ``/``, or without white space)."""
+    """A file's name with a known suffix, as a path is written (with a ``/``, or without white space), white space
+    around it aside (a stray space after a path still makes an image list, which then names the file it lacks)."""
+    value = value.strip()
     stem, suffix = os.path.splitext(value)
     return bool(stem) and suffix.lower() in FILE_SUFFIXES and ("/" in value or not any(c.isspace() for c in value))
 
@@ -204,7 +206,8 @@ def _resolve_files(
                 if not os.access(local, os.R_OK):  # not an open and a close: a third of the check's time
                     raise PermissionError(local)
             except FileNotFoundError:
-                problems.append(ListProblem(number, f"file {value!r} does not exist ({local})"))
+                stray = " (mind the white space around the path)" if value != value.strip() else ""
+                problems.append(ListProblem(number, f"file {value!r} does not exist ({local}){stray}"))
                 continue
             except IsADirectoryError:
                 problems.append(ListProblem(number, f"{value!r} is a folder, not a file"))

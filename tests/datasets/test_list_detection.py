@@ -53,6 +53,19 @@ def test_a_broken_image_list_is_refused_by_upload_with_its_problems(tmp_path: Pa
     assert catalog.dataset_names(open_store(store)) == []
 
 
+@pytest.mark.parametrize("path", ["data/img0.jpg ", " data/img0.jpg", "img0.jpg\u00a0"])
+def test_a_path_with_stray_white_space_makes_an_image_list_that_names_it(tmp_path: Path, path: str) -> None:
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "img0.jpg").write_bytes(b"\xff\xd8\xff")
+    list_file = tmp_path / "train.list"
+    list_file.write_text(f"{path}\tcat\n", encoding="utf-8")
+    with pytest.raises(ListFormatError) as caught:
+        parse_list(list_file)
+    [problem] = caught.value.problems
+    assert problem.line == 1
+    assert f"file {path!r} does not exist" in problem.message and "white space" in problem.message
+
+
 def test_a_text_list_whose_words_are_not_paths_stays_text(tmp_path: Path) -> None:
     path = tmp_path / "mt.list"
     path.write_text("le chat\tthe cat\nbonjour.\thello.\nmerci\tthanks\n", encoding="utf-8")
