@@ -67,9 +67,21 @@ class ObjectStore(Store):
     def bucket_root(cls, url: str, *, store: str) -> str:
         """The ``BUCKET/PREFIX`` root of ``url``; ``store`` names the kind of store in the error when it has none."""
         root = (url.split("://", 1)[1] if "://" in url else url).strip("/")
+        shown = redact.redact_url(url)
         if not root:
+            raise StoreConfigError(f"{store} needs a bucket: {cls.protocol}://BUCKET[/PREFIX], got {shown!r}")
+        bucket, _, _ = root.partition("/")
+        if "@" in bucket:  # no bucket name has one: the user:password part of a URL
             raise StoreConfigError(
-                f"{store} needs a bucket: {cls.protocol}://BUCKET[/PREFIX], got {redact.redact_url(url)!r}"
+                f"{shown!r}: credentials in a store URL are not read (and would show wherever the URL is); give "
+                "them as the environment's, a profile's, or key=/secret= options"
+            )
+        _, query, options = root.partition("?")
+        if query and "=" in options:  # "s3://bucket/prefix?endpoint_url=...": not a key's name
+            names = ", ".join(option.partition("=")[0] for option in options.split("&"))  # values may be secrets
+            raise StoreConfigError(
+                f"{shown.partition('?')[0]!r}: a store URL takes no options after '?' (here {names}): give them as "
+                "-o KEY=VALUE, in a profile, or as open_store(url, KEY=VALUE)"
             )
         return root
 

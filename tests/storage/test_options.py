@@ -60,3 +60,25 @@ def test_hadoop_settings_reach_the_client_as_text() -> None:
     )
     assert store.fs.storage_options["dfs.replication"] == "2"
     assert store.fs.storage_options["dfs.client.use.datanode.hostname"] == "true"
+
+
+@pytest.mark.parametrize("scheme", ["s3", "gs"])
+def test_credentials_in_a_store_url_are_refused_never_shown(scheme: str) -> None:
+    with pytest.raises(StoreConfigError, match="credentials in a store URL are not read") as caught:
+        open_store(f"{scheme}://AKIAEXAMPLE:wJalrXUtnFEMI@bucket/data", check=False)
+    assert "wJalrXUtnFEMI" not in str(caught.value) and "AKIAEXAMPLE" not in str(caught.value)
+
+
+@pytest.mark.parametrize("scheme", ["s3", "gs"])
+def test_options_after_a_question_mark_are_named_not_shown(scheme: str) -> None:
+    url = f"{scheme}://bucket/data?endpoint_url=http://127.0.0.1:9000&secret=wJalrXUtnFEMI"
+    with pytest.raises(StoreConfigError) as caught:
+        open_store(url, check=False)
+    message = str(caught.value)
+    assert message.startswith(f"'{scheme}://bucket/data': a store URL takes no options after '?'")
+    assert "(here endpoint_url, secret)" in message and "-o KEY=VALUE" in message
+    assert "wJalrXUtnFEMI" not in message
+
+
+def test_a_question_mark_in_a_prefix_without_options_is_a_prefix() -> None:
+    assert open_store("s3://bucket/odd?name", check=False, key="k", secret="s").url == "s3://bucket/odd?name"
