@@ -22,7 +22,7 @@ from datamount.datasets import layout
 from datamount.datasets.errors import CommitConflictError, DatasetNotFoundError, ManifestError
 from datamount.datasets.manifest import Manifest, ShardEntry, now_utc
 from datamount.datasets.names import PUBLIC_NAMESPACE, DatasetRef, parse_ref
-from datamount.storage import ObjectExistsError, ObjectNotFoundError, Store
+from datamount.storage import DatamountError, ObjectExistsError, ObjectNotFoundError, Store
 
 #: Numbers a commit tries before it gives up: each failed try means another writer committed meanwhile.
 COMMIT_ATTEMPTS = 100
@@ -310,6 +310,22 @@ def remove(store: Store, ref: str) -> list[int]:
     else:
         remove_folder(store, parsed.name)
     return doomed
+
+
+def removed_while_read(store: Store, manifest: Manifest, missing: ObjectNotFoundError) -> Exception:
+    """What to raise when part of version ``manifest`` (an object, a shard, its list) is not found while it is read:
+    a :class:`DatasetNotFoundError` saying so if the version has been removed since it was opened, else
+    ``missing`` as it is."""
+    try:
+        still_there = store.exists(layout.manifest_path(manifest.name, manifest.version))
+    except DatamountError:
+        return missing
+    if still_there:
+        return missing
+    return DatasetNotFoundError(
+        f"{manifest.ref} was removed from {store.url} while it was being read ({missing}); a new reader reads the "
+        "versions there now"
+    )
 
 
 def remove_folder(store: Store, name: str) -> None:

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import itertools
 import threading
 import uuid
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +33,7 @@ from datamount.readers.sharding import (
     worker_runs,
 )
 from datamount.readers.workers import EpochLock, close_iterator, head_start
-from datamount.storage import Store, arguments, open_store
+from datamount.storage import ObjectNotFoundError, Store, arguments, open_store
 from datamount.storage.cache import ContentCache
 from datamount.storage.store import DEFAULT_MAX_BYTES_IN_FLIGHT
 
@@ -146,9 +148,21 @@ class DatasetReader(EpochLock):
                 samples = map(_numbered, samples, itertools.count())
         else:
             samples = self._share_pass(progress, worker, workers)
-        counted = _counted(head_start(samples) if started else samples, progress)
+        counted = _counted(head_start(samples) if started else samples, progress, self._missing_explained)
         next(counted)  # inside its ``try``: closing the pass closes the source even before a sample is taken
         return counted
+
+    @contextlib.contextmanager
+    def _missing_explained(self) -> Iterator[None]:
+        """A part of the version not found while it is read is raised as ``catalog.removed_while_read`` explains
+        it (the version removed since this reader opened it)."""
+        try:
+            yield
+        except ObjectNotFoundError as missing:
+            explanation = catalog.removed_while_read(self.store, self.manifest, missing)
+            if explanation is missing:
+                raise
+            raise explanation from missing
 
     def _begin_pass(self) -> _PassProgress:
         self._pass = self._next_pass()
@@ -370,7 +384,8 @@ class DatasetReader(EpochLock):
 
     def __getitem__(self, index: int) -> tuple[Any, ...]:
         """Row ``index`` (for samplers): from packed shards, only the row group that holds it is read."""
-        return self.source.row(index + len(self) if index < 0 else index)
+        with self._missing_explained():
+            return self.source.row(index + len(self) if index < 0 else index)
 
     def spans(self) -> list[range]:
         """The version cut into consecutive row ranges: the row groups of a packed version (each read with one
@@ -443,15 +458,21 @@ def _numbered(sample: tuple[Any, ...], number: int) -> tuple[Any, ...]:
     return (number, *sample)
 
 
-def _counted(samples: Iterator[tuple[Any, ...]], progress: _PassProgress) -> Iterator[Any]:
+def _counted(
+    samples: Iterator[tuple[Any, ...]],
+    progress: _PassProgress,
+    missing_explained: Callable[[], AbstractContextManager[None]],
+) -> Iterator[Any]:
     """``samples``, counting each into ``progress`` as it is handed out, after a first ``None`` (taken by the pass
-    itself, so that its ``finally`` runs on ``close``)."""
+    itself, so that its ``finally`` runs on ``close``); a part of the version not found is raised as
+    ``missing_explained`` explains it."""
     first = progress.yielded + 1
     try:
         yield None
-        # The count is set by the loop itself (enumerate in C), before each sample is handed out.
-        for progress.yielded, sample in enumerate(samples, start=first):
-            yield sample
+        with missing_explained():
+            # The count is set by the loop itself (enumerate in C), before each sample is handed out.
+            for progress.yielded, sample in enumerate(samples, start=first):
+                yield sample
     finally:
         close_iterator(samples)
 

@@ -23,7 +23,7 @@ from datamount.datasets.arrow_codec import column_decoder
 from datamount.datasets.manifest import Manifest, ShardEntry
 from datamount.datasets.rows.chain import ClosingChain, close_iterator
 from datamount.datasets.rows.source import Piece, Row, clip, out_of_range
-from datamount.storage import DatamountError, IntegrityError, Store
+from datamount.storage import DatamountError, IntegrityError, ObjectNotFoundError, Store
 from datamount.storage.cache import ContentCache
 from datamount.storage.pools import generator_pool
 
@@ -271,12 +271,17 @@ class ShardRows:
         path = layout.shard_path(self.manifest.name, shard)
         local = self.store.local_path(path)
         if local is not None:
-            size = os.path.getsize(local)
+            try:
+                mapped = pa.memory_map(local)
+            except FileNotFoundError:
+                raise ObjectNotFoundError(f"cannot read {self.store.url_for(path)}: not found") from None
+            size = mapped.size()
             if size != shard.size:
+                mapped.close()
                 raise IntegrityError(
                     f"shard {self.store.url_for(path)} of {self.manifest.ref} has {size:,} bytes, not {shard.size:,}"
                 )
-            return _OpenShard(pa.memory_map(local))
+            return _OpenShard(mapped)
         if self.cache is not None:
             with contextlib.ExitStack() as held:
                 cached = held.enter_context(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,10 +15,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from datamount.datasets import catalog, layout, pack, upload
+from datamount.datasets.errors import DatasetNotFoundError
 from datamount.readers import reader
-from datamount.storage import IntegrityError, Store
+from datamount.storage import IntegrityError, ObjectNotFoundError, Store
 from datamount.storage.cache import ContentCache
-from tests.generated import MakeImageList
+from tests.generated import MakeImageList, image_rows
 
 ROWS = 40
 
@@ -170,3 +172,38 @@ def test_a_row_group_unlike_its_manifest_entry_is_caught(
     local_store.write(record, json.dumps(body).encode())
     with pytest.raises(IntegrityError, match=rf"row group {group} of shard .*shard-00000\.parquet of d@1 is damaged"):
         READ_MODES[mode]("d", local_store)
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["unpacked", "packed"])
+def test_a_version_removed_while_it_is_read_is_named_as_removed(
+    store: Store, make_image_list: MakeImageList, packed: bool
+) -> None:
+    """``datamount rm`` of the version a pass is reading: the pass ends with one DatasetNotFoundError saying the
+    version was removed (not a bare "not found" of an object), or, where the reader holds what it reads (a local
+    shard memory-mapped), yields every row as uploaded."""
+    list_file = make_image_list(200, size=3000)
+    upload(list_file, "d", store=store, packed=packed, row_group_bytes=20_000)
+    expected = image_rows(list_file)
+    samples = reader("d", store)()
+    first = next(samples)
+    catalog.remove(store, "d@1")
+    try:
+        rest = list(samples)
+    except DatasetNotFoundError as removed:
+        assert str(removed).startswith(f"d@1 was removed from {store.url} while it was being read (cannot read ")
+        assert isinstance(removed.__cause__, ObjectNotFoundError)
+    else:
+        assert packed and store.local_path() is not None, "an unpacked or remote pass read objects already removed"
+        assert [first, *rest] == expected
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["unpacked", "packed"])
+def test_a_row_of_a_version_removed_since_its_reader_opened_is_named_as_removed(
+    store: Store, make_image_list: MakeImageList, packed: bool
+) -> None:
+    upload(make_image_list(60, size=3000), "d", store=store, packed=packed, row_group_bytes=20_000)
+    rows = reader("d", store)
+    assert rows[0][1] == "0"
+    catalog.remove(store, "d@1")
+    with pytest.raises(DatasetNotFoundError, match=rf"^d@1 was removed from {re.escape(store.url)} while it was being"):
+        rows[59]
