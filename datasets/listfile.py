@@ -206,8 +206,7 @@ def _resolve_files(
                 if not os.access(local, os.R_OK):  # not an open and a close: a third of the check's time
                     raise PermissionError(local)
             except FileNotFoundError:
-                stray = " (mind the white space around the path)" if value != value.strip() else ""
-                problems.append(ListProblem(number, f"file {value!r} does not exist ({local}){stray}"))
+                problems.append(ListProblem(number, f"file {value!r} does not exist ({local}){_path_hint(value)}"))
                 continue
             except IsADirectoryError:
                 problems.append(ListProblem(number, f"{value!r} is a folder, not a file"))
@@ -228,6 +227,15 @@ def _resolve_files(
             )
         )
     return problems
+
+
+def _path_hint(value: str) -> str:
+    """What may be wrong with a path that names no file: white space around it, or Windows' separators."""
+    if value != value.strip():
+        return " (mind the white space around the path)"
+    if "\\" in value:
+        return " (paths in a .list separate folders with '/', not '\\')"
+    return ""
 
 
 #: The problem of a path that leads outside the root through a link (reported once per link).

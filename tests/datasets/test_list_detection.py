@@ -66,6 +66,17 @@ def test_a_path_with_stray_white_space_makes_an_image_list_that_names_it(tmp_pat
     assert f"file {path!r} does not exist" in problem.message and "white space" in problem.message
 
 
+def test_a_path_written_with_backslashes_is_named_with_the_separator_to_use(tmp_path: Path) -> None:
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "img0.jpg").write_bytes(b"\xff\xd8\xff")
+    list_file = tmp_path / "train.list"
+    list_file.write_text("data\\img0.jpg\tcat\n", encoding="utf-8")
+    with pytest.raises(ListFormatError) as caught:
+        parse_list(list_file)
+    [problem] = caught.value.problems
+    assert problem.message.endswith("(paths in a .list separate folders with '/', not '\\')")
+
+
 def test_a_text_list_whose_words_are_not_paths_stays_text(tmp_path: Path) -> None:
     path = tmp_path / "mt.list"
     path.write_text("le chat\tthe cat\nbonjour.\thello.\nmerci\tthanks\n", encoding="utf-8")
