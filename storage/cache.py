@@ -4,6 +4,7 @@ processes share it."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import re
@@ -15,7 +16,7 @@ from typing import BinaryIO
 import platformdirs
 
 from datamount.storage.checksums import sha256_file
-from datamount.storage.errors import IntegrityError
+from datamount.storage.errors import IntegrityError, StoreIOError
 
 CACHE_DIR_ENV = "DATAMOUNT_CACHE_DIR"
 CACHE_SIZE_ENV = "DATAMOUNT_CACHE_SIZE"
@@ -111,10 +112,16 @@ class ContentCache:
 
     def _fill(self, final: Path, sha256: str, size: int, fill: Callable[[BinaryIO], None], name: str) -> None:
         final.parent.mkdir(parents=True, exist_ok=True)
+        self._make_room_on_disk(size, name)
         temporary = final.with_name(f".{final.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}")
         try:
-            with open(temporary, "wb") as out:
-                fill(out)
+            try:
+                with open(temporary, "wb") as out:
+                    fill(out)
+            except OSError as exc:
+                if exc.errno == errno.ENOSPC:  # taken by another writer meanwhile
+                    raise self._no_room(size, name) from exc
+                raise
             got = sha256_file(temporary)
             if got != sha256 or temporary.stat().st_size != size:
                 raise IntegrityError(f"{name}: the bytes fetched do not match the sha256 recorded for them")
@@ -124,6 +131,30 @@ class ContentCache:
             self._verified.add(sha256)
         finally:
             temporary.unlink(missing_ok=True)
+
+    def _make_room_on_disk(self, size: int, name: str) -> None:
+        """Evict least recently used files (those not in use) until ``size`` bytes fit on the cache's disk, whatever
+        the cap; a :class:`StoreIOError` when they cannot, before anything is fetched."""
+        if self._free_bytes() >= size:
+            return
+        with self._lock(".evict"):
+            for path, _, _ in sorted(self._entries(), key=lambda entry: entry[2]):
+                if self._free_bytes() >= size:
+                    return
+                self._remove_unless_held(path)
+            if self._free_bytes() < size:
+                raise self._no_room(size, name)
+
+    def _free_bytes(self) -> int:
+        found = os.statvfs(self.directory)
+        return found.f_bavail * found.f_frsize
+
+    def _no_room(self, size: int, name: str) -> StoreIOError:
+        return StoreIOError(
+            f"cannot keep {name} ({size:,} bytes) in the cache {self.directory}: its disk has {self._free_bytes():,} "
+            f"bytes free with every file not in use evicted; free space there, set {CACHE_DIR_ENV} to a folder on a "
+            "larger disk, or read without a cache (cache=False)"
+        )
 
     def _evict(self, room: int) -> None:
         """Remove least recently used files until ``room`` more bytes fit under the cap (called under ``.evict``)."""

@@ -285,7 +285,12 @@ class ShardRows:
         if self.cache is not None:
             with contextlib.ExitStack() as held:
                 cached = held.enter_context(
-                    self.cache.use(shard.sha256, shard.size, lambda out: self._download(path, shard, out), name=path)
+                    self.cache.use(
+                        shard.sha256,
+                        shard.size,
+                        lambda out: self._download(path, shard, out),
+                        name=self.store.url_for(path),
+                    )
                 )
                 source = pa.memory_map(str(cached))
                 return _OpenShard(source, held.pop_all())

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from datamount.storage import IntegrityError
+from datamount.storage import IntegrityError, StoreIOError
 from datamount.storage.cache import ContentCache
 
 SHARD_SIZE = 32 << 10
@@ -127,3 +127,39 @@ def test_shared_cache_under_three_processes_keeps_its_cap_and_never_loses_a_shar
     assert sum(result["misses"] for result in results) > shards  # eviction did happen, and shards came back
     largest = max([*sizes, *(result["largest"] for result in results)])
     assert largest <= cap + SHARD_SIZE, f"the cache held {largest} bytes, over its cap of {cap} plus one shard"
+
+
+def test_a_file_larger_than_the_cache_disk_is_refused_before_it_is_fetched(tiny_disk: Path) -> None:
+    cache = ContentCache(tiny_disk / "cache")
+    sha256, data = blob(1, size=400 << 10)  # more than the whole 256 KiB disk
+
+    def fill(out: object) -> None:
+        pytest.fail("nothing may be fetched that cannot be kept")
+
+    with pytest.raises(StoreIOError) as caught:
+        cache.get(sha256, len(data), fill, name="s3://bucket/shard-1.parquet")
+    message = str(caught.value)
+    assert message.startswith(f"cannot keep s3://bucket/shard-1.parquet (409,600 bytes) in the cache {tiny_disk}")
+    assert "bytes free with every file not in use evicted" in message and "cache=False" in message
+    assert [
+        path.name for path in (tiny_disk / "cache").rglob("*") if path.is_file() and "locks" not in path.parts
+    ] == []
+
+
+def test_files_not_in_use_are_evicted_to_make_room_on_a_full_disk(tiny_disk: Path) -> None:
+    cache = ContentCache(tiny_disk / "cache")  # its cap (20 GiB by default) is far above the disk's 256 KiB
+    stored = [blob(number, size=96 << 10) for number in range(3)]
+    for sha256, data in stored:
+        with cache.use(sha256, len(data), lambda out, data=data: out.write(data)) as path:
+            assert path.read_bytes() == data
+    kept = {path.name for path in (tiny_disk / "cache").rglob("*") if path.name in {s for s, _ in stored}}
+    assert stored[2][0] in kept and stored[0][0] not in kept  # the least recently used went
+
+
+def test_a_file_in_use_is_not_evicted_for_room_on_the_disk(tiny_disk: Path) -> None:
+    cache = ContentCache(tiny_disk / "cache")
+    (first, first_data), (second, second_data) = blob(1, size=150 << 10), blob(2, size=150 << 10)
+    with cache.use(first, len(first_data), lambda out: out.write(first_data)) as held:
+        with pytest.raises(StoreIOError, match=r"cannot keep .* in the cache .*bytes free"):
+            cache.get(second, len(second_data), lambda out: out.write(second_data))
+        assert held.read_bytes() == first_data

@@ -7,7 +7,6 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -126,22 +125,6 @@ def test_opening_creates_the_root_folder(tmp_path: Path) -> None:
 def test_file_url_and_plain_path_are_the_same_store(tmp_path: Path) -> None:
     open_store(tmp_path).write("x", b"1")
     assert open_store(f"file://{tmp_path}").read("x") == b"1"
-
-
-@pytest.fixture
-def tiny_disk(tmp_path: Path) -> Iterator[Path]:
-    """A real 256 KiB tmpfs, to fill up (needs root)."""
-    point = tmp_path / "tiny"
-    point.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(point)], capture_output=True, check=False
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
-    try:
-        yield point
-    finally:
-        subprocess.run(["umount", str(point)], check=True)
 
 
 def test_a_full_disk_fails_clearly_and_keeps_the_old_object(tiny_disk: Path) -> None:
