@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import re
 import sys
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
@@ -20,7 +19,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 #: version; a key removed or changed in meaning makes the next.
 JSON_FORMAT = 1
 
-_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)(i?)[bB]?\s*")
 _ARRAY_VALUES_SHOWN = 4
 _MAGIC = [
     (b"\xff\xd8\xff", "JPEG"),
@@ -31,19 +29,6 @@ _MAGIC = [
     (b"MM\x00*", "TIFF"),
     (b"\x93NUMPY", "NPY"),
 ]
-
-
-def parse_size(text: str) -> int:
-    """``256MB``, ``64MiB``, ``1G``, ``1000`` -> bytes; a :class:`ValueError` saying how to write one otherwise."""
-    match = _SIZE.fullmatch(text)
-    if not match:
-        raise ValueError(f"{text!r} is not a size; write e.g. 256MB, 64MiB or 1G")
-    number, unit, binary = match.groups()
-    base = 1024 if binary else 1000
-    size = int(float(number) * base ** "_KMGT".index(unit.upper() or "_"))
-    if size < 1:
-        raise ValueError("the size must be at least one byte")
-    return size
 
 
 def format_size(size: int) -> str:

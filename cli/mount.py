@@ -5,9 +5,9 @@ from __future__ import annotations
 import click
 
 from datamount.cli.completion import complete_datasets
-from datamount.cli.formatting import parse_size
 from datamount.cli.options import store_options
 from datamount.storage import Store
+from datamount.storage.arguments import parse_size
 
 
 @click.command()

@@ -9,8 +9,8 @@ from typing import Any, TypeVar
 import click
 
 from datamount.cli.completion import complete_stores
-from datamount.cli.formatting import parse_size
 from datamount.storage import open_store
+from datamount.storage.arguments import parse_size
 
 F = TypeVar("F", bound=Callable[..., Any])
 R = TypeVar("R")

@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import math
 import numbers
+import re
 from collections.abc import Collection
 from typing import TypeVar
 
 T = TypeVar("T")
+
+#: A size as people write one: ``256MB``, ``64MiB``, ``1G``, ``1000``.
+_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)(i?)[bB]?\s*")
 
 
 def whole_number(
@@ -51,3 +55,16 @@ def one_of(value: T, name: str, choices: Collection[T], *, error: type[ValueErro
     if value not in choices:
         raise error(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
     return value
+
+
+def parse_size(text: str) -> int:
+    """``256MB``, ``64MiB``, ``1G``, ``1000`` -> bytes; a :class:`ValueError` saying how to write one otherwise."""
+    match = _SIZE.fullmatch(text)
+    if not match:
+        raise ValueError(f"{text!r} is not a size; write e.g. 256MB, 64MiB or 1G")
+    number, unit, binary = match.groups()
+    base = 1024 if binary else 1000
+    size = int(float(number) * base ** "_KMGT".index(unit.upper() or "_"))
+    if size < 1:
+        raise ValueError("the size must be at least one byte")
+    return size

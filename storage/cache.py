@@ -15,8 +15,9 @@ from typing import BinaryIO
 
 import platformdirs
 
+from datamount.storage.arguments import parse_size
 from datamount.storage.checksums import sha256_file
-from datamount.storage.errors import IntegrityError, StoreIOError
+from datamount.storage.errors import IntegrityError, StoreConfigError, StoreIOError
 
 CACHE_DIR_ENV = "DATAMOUNT_CACHE_DIR"
 CACHE_SIZE_ENV = "DATAMOUNT_CACHE_SIZE"
@@ -29,6 +30,17 @@ def default_cache_dir() -> Path:
     """``$DATAMOUNT_CACHE_DIR``, else datamount's folder in the XDG cache folder."""
     explicit = os.environ.get(CACHE_DIR_ENV)
     return Path(explicit).expanduser() if explicit else platformdirs.user_cache_path("datamount") / "shards"
+
+
+def _size_from_environment() -> int:
+    """The cap ``$DATAMOUNT_CACHE_SIZE`` sets (``20GB``, ``512MiB``, bytes), else :data:`DEFAULT_MAX_BYTES`."""
+    written = os.environ.get(CACHE_SIZE_ENV, "").strip()
+    if not written:
+        return DEFAULT_MAX_BYTES
+    try:
+        return parse_size(written)
+    except ValueError as exc:
+        raise StoreConfigError(f"${CACHE_SIZE_ENV}: {exc}") from None
 
 
 class ContentCache:
@@ -48,8 +60,7 @@ class ContentCache:
 
     def __init__(self, directory: str | os.PathLike[str] | None = None, max_bytes: int | None = None) -> None:
         self.directory = Path(directory) if directory is not None else default_cache_dir()
-        env_size = os.environ.get(CACHE_SIZE_ENV)
-        self.max_bytes = max_bytes if max_bytes is not None else int(env_size) if env_size else DEFAULT_MAX_BYTES
+        self.max_bytes = max_bytes if max_bytes is not None else _size_from_environment()
         if self.max_bytes < 1:
             raise ValueError(f"the cache size must be positive, got {self.max_bytes}")
         (self.directory / "locks").mkdir(parents=True, exist_ok=True)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from datamount.storage import IntegrityError, StoreIOError
+from datamount.storage import IntegrityError, StoreConfigError, StoreIOError
 from datamount.storage.cache import ContentCache
 
 SHARD_SIZE = 32 << 10
@@ -163,3 +163,17 @@ def test_a_file_in_use_is_not_evicted_for_room_on_the_disk(tiny_disk: Path) -> N
         with pytest.raises(StoreIOError, match=r"cannot keep .* in the cache .*bytes free"):
             cache.get(second, len(second_data), lambda out: out.write(second_data))
         assert held.read_bytes() == first_data
+
+
+@pytest.mark.parametrize(("written", "cap"), [("512MiB", 512 << 20), ("20GB", 20 * 10**9), ("1000", 1000)])
+def test_the_cache_size_variable_takes_a_size_as_people_write_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, written: str, cap: int
+) -> None:
+    monkeypatch.setenv("DATAMOUNT_CACHE_SIZE", written)
+    assert ContentCache(tmp_path / "cache").max_bytes == cap
+
+
+def test_a_cache_size_variable_that_is_not_a_size_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DATAMOUNT_CACHE_SIZE", "lots")
+    with pytest.raises(StoreConfigError, match=r"^\$DATAMOUNT_CACHE_SIZE: 'lots' is not a size; write e\.g\. 256MB"):
+        ContentCache(tmp_path / "cache")
