@@ -94,6 +94,8 @@ def upload(
     validate_name(name)
     if packed:
         check_sizes(shard_bytes, row_group_bytes)
+    if max_requests is not None:
+        max_requests = arguments.whole_number(max_requests, "max_requests", minimum=1)
     report = progress or Silent()
     parsed = parse_list(list_file, kind=kind, root=root, follow_links=arguments.boolean(follow_links, "follow_links"))
     target = open_store(store)

@@ -619,17 +619,16 @@ def reader(
         No dataset (or version, or split) of that name in the store.
     """
     order = _order_options(rank, world_size, shuffle, seed, remainder, worker_chunk, shuffle_block)
+    # Checked before the store is asked anything.
+    if max_requests is not None:
+        max_requests = arguments.whole_number(max_requests, "max_requests", minimum=1)
+    reading = {
+        "max_requests": max_requests,
+        "max_bytes": arguments.whole_number(max_bytes, "max_bytes", minimum=1),
+        "rows_per_span": arguments.whole_number(rows_per_span, "rows_per_span", minimum=1),
+        "verify": arguments.boolean(verify, "verify"),
+        "zero_copy": arguments.boolean(zero_copy, "zero_copy"),
+    }
     opened, manifest = _opened_version(store, name)
-    source = open_rows(
-        opened,
-        manifest,
-        split=split,
-        use_shards=use_shards,
-        cache=cache,
-        max_requests=max_requests,
-        max_bytes=max_bytes,
-        rows_per_span=arguments.whole_number(rows_per_span, "rows_per_span", minimum=1),
-        verify=arguments.boolean(verify, "verify"),
-        zero_copy=arguments.boolean(zero_copy, "zero_copy"),
-    )
+    source = open_rows(opened, manifest, split=split, use_shards=use_shards, cache=cache, **reading)
     return DatasetReader(source, **order, with_row=with_row)

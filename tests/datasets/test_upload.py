@@ -75,6 +75,15 @@ def test_invalid_names_are_refused_before_anything_is_read(local_store: Store, t
     assert local_store.list() == {}
 
 
+@pytest.mark.parametrize(("value", "error"), [(0, ValueError), (-3, ValueError), (2.5, TypeError)])
+def test_max_requests_is_checked_before_anything_is_read(
+    local_store: Store, tmp_path: Path, value: object, error: type[Exception]
+) -> None:
+    with pytest.raises(error, match=rf"^max_requests must be (at least 1|a whole number), got {value}$"):
+        upload(tmp_path / "does-not-matter.list", "d", store=local_store, max_requests=value)
+    assert local_store.list() == {}
+
+
 def test_a_killed_upload_is_invisible_then_resumed(local_store: Store, make_image_list: MakeImageList) -> None:
     list_file = make_image_list(200, size=2000)
     # A progress receiver that kills its own process mid-upload, as a power cut or an OOM kill would.

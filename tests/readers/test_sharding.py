@@ -277,6 +277,9 @@ def test_reader_takes_its_share_from_the_environment_unless_told(
         ({"worker_chunk": 0}, DistributedConfigError, "worker_chunk must be at least 1"),
         ({"rows_per_span": 0}, ValueError, "rows_per_span must be at least 1"),
         ({"verify": "yes"}, TypeError, "verify must be True or False"),
+        ({"max_requests": 0}, ValueError, "max_requests must be at least 1, got 0"),
+        ({"max_requests": 2.5}, TypeError, "max_requests must be a whole number, got 2.5"),
+        ({"max_bytes": 0}, ValueError, "max_bytes must be at least 1, got 0"),
     ],
 )
 def test_sharding_options_are_checked_when_the_reader_is_made(
