@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import hashlib
 import itertools
+import operator
 import threading
 import uuid
 from collections import deque
@@ -384,6 +385,10 @@ class DatasetReader(EpochLock):
 
     def __getitem__(self, index: int) -> tuple[Any, ...]:
         """Row ``index`` (for samplers): from packed shards, only the row group that holds it is read."""
+        try:
+            index = operator.index(index)  # ints, numpy's and torch's integer scalars
+        except TypeError:
+            raise TypeError(f"a row index must be a whole number, got {index!r}") from None
         with self._missing_explained():
             return self.source.row(index + len(self) if index < 0 else index)
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -88,6 +90,10 @@ def test_random_access_by_row(packed_images: PackedDataset) -> None:
         assert samples[index] == expected[index]
     with pytest.raises(IndexError, match="60 rows"):
         samples[60]
+    assert samples[np.int64(17)] == expected[17]  # a sampler's numpy index
+    for wrong in ("3", 2.0, None):
+        with pytest.raises(TypeError, match=rf"^a row index must be a whole number, got {re.escape(repr(wrong))}$"):
+            samples[wrong]
 
 
 @pytest.mark.parametrize("packed_form", [True, False], ids=["packed", "unpacked"])
