@@ -130,8 +130,8 @@ class ContentCache:
                 with open(temporary, "wb") as out:
                     fill(out)
             except OSError as exc:
-                if exc.errno == errno.ENOSPC:  # taken by another writer meanwhile
-                    raise self._no_room(size, name) from exc
+                if exc.errno == errno.ENOSPC:  # the room was taken meanwhile (another writer, more bytes than said)
+                    raise self._no_room(size, name, "filled up while it was fetched") from exc
                 raise
             got = sha256_file(temporary)
             if got != sha256 or temporary.stat().st_size != size:
@@ -154,17 +154,17 @@ class ContentCache:
                     return
                 self._remove_unless_held(path)
             if self._free_bytes() < size:
-                raise self._no_room(size, name)
+                raise self._no_room(size, name, "is too small even with every file not in use evicted")
 
     def _free_bytes(self) -> int:
         found = os.statvfs(self.directory)
         return found.f_bavail * found.f_frsize
 
-    def _no_room(self, size: int, name: str) -> StoreIOError:
+    def _no_room(self, size: int, name: str, why: str) -> StoreIOError:
         return StoreIOError(
-            f"cannot keep {name} ({size:,} bytes) in the cache {self.directory}: its disk has {self._free_bytes():,} "
-            f"bytes free with every file not in use evicted; free space there, set {CACHE_DIR_ENV} to a folder on a "
-            "larger disk, or read without a cache (cache=False)"
+            f"cannot keep {name} ({size:,} bytes) in the cache {self.directory}: its disk {why} "
+            f"({self._free_bytes():,} bytes free); free space there, set {CACHE_DIR_ENV} to a folder on a larger disk, "
+            "or read without a cache (cache=False)"
         )
 
     def _evict(self, room: int) -> None:

@@ -9,6 +9,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import BinaryIO
 
 import pytest
 
@@ -140,10 +141,22 @@ def test_a_file_larger_than_the_cache_disk_is_refused_before_it_is_fetched(tiny_
         cache.get(sha256, len(data), fill, name="s3://bucket/shard-1.parquet")
     message = str(caught.value)
     assert message.startswith(f"cannot keep s3://bucket/shard-1.parquet (409,600 bytes) in the cache {tiny_disk}")
-    assert "bytes free with every file not in use evicted" in message and "cache=False" in message
+    assert "its disk is too small even with every file not in use evicted (" in message and "cache=False" in message
     assert [
         path.name for path in (tiny_disk / "cache").rglob("*") if path.is_file() and "locks" not in path.parts
     ] == []
+
+
+def test_a_disk_that_fills_up_while_a_file_is_fetched_is_named(tiny_disk: Path) -> None:
+    cache = ContentCache(tiny_disk / "cache")
+    sha256, data = blob(1, size=100 << 10)
+
+    def fill(out: BinaryIO) -> None:  # more bytes than said (a server that sends more, another writer)
+        out.write(data * 4)
+
+    with pytest.raises(StoreIOError, match=r"^cannot keep s3://b/s\.parquet \(102,400 bytes\) .*filled up while it"):
+        cache.get(sha256, len(data), fill, name="s3://b/s.parquet")
+    assert [path for path in (tiny_disk / "cache").rglob("*") if path.is_file() and "locks" not in path.parts] == []
 
 
 def test_files_not_in_use_are_evicted_to_make_room_on_a_full_disk(tiny_disk: Path) -> None:
