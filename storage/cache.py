@@ -149,10 +149,7 @@ class ContentCache:
         if self._free_bytes() >= size:
             return
         with self._lock(".evict"):
-            for path, _, _ in sorted(self._entries(), key=lambda entry: entry[2]):
-                if self._free_bytes() >= size:
-                    return
-                self._remove_unless_held(path)
+            self._evict_until(lambda _: self._free_bytes() >= size)
             if self._free_bytes() < size:
                 raise self._no_room(size, name, "is too small even with every file not in use evicted")
 
@@ -169,11 +166,15 @@ class ContentCache:
 
     def _evict(self, room: int) -> None:
         """Remove least recently used files until ``room`` more bytes fit under the cap (called under ``.evict``)."""
+        self._evict_until(lambda total: total + room <= self.max_bytes)
+
+    def _evict_until(self, enough: Callable[[int], bool]) -> None:
+        """Remove least recently used files not in use, until ``enough(bytes the cache holds)`` (under ``.evict``)."""
         entries = sorted(self._entries(), key=lambda entry: entry[2])
         total = sum(size for _, size, _ in entries)
         for path, size, _ in entries:
-            if total + room <= self.max_bytes:
-                break
+            if enough(total):
+                return
             if self._remove_unless_held(path):
                 total -= size
 
