@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -24,6 +24,12 @@ EXTENSION_METADATA = b"ARROW:extension:metadata"
 VARIABLE_SHAPE_TENSOR = "arrow.variable_shape_tensor"
 
 Decoder = Callable[[pa.Array], Sequence[Any]]
+
+#: Rows of a batch made into Python values at once. The values of one slice are alive together while it is handed
+#: out; kept to a few thousand rows, they fit in the memory the allocators keep once they are freed, and slice after
+#: slice reuses the same pages. A whole row group's values at once took fresh pages from the system every time:
+#: 8,518 page faults in a pass over 200,000 text pairs, and a third of that pass's time.
+ROWS_AT_ONCE = 4096
 
 _BYTES_TYPES = (bytes, bytearray, memoryview)
 _MAX_LIST_VALUES = 2**31 - 1
@@ -51,6 +57,18 @@ def column_decoder(field: pa.Field, *, writable: bool, views: bool = False) -> D
     if extension == VARIABLE_SHAPE_TENSOR and _is_variable_shape_storage(storage):
         return _VariableShapeDecoder(storage.field("shape").type.list_size, writable=writable)
     return _to_pylist
+
+
+def batch_rows(batch: pa.RecordBatch, decoders: Sequence[Decoder]) -> Iterator[tuple[Any, ...]]:
+    """The rows of ``batch`` as tuples of Python values (``decoders``: one per column), made :data:`ROWS_AT_ONCE`
+    rows at a time, as they are handed out."""
+    if not decoders:
+        return itertools.repeat((), batch.num_rows)
+    parts = (batch.slice(start, ROWS_AT_ONCE) for start in range(0, batch.num_rows, ROWS_AT_ONCE))
+    # Chained C iterators rather than a generator: no Python frame to resume for every row.
+    return itertools.chain.from_iterable(
+        zip(*[decode(part.column(index)) for index, decode in enumerate(decoders)], strict=True) for part in parts
+    )
 
 
 def _to_pylist(array: pa.Array) -> list[Any]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import itertools
 import os
 import secrets
 import stat
@@ -24,7 +23,7 @@ from typing import IO, Any, Union
 
 import pyarrow as pa
 
-from datamount.datasets.arrow_codec import ColumnEncoder, column_decoder, entry_size, infer_encoder
+from datamount.datasets.arrow_codec import ColumnEncoder, batch_rows, column_decoder, entry_size, infer_encoder
 from datamount.datasets.errors import StreamFormatError
 from datamount.datasets.importing import import_batches
 from datamount.datasets.manifest import Manifest
@@ -452,8 +451,7 @@ class StreamReader(Iterator[dict[str, Any]]):
 
     def _generate_rows(self) -> Generator[tuple[Any, ...], None, None]:
         for batch in self._generate_batches():
-            columns = [decode(batch.column(index)) for index, decode in enumerate(self._decoders)]
-            yield from (zip(*columns, strict=True) if columns else itertools.repeat((), batch.num_rows))
+            yield from batch_rows(batch, self._decoders)
 
     def _generate_batches(self) -> Generator[pa.RecordBatch, None, None]:
         try:

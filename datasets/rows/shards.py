@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from datamount.datasets import layout
-from datamount.datasets.arrow_codec import column_decoder
+from datamount.datasets.arrow_codec import batch_rows, column_decoder
 from datamount.datasets.manifest import Manifest, ShardEntry
 from datamount.datasets.rows.chain import ClosingChain, close_iterator
 from datamount.datasets.rows.source import Piece, Row, clip, out_of_range
@@ -453,11 +453,7 @@ def decoded_rows(table: pa.Table, *, views: bool = False) -> Iterator[Row]:
     """A table's rows as tuples: numpy arrays for tensor columns, Python values for the others (with ``views``,
     memoryviews into the table's buffers for binary columns)."""
     decoders = [column_decoder(field, writable=False, views=views) for field in table.schema]
-    # Chained C iterators rather than a generator: one fewer Python frame to resume for every row.
-    return itertools.chain.from_iterable(
-        zip(*[decode(batch.column(index)) for index, decode in enumerate(decoders)], strict=True)
-        for batch in table.to_batches()
-    )
+    return itertools.chain.from_iterable(batch_rows(batch, decoders) for batch in table.to_batches())
 
 
 def _group_range(footer: pq.FileMetaData, group: int) -> tuple[int, int]:
