@@ -408,11 +408,11 @@ def export(name: str, folder: str, store: Store, quiet: bool) -> None:
     file already there with the same bytes is kept, one with other bytes is an error."""
     with ProgressBar(quiet=quiet) as bar:
         result = export_version(name, folder, store=store, progress=bar)
-    listed = f" and {result.list_file.name}" if result.list_file is not None else ""
+    listed = f", the list as {result.list_file.name}" if result.list_file is not None else ""
     kept = f"; {result.unchanged} already there" if result.unchanged else ""
     click.echo(
-        f"exported {result.manifest.ref} to {folder}: {result.written} file(s), {format_size(result.size)}{listed}"
-        f"{kept}"
+        f"exported {result.manifest.ref} to {folder}: {result.written} file(s) written "
+        f"({format_size(result.size)}){listed}{kept}"
     )
 
 

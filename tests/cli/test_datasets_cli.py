@@ -222,3 +222,18 @@ def test_an_unreadable_file_is_named(tmp_path: Path) -> None:
     assert "x.list:2: file 'locked.jpg' cannot be read (permission denied)" in result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "store").exists() or open_store(tmp_path / "store").list() == {}
+
+
+def test_export_counts_the_list_among_the_files_it_writes(
+    store_dir: str, make_image_list: MakeImageList, tmp_path: Path
+) -> None:
+    list_file = make_image_list(3)
+    run("upload", str(list_file), "cats", "--store", store_dir)
+    folder = tmp_path / "out"
+    first = run("export", "cats", str(folder), "--store", store_dir, "-q")
+    assert first.exit_code == 0, first.output
+    written = sorted(str(path.relative_to(folder)) for path in folder.rglob("*") if path.is_file())
+    assert len(written) == 4 and "4 file(s) written" in first.output, (written, first.output)
+    assert first.output.rstrip().endswith(f"the list as {list_file.name}"), first.output
+    again = run("export", "cats", str(folder), "--store", store_dir, "-q")
+    assert again.exit_code == 0 and "0 file(s) written (0 B)" in again.output and "; 4 already there" in again.output
