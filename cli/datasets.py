@@ -208,7 +208,7 @@ def list_datasets(store: Store, as_json: bool) -> None:
         echo_json("ls", {"store": store.url, "datasets": [_summary_json(summary) for summary in summaries]})
         return
     if not summaries:
-        click.echo(f"no datasets in {store.url}; add one with 'datamount upload LIST NAME'")
+        click.echo(f"no datasets in {catalog.store_named(store)}; add one with 'datamount upload LIST NAME'")
         return
     table = plain_table("name", "kind", "rows", "size", "versions", "latest")
     for summary in summaries:
@@ -425,7 +425,7 @@ def rm(name: str, yes: bool, store: Store) -> None:
     ref = parse_ref(name)
     found = catalog.versions(store, ref.name)
     if not found:
-        raise DatasetNotFoundError(f"no dataset named {ref.name!r} in {store.url}")
+        raise DatasetNotFoundError(f"no dataset named {ref.name!r} in {catalog.store_named(store)}")
     what = f"version {ref.version} of {ref.name}" if ref.version else f"{ref.name} (versions {found})"
     if not yes:
         confirm_removal(what, store)

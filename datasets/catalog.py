@@ -103,6 +103,12 @@ def latest(store: Store, name: str) -> Manifest | None:
     return read_manifest(store, name, committed[-1], packed=committed[-1] in folder.packed) if committed else None
 
 
+def store_named(store: Store) -> str:
+    """``store`` as a message about what it lacks names it: its URL, and that its folder does not exist (a mistyped
+    path, most likely)."""
+    return store.url if store.root_exists else f"{store.url} (no such folder)"
+
+
 def resolve(store: Store, ref: str | DatasetRef, *, public_fallback: bool = True) -> Manifest:
     """The manifest ``ref`` (``name`` or ``name@N``) points to; a plain name falls back to the public area."""
     parsed = parse_ref(ref) if isinstance(ref, str) else ref
@@ -121,8 +127,8 @@ def resolve(store: Store, ref: str | DatasetRef, *, public_fallback: bool = True
             f"dataset {name} has no version {parsed.version} in {store.url}; versions: "
             + ", ".join(str(v) for v in found)
         )
-    hint = " (nor in the public area)" if len(candidates) > 1 else ""
-    raise DatasetNotFoundError(f"no dataset named {parsed.name!r} in {store.url}{hint}; see 'datamount ls'")
+    hint = " (nor in the public area)" if len(candidates) > 1 and store.root_exists else ""
+    raise DatasetNotFoundError(f"no dataset named {parsed.name!r} in {store_named(store)}{hint}; see 'datamount ls'")
 
 
 # ---------------------------------------------------------------------------------------------- committing
@@ -291,7 +297,7 @@ def remove(store: Store, ref: str) -> list[int]:
     parsed = parse_ref(ref)
     found = versions(store, parsed.name)
     if not found:
-        raise DatasetNotFoundError(f"no dataset named {parsed.name!r} in {store.url}")
+        raise DatasetNotFoundError(f"no dataset named {parsed.name!r} in {store_named(store)}")
     doomed = found if parsed.version is None else [parsed.version]
     if parsed.version is not None and parsed.version not in found:
         raise DatasetNotFoundError(f"dataset {parsed.name} has no version {parsed.version}")

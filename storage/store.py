@@ -276,6 +276,12 @@ class Store:
         clean_relpath(path, allow_root=True)
         return None
 
+    @property
+    def root_exists(self) -> bool:
+        """Whether the store's root is there. A local folder is made by the store's first write (opening a mistyped
+        path to read makes nothing); object stores check their bucket when they are opened."""
+        return True
+
     def url_for(self, path: str = "") -> str:
         """The URL of ``path`` in this store, for messages and for tools outside datamount."""
         rel = clean_relpath(path, allow_root=True) if path else ""

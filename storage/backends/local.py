@@ -25,7 +25,7 @@ from fsspec.implementations.local import LocalFileSystem, make_path_posix
 
 from datamount.storage._window import ordered_window
 from datamount.storage.backends._options import refuse_unknown
-from datamount.storage.errors import UnsafePathError
+from datamount.storage.errors import StoreConfigError, UnsafePathError
 from datamount.storage.mounts import require_mount
 from datamount.storage.paths import LinkGuard
 from datamount.storage.pools import generator_pool
@@ -93,14 +93,19 @@ class LocalStore(Store):
     def from_url(cls, url: str, *, name: str | None = None, **options: Any) -> LocalStore:
         refuse_unknown(options, {"mount"}, store="local")
         mount = options.pop("mount", None)
-        path = url[len("file://") :] if url.startswith("file://") else url
-        root = make_path_posix(os.path.expanduser(path))
+        root = make_path_posix(os.path.expanduser(_file_url_path(url)))
         return cls(root, url=f"file://{root}", mount=mount, name=name)
 
     def check(self) -> None:
+        """The mount (``mount=``) is there, and the root, where it exists, is a folder. A missing root is made by
+        the first write: a mistyped path opened to read leaves no folder behind."""
         self._check_mount()
-        with self._errors("create", ""):
-            os.makedirs(self.root, exist_ok=True)
+        if os.path.lexists(self.root) and not os.path.isdir(self.root):
+            raise StoreConfigError(f"{self.url} is not a folder")
+
+    @property
+    def root_exists(self) -> bool:
+        return os.path.isdir(self.root)
 
     def _check_mount(self) -> None:
         if self.mount:
@@ -482,6 +487,22 @@ def _fsync(full: str) -> OSError | None:
     except OSError as exc:
         return exc
     return None
+
+
+def _file_url_path(url: str) -> str:
+    """The path a ``file:`` URL names (``file:///p``, ``file://localhost/p`` and ``file:/p`` alike); anything else is
+    a path as it is. A URL naming another host, or no absolute path, is a :class:`StoreConfigError`."""
+    if not url.startswith("file:"):
+        return url
+    rest = url[len("file:") :]
+    if rest.startswith("//"):
+        host, slash, path = rest[2:].partition("/")
+        if host not in ("", "localhost"):
+            raise StoreConfigError(f"{url!r} names a folder on host {host!r}: a file URL names one on this machine")
+        rest = slash + path
+    if not rest.startswith("/"):
+        raise StoreConfigError(f"{url!r} is not a file URL (file:///absolute/path); write ./{rest} for a relative path")
+    return rest
 
 
 def _read_whole(descriptor: int, size: int) -> bytes:

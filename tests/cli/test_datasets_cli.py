@@ -237,3 +237,14 @@ def test_export_counts_the_list_among_the_files_it_writes(
     assert first.output.rstrip().endswith(f"the list as {list_file.name}"), first.output
     again = run("export", "cats", str(folder), "--store", store_dir, "-q")
     assert again.exit_code == 0 and "0 file(s) written (0 B)" in again.output and "; 4 already there" in again.output
+
+
+def test_reading_a_store_folder_that_does_not_exist_names_it_and_makes_nothing(tmp_path: Path) -> None:
+    """A mistyped ``--store`` path (or ``$DATAMOUNT_STORE``) to read from: the message says there is no such folder,
+    and none is made (before, each command made an empty store there and said it held no datasets)."""
+    missing = tmp_path / "stroe"
+    listing = run("ls", "--store", str(missing))
+    assert listing.exit_code == 0 and f"no datasets in file://{missing} (no such folder)" in listing.output
+    head = run("head", "cats", "--store", str(missing))
+    assert_one_line_error(head, 3, f"no dataset named 'cats' in file://{missing} (no such folder); see 'datamount ls'")
+    assert not missing.exists()

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from datamount.storage import MountError, Store, UnsafePathError, open_store
+from datamount.storage import MountError, Store, StoreConfigError, UnsafePathError, open_store
 from datamount.storage.backends import local
 from datamount.storage.checksums import file_digests
 from datamount.storage.mounts import mount_of, read_mounts, require_mount
@@ -23,6 +23,7 @@ def test_a_link_to_outside_the_root_is_refused(tmp_path: Path) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "secret").write_bytes(b"secret")
+    (tmp_path / "store").mkdir()
     store = open_store(tmp_path / "store")
     os.symlink(outside, tmp_path / "store" / "escape")
     with pytest.raises(UnsafePathError, match="outside the store root"):
@@ -40,6 +41,7 @@ def test_put_many_refuses_a_destination_through_a_link_to_outside(tmp_path: Path
     written outside the root."""
     outside = tmp_path / "outside"
     outside.mkdir()
+    (tmp_path / "store").mkdir()
     store = open_store(tmp_path / "store")
     os.symlink(outside, tmp_path / "store" / "escape")
     sources = tmp_path / "sources"
@@ -115,16 +117,40 @@ def test_a_memory_store_is_neither_local_nor_shareable() -> None:
     assert not store.shareable
 
 
-def test_opening_creates_the_root_folder(tmp_path: Path) -> None:
+def test_the_root_folder_is_made_by_the_first_write_not_by_opening(tmp_path: Path) -> None:
+    """Opening a path that does not exist (a mistyped one, most often) to read makes nothing; writing makes it."""
     root = tmp_path / "deep" / "new" / "store"
     store = open_store(root)
-    assert root.is_dir()
     assert store.url == f"file://{root}"
+    assert not store.root_exists and store.list("datasets") == {} and not (tmp_path / "deep").exists()
+    store.write("datasets/x", b"1")
+    assert store.root_exists and (root / "datasets" / "x").read_bytes() == b"1"
 
 
-def test_file_url_and_plain_path_are_the_same_store(tmp_path: Path) -> None:
+def test_a_root_that_is_a_file_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "store").write_bytes(b"not a folder")
+    with pytest.raises(StoreConfigError, match="/store is not a folder"):
+        open_store(tmp_path / "store")
+
+
+@pytest.mark.parametrize("form", ["file://{root}", "file:{root}", "file://localhost{root}"])
+def test_every_form_of_a_file_url_is_the_same_store(tmp_path: Path, form: str) -> None:
     open_store(tmp_path).write("x", b"1")
-    assert open_store(f"file://{tmp_path}").read("x") == b"1"
+    store = open_store(form.format(root=tmp_path))
+    assert store.url == f"file://{tmp_path}" and store.read("x") == b"1"
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [("file://otherhost/data", "names a folder on host 'otherhost'"), ("file:data", "write ./data for a relative")],
+)
+def test_a_file_url_of_another_host_or_no_absolute_path_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, url: str, message: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(StoreConfigError, match=message):
+        open_store(url)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_full_disk_fails_clearly_and_keeps_the_old_object(tiny_disk: Path) -> None:
@@ -202,7 +228,7 @@ def test_mount_guard_is_checked_again_before_writes(tmp_path: Path) -> None:
     store.mount = "glusterfs"  # as if the volume had been unmounted since the store was opened
     with pytest.raises(MountError):
         store.write("obj", b"lost")
-    assert list((tmp_path / "store").iterdir()) == []
+    assert not (tmp_path / "store").exists()
 
 
 def test_mount_table_fields_are_unescaped(tmp_path: Path) -> None:

@@ -177,7 +177,9 @@ def test_explicit_paths_and_existing_folders_stay_local_stores(
     (tmp_path / "existing").mkdir()
     store = open_store(spelling.format(tmp=tmp_path))
     assert isinstance(store, LocalStore)
-    assert Path(store.root).is_dir()
+    assert store.root == str(tmp_path / spelling.rsplit("/", 1)[-1])
+    store.write("x", b"1")  # a new folder is made by the first write
+    assert (Path(store.root) / "x").read_bytes() == b"1"
 
 
 def test_userinfo_in_an_endpoint_url_never_shows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
