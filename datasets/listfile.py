@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import stat
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -206,7 +207,8 @@ def _resolve_files(
                 if not os.access(local, os.R_OK):  # not an open and a close: a third of the check's time
                     raise PermissionError(local)
             except FileNotFoundError:
-                problems.append(ListProblem(number, f"file {value!r} does not exist ({local}){_path_hint(value)}"))
+                hint = _path_hint(value, root, first=number == numbers[0])
+                problems.append(ListProblem(number, f"file {value!r} does not exist ({local}){hint}"))
                 continue
             except IsADirectoryError:
                 problems.append(ListProblem(number, f"{value!r} is a folder, not a file"))
@@ -229,12 +231,23 @@ def _resolve_files(
     return problems
 
 
-def _path_hint(value: str) -> str:
-    """What may be wrong with a path that names no file: white space around it, or Windows' separators."""
+#: First-line paths that are column names: a header line, which a ``.list`` does not have.
+_HEADER_WORDS = frozenset({"path", "paths", "file", "files", "filename", "file_name", "filepath", "image", "images"})
+
+
+def _path_hint(value: str, root: str, *, first: bool) -> str:
+    """What may be wrong with a path that names no file: a header line, white space around it, Windows' separators,
+    or its letters in another Unicode form than the file's name (a name written on macOS, say)."""
+    if first and value.strip().lower() in _HEADER_WORDS:
+        return " (a header line? a .list has none: its first line is a row; remove that line)"
     if value != value.strip():
         return " (mind the white space around the path)"
     if "\\" in value:
         return " (paths in a .list separate folders with '/', not '\\')"
+    for form in ("NFC", "NFD"):
+        other = unicodedata.normalize(form, value)
+        if other != value and os.path.exists(os.path.join(root, other)):
+            return f" (there is {other!r}, the same name with its letters in Unicode form {form}: write it so)"
     return ""
 
 

@@ -97,3 +97,28 @@ def test_an_image_row_with_an_empty_path_is_reported_not_dropped(tmp_path: Path)
     path.write_text("a.jpg\t1\n\t2\n", encoding="utf-8")
     with pytest.raises(ListFormatError, match=r"x\.list:2: the file path"):
         parse_list(path)
+
+
+@pytest.mark.parametrize("header", ["path\tlabel", "file\tclass", "Image\tLabel"])
+def test_a_header_line_is_named_as_one(tmp_path: Path, header: str) -> None:
+    (tmp_path / "img0.jpg").write_bytes(b"\xff\xd8\xff")
+    list_file = tmp_path / "train.list"
+    list_file.write_text(f"{header}\nimg0.jpg\tcat\n", encoding="utf-8")
+    with pytest.raises(ListFormatError) as caught:
+        parse_list(list_file)
+    [problem] = caught.value.problems
+    assert problem.line == 1 and "a header line? a .list has none" in problem.message
+
+
+def test_a_name_in_another_unicode_form_than_the_files_is_named(tmp_path: Path) -> None:
+    """A list written with composed letters (NFC) for a file whose name has decomposed ones (NFD, as macOS writes
+    them): the error shows the name as it is on disk."""
+    on_disk = "cafe\u0301.jpg"  # NFD: 'e' and a combining acute accent
+    (tmp_path / on_disk).write_bytes(b"\xff\xd8\xff")
+    (tmp_path / "other.jpg").write_bytes(b"\xff\xd8\xff")
+    list_file = tmp_path / "train.list"
+    list_file.write_text("other.jpg\tdrink\ncaf\u00e9.jpg\tdrink\n", encoding="utf-8")
+    with pytest.raises(ListFormatError) as caught:
+        parse_list(list_file)
+    [problem] = caught.value.problems
+    assert problem.line == 2 and f"there is {on_disk!r}" in problem.message and "Unicode form NFD" in problem.message
