@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -110,8 +111,21 @@ def wait_until(ready: Callable[[], bool], *, timeout: float, failed: Callable[[]
         delay = min(delay * 2, 0.25)
 
 
+#: Where :func:`free_port` picks ports: below the kernel's range for outgoing connections (32768-60999 on Linux),
+#: which would otherwise take a port picked for a server in the seconds before the server binds it (a JVM starts).
+PORTS = range(20000, 32768)
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port on ``host`` that nothing listens on now (chosen by the OS)."""
+    """A TCP port on ``host`` that nothing listens on now and no outgoing connection will be given (see
+    :data:`PORTS`); one the OS chooses where none of those is free."""
+    for port in random.sample(PORTS, 64):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind((host, port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind((host, 0))
         return int(probe.getsockname()[1])
@@ -167,11 +181,30 @@ def session_server(what: str, why_not: Callable[[], str | None], start: Callable
     reason = why_not()
     if reason is not None:
         cannot_run(what, reason)
-    server = start()
+    server = start_on_free_ports(start)
     try:
         yield server
     finally:
         server.stop()
+
+
+#: Starts of a server whose port was taken between being picked and being bound.
+START_ATTEMPTS = 3
+
+
+def start_on_free_ports(start: Callable[[], Server]) -> Server:
+    """``start()``, again (with new ports, as each start picks its own) when a port it picked was taken before the
+    server bound it."""
+    for _ in range(START_ATTEMPTS - 1):
+        try:
+            return start()
+        except ServerStartError as exc:
+            if not any(sign in str(exc) for sign in _PORT_TAKEN):
+                raise
+    return start()
+
+
+_PORT_TAKEN = ("Address already in use", "address already in use", "Port in use")
 
 
 class _MakesBuckets(Protocol):
