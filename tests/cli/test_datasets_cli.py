@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
+from datamount.cli.formatting import format_size
 from datamount.cli.main import cli
 from datamount.storage import open_store
 from tests.generated import MakeImageList
@@ -47,6 +48,10 @@ def test_upload_then_catalog_commands(store_dir: str, make_image_list: MakeImage
     info = run("info", "cats", "--store", store_dir)
     for fragment in ("cats@1", "kind: image", "columns: file, label", "rows: 8", "versions: @1 (1 kept)"):
         assert fragment in info.output
+    file_bytes = sum(path.stat().st_size for path in (list_file.parent / "data").iterdir())  # 8 x ~300 B
+    list_bytes = sum(open_store(store_dir).list("datasets/cats/lists").values())
+    assert f"files: 8 ({format_size(file_bytes)})" in info.output, info.output
+    assert f"stored: {format_size(file_bytes + list_bytes)} (objects, list and shards)" in info.output
 
     head = run("head", "cats", "-n", "2", "--store", store_dir)
     assert head.output.splitlines() == ["(<JPEG 303 bytes>, '0')", "(<JPEG 304 bytes>, '1')"]
