@@ -15,6 +15,7 @@ import dataclasses
 import hashlib
 import json
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib.metadata import version as package_version
 
@@ -79,11 +80,38 @@ def read_manifest(store: Store, name: str, version: int, *, packed: bool | None 
             data = store.read(path)
     except ObjectNotFoundError:
         raise DatasetNotFoundError(f"dataset {name}@{version} does not exist in {store.url}") from None
+    return _with_pack_record(store, path, data, record, look=packed is not False)
+
+
+def _with_pack_record(store: Store, path: str, data: bytes, record: bytes | None, *, look: bool) -> Manifest:
+    """The manifest ``data`` (read from ``path``) with the shards its pack record adds (``record``, its bytes when
+    read already; else read here when ``look``)."""
     manifest = Manifest.from_json(data, store.url_for(path))
-    if packed is False or manifest.shards:
+    if manifest.shards or (record is None and not look):
         return manifest
     shards = _pack_record(store, manifest, hashlib.sha256(data).hexdigest(), record)
     return manifest.with_shards(shards) if shards else manifest
+
+
+def _read_pinned(store: Store, name: str, version: int) -> Manifest | None:
+    """Version ``version`` of ``name`` found without listing its versions folder (one round trip rather than two):
+    its manifest, its pack record and its removal mark asked for at once; ``None`` when the manifest is not there or
+    the version is marked removed (the listing then says what there is)."""
+    manifest_path = layout.manifest_path(name, version)
+    with ThreadPoolExecutor(3, thread_name_prefix="datamount-version") as asking:
+        removed = asking.submit(_read_if_there, store, layout.removed_path(name, version))
+        record = asking.submit(_read_if_there, store, layout.pack_record_path(name, version))
+        data = asking.submit(_read_if_there, store, manifest_path).result()
+        if data is None or removed.result() is not None:
+            return None
+        return _with_pack_record(store, manifest_path, data, record.result(), look=False)
+
+
+def _read_if_there(store: Store, path: str) -> bytes | None:
+    try:
+        return store.read(path)
+    except ObjectNotFoundError:
+        return None
 
 
 def _read_both(store: Store, manifest_path: str, record_path: str) -> tuple[bytes, bytes | None]:
@@ -112,6 +140,10 @@ def store_named(store: Store) -> str:
 def resolve(store: Store, ref: str | DatasetRef, *, public_fallback: bool = True) -> Manifest:
     """The manifest ``ref`` (``name`` or ``name@N``) points to; a plain name falls back to the public area."""
     parsed = parse_ref(ref) if isinstance(ref, str) else ref
+    if parsed.version is not None:
+        pinned = _read_pinned(store, parsed.name, parsed.version)
+        if pinned is not None:
+            return pinned
     candidates = [parsed.name]
     if public_fallback and not parsed.is_public and "/" not in parsed.name:
         candidates.append(f"{PUBLIC_NAMESPACE}/{parsed.name}")

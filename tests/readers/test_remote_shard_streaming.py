@@ -215,6 +215,28 @@ def test_a_manifest_and_its_pack_record_are_asked_for_at_once(packed: Packed) ->
     assert abs(asked["1.json"] - asked["1.pack.json"]) < 0.15, "the pack record waited for the manifest"
 
 
+def test_a_pinned_version_is_found_in_one_round_trip_without_listing_the_versions(packed: Packed) -> None:
+    """``reader("d@1")``: the manifest, the pack record and the removal mark are asked for at once, and the versions
+    folder is not listed (a listing, then the manifest, was two round trips before the shard)."""
+    packed.proxy.inject(Fault.delay(0.3), methods={"GET", "HEAD"}, containing="/versions")
+    before = len(packed.proxy.requests)
+    samples = reader("d@1", packed.far)
+    asked = [r for r in packed.proxy.requests[before:] if "/versions" in unquote(r.target)]
+    assert not [r for r in asked if "list-type" in r.target], "the versions folder was listed"
+    names = {unquote(r.target).rsplit("/", 1)[1].split("?")[0]: r.received for r in asked}
+    assert set(names) == {"1.json", "1.pack.json", "1.removed"}, names
+    assert max(names.values()) - min(names.values()) < 0.15, "one waited for another"
+    assert samples.manifest.shards and list(samples()) == image_rows(packed.list_file)
+
+
+def test_a_pinned_version_marked_removed_is_not_read(packed: Packed) -> None:
+    """A removal marks a version before it deletes its manifest: a pinned reader that finds the mark is told the
+    version is gone, as the listing says, even while the manifest is still there."""
+    packed.direct.create(layout.removed_path("d", 1), b"2026-01-01T00:00:00+00:00")
+    with pytest.raises(DatamountError, match="no dataset named 'd'"):
+        reader("d@1", packed.far)
+
+
 def test_a_reader_opened_by_url_checks_the_store_while_it_finds_the_version(
     packed: Packed, s3_bucket: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
