@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import json
 from collections.abc import Callable, Iterator
@@ -98,13 +99,16 @@ def _read_pinned(store: Store, name: str, version: int) -> Manifest | None:
     its manifest, its pack record and its removal mark asked for at once; ``None`` when the manifest is not there or
     the version is marked removed (the listing then says what there is)."""
     manifest_path = layout.manifest_path(name, version)
-    with ThreadPoolExecutor(3, thread_name_prefix="datamount-version") as asking:
-        removed = asking.submit(_read_if_there, store, layout.removed_path(name, version))
-        record = asking.submit(_read_if_there, store, layout.pack_record_path(name, version))
-        data = asking.submit(_read_if_there, store, manifest_path).result()
-        if data is None or removed.result() is not None:
-            return None
-        return _with_pack_record(store, manifest_path, data, record.result(), look=False)
+    paths = [manifest_path, layout.removed_path(name, version), layout.pack_record_path(name, version)]
+    read = functools.partial(_read_if_there, store)
+    if store.local_path() is not None:  # no round trips to save, so no threads to start (0.04 ms rather than 0.35)
+        data, removed, record = map(read, paths)
+    else:
+        with ThreadPoolExecutor(len(paths), thread_name_prefix="datamount-version") as asking:
+            data, removed, record = asking.map(read, paths)
+    if data is None or removed is not None:
+        return None
+    return _with_pack_record(store, manifest_path, data, record, look=False)
 
 
 def _read_if_there(store: Store, path: str) -> bytes | None:
@@ -257,9 +261,8 @@ def _pack_record(store: Store, manifest: Manifest, manifest_sha256: str, data: b
     """The shards the pack record of ``manifest``'s version lists (its bytes ``data`` when they were read already);
     none when there is no record, or one left by a version of that number that was removed."""
     path = layout.pack_record_path(manifest.name, manifest.version)
-    try:
-        data = store.read(path) if data is None else data
-    except ObjectNotFoundError:
+    data = _read_if_there(store, path) if data is None else data
+    if data is None:
         return []
     try:
         record = json.loads(data)
