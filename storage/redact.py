@@ -6,29 +6,45 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-# Option names (any nesting level) whose values are secrets.
-SECRET_OPTION_NAMES = frozenset(
+#: Words that make an option or URL parameter a secret wherever they appear in its name (``key``, ``secret_key``,
+#: ``aws_secret_access_key``, ``secretAccessKey``, ``X-Amz-Signature``, ``sig``), so that a misspelt or unknown one is
+#: masked too: showing ``***`` for a name that holds no secret costs nothing, printing a secret cannot be undone.
+SECRET_WORDS = frozenset(
     {
         "key",
         "secret",
         "token",
         "password",
-        "session_token",
-        "aws_access_key_id",
-        "aws_secret_access_key",
-        "aws_session_token",
-        "access_key",
-        "secret_key",
+        "passwd",
+        "pwd",
+        "passphrase",
+        "credential",
         "credentials",
-        "client_secret",
-        "private_key",
-        "sas_token",
-        "account_key",
+        "auth",
+        "authorization",
+        "sas",
+        "sig",
+        "signature",
+        "cookie",
     }
 )
+#: Parts that make a name a secret even glued to other words (``secretkey``, ``apitoken``, ``accesskey``).
+SECRET_PARTS = ("secret", "password", "passwd", "token", "credential", "signature")
+#: A name's words: runs of letters and digits, split where a lower-case letter meets an upper-case one.
+_WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z0-9]+")
 MASK = "***"
 #: The ``user:password@`` part of a URL (percent-encoded as RFC 3986 wants it: no ``/``, ``?``, ``#`` or ``@`` in it).
 USERINFO = re.compile(r"(?<=://)[^/?#@\s]*@")
+#: A ``name=value`` parameter of a URL's query (after ``?`` or ``&``; the value ends at ``&``, ``#`` or a space).
+QUERY_PARAMETER = re.compile(r"(?<=[?&])([^=&#\s]+)=([^&#\s]*)")
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether an option or URL parameter called ``name`` holds a secret (see :data:`SECRET_WORDS`)."""
+    lowered = name.lower()
+    if lowered.endswith("key") or any(part in lowered for part in SECRET_PARTS):
+        return True
+    return any(word.lower() in SECRET_WORDS for word in _WORDS.findall(name))
 
 
 def redact_options(options: Mapping[str, Any]) -> dict[str, Any]:
@@ -38,7 +54,7 @@ def redact_options(options: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _redacted(name: str, value: Any) -> Any:
-    if name.lower() in SECRET_OPTION_NAMES and value is not None:
+    if is_secret_name(name) and value is not None:
         return MASK
     if isinstance(value, Mapping):
         return redact_options(value)
@@ -50,13 +66,22 @@ def _redacted(name: str, value: Any) -> Any:
 
 
 def redact_url(url: str) -> str:
-    """``url`` with any ``user:password@`` part masked."""
+    """``url`` with any ``user:password@`` part and the value of every secret query parameter masked."""
     return redact_urls(url)
 
 
 def redact_urls(text: str) -> str:
-    """``text`` with the ``user:password@`` part of every URL in it masked."""
-    return USERINFO.sub(f"{MASK}@", text)
+    """``text`` with the ``user:password@`` part of every URL in it, and the value of every query parameter with a
+    secret's name (``?secret=``, ``X-Amz-Signature=``, ``sig=``), masked."""
+    text = USERINFO.sub(f"{MASK}@", text)
+    if "=" not in text:
+        return text
+    return QUERY_PARAMETER.sub(_masked_parameter, text)
+
+
+def _masked_parameter(match: re.Match[str]) -> str:
+    name, value = match.groups()
+    return f"{name}={MASK}" if value and is_secret_name(name) else match.group()
 
 
 def secret_values(options: Mapping[str, Any]) -> list[str]:
@@ -66,7 +91,7 @@ def secret_values(options: Mapping[str, Any]) -> list[str]:
     for name, value in options.items():
         if isinstance(value, Mapping):
             found.extend(secret_values(value))
-        elif name.lower() in SECRET_OPTION_NAMES and isinstance(value, str) and len(value) >= 4:
+        elif is_secret_name(name) and isinstance(value, str) and len(value) >= 4:
             found.append(value)
         elif isinstance(value, str):
             found.extend(_userinfo_secrets(value))

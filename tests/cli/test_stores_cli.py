@@ -143,3 +143,32 @@ def test_doctor_hides_userinfo_in_urls() -> None:
         code, output = run("doctor", *args)
         assert code == 1
         assert "secret" not in output and "user:" not in output, output
+
+
+@pytest.mark.parametrize(
+    "name", ["aws_secret_access_key", "secretAccessKey", "access_key_id", "api-token", "sas_key", "hmac_password"]
+)
+def test_stores_hides_credentials_under_any_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """An option the backend does not know is refused when the store opens, but `stores` shows the profile before:
+    a credential under a name of another tool's (or misspelt) is masked all the same."""
+    use_config(tmp_path, monkeypatch, f'[stores.team]\nurl = "s3://bucket/p"\n{name} = "never-printed-secret"\n')
+    for args in (["stores"], ["stores", "--json"]):
+        code, output = run(*args)
+        assert code == 0, output
+        assert f"{name}" in output and "***" in output
+        assert "never-printed-secret" not in output
+
+
+def test_stores_hides_secrets_in_the_query_of_datamount_store(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`DATAMOUNT_STORE` is shown as the user set it, but for the value of each secret parameter of its query (a
+    URL of that kind is then refused, naming only the parameters)."""
+    monkeypatch.setenv(
+        "DATAMOUNT_STORE", "s3://bucket/p?endpoint_url=http://127.0.0.1:9&secret=never-printed&X-Amz-Signature=ab12cd"
+    )
+    code, output = run("stores")
+    assert code == 0, output
+    assert "endpoint_url=http://127.0.0.1:9" in output and "secret=***" in output and "X-Amz-Signature=***" in output
+    assert "never-printed" not in output and "ab12cd" not in output
+    code, output = run("ls")
+    assert code == 2
+    assert "secret" in output and "never-printed" not in output

@@ -223,3 +223,53 @@ def test_options_and_third_party_messages_lose_userinfo() -> None:
         scrub(message, secret_values(options))
         == 'Could not connect to the endpoint URL: "http://***@127.0.0.1:9/b?list-type=2"'
     )
+
+
+SECRET_NAMES = [
+    "key",
+    "secret",
+    "token",
+    "aws_secret_access_key",
+    "secretAccessKey",
+    "X-Amz-Signature",
+    "sig",
+    "client_secret",
+    "accountkey",
+    "session_token",
+    "Authorization",
+    "sas",
+]
+PLAIN_NAMES = [
+    "endpoint_url",
+    "region_name",
+    "profile",
+    "anon",
+    "path_style",
+    "keytab",
+    "kerb_ticket",
+    "host",
+    "port",
+    "user",
+    "replication",
+    "connect_timeout",
+    "hadoop.security.authentication",
+    "X-Amz-Expires",
+]
+
+
+@pytest.mark.parametrize("name", SECRET_NAMES)
+def test_a_secret_is_masked_under_its_name_in_options_urls_and_messages(name: str) -> None:
+    value = "value-0f-a-secret"
+    assert redact_options({name: value, "client_kwargs": {name: value}}) == {
+        name: "***",
+        "client_kwargs": {name: "***"},
+    }
+    assert redact_url(f"https://host/b/o?a=1&{name}={value}#x") == f"https://host/b/o?a=1&{name}=***#x"
+    assert scrub(f"the server said {value!r}", secret_values({name: value})) == "the server said '***'"
+
+
+@pytest.mark.parametrize("name", PLAIN_NAMES)
+def test_options_that_hold_no_secret_stay_readable(name: str) -> None:
+    assert redact_options({name: "shown-value"}) == {name: "shown-value"}
+    assert redact_url(f"https://host/b?{name}=shown-value") == f"https://host/b?{name}=shown-value"
+    assert secret_values({name: "shown-value"}) == []
