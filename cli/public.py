@@ -35,13 +35,15 @@ def list_public(store: Store, as_json: bool) -> None:
     for status in found:
         spec, manifest = status.spec, status.manifest
         rows = ", ".join(f"{split} {count:,}" for split, count in status.splits.items())
+        if not rows and manifest is not None:
+            rows = f"{manifest.rows:,}"
         table.add_row(
-            spec.name,
+            status.name,
             f"@{manifest.version} {manifest.created}" if manifest is not None else "no",
             rows or "-",
             format_size(manifest.total_bytes) if manifest is not None else "-",
             _origin(spec),
-            spec.title,
+            spec.title if spec is not None else f"{manifest.kind.value} dataset put in the public area by a user",
         )
     print_table(table)
     click.echo(f"store: {store.url}; install with 'datamount public install NAME', read with reader(NAME)")
@@ -49,14 +51,14 @@ def list_public(store: Store, as_json: bool) -> None:
 
 def _status_json(status: public_datasets.PublicStatus) -> dict[str, Any]:
     spec, manifest = status.spec, status.manifest
-    sizes = [file.size for file in spec.files]
+    sizes = [file.size for file in spec.files] if spec is not None else []
     return {
-        "name": spec.name,
-        "title": spec.title,
-        "kind": spec.kind,
-        "splits": list(spec.splits),
-        "downloadable": spec.downloadable,
-        "download_bytes": sum(sizes) if spec.downloadable and all(sizes) else None,
+        "name": status.name,
+        "title": spec.title if spec is not None else None,
+        "kind": spec.kind if spec is not None else manifest.kind.value if manifest is not None else None,
+        "splits": list(spec.splits) if spec is not None else list(status.splits),
+        "downloadable": spec is not None and spec.downloadable,
+        "download_bytes": sum(sizes) if spec is not None and spec.downloadable and all(sizes) else None,
         "installed": None
         if manifest is None
         else {
@@ -68,7 +70,9 @@ def _status_json(status: public_datasets.PublicStatus) -> dict[str, Any]:
     }
 
 
-def _origin(spec: PublicDataset) -> str:
+def _origin(spec: PublicDataset | None) -> str:
+    if spec is None:
+        return "uploaded"
     if not spec.downloadable:
         return "--from PATH only"
     sizes = [file.size for file in spec.files]
@@ -146,8 +150,8 @@ def install(
 @yes_option
 @store_options
 def remove(name: str, yes: bool, store: Store) -> None:
-    """Remove installed public dataset NAME from the store (the download cache stays)."""
-    spec = public_datasets.get(name)
-    if not yes and catalog.versions(store, spec.dataset_name):
-        confirm_removal(spec.dataset_name, store)
-    echo_removed(spec.dataset_name, public_datasets.remove(name, store=store))
+    """Remove public dataset NAME from the store's public area (the download cache stays)."""
+    dataset_name = public_datasets.dataset_name(name, store)
+    if not yes and catalog.versions(store, dataset_name):
+        confirm_removal(dataset_name, store)
+    echo_removed(dataset_name, public_datasets.remove(name, store=store))

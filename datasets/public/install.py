@@ -21,6 +21,7 @@ import platformdirs
 from datamount.datasets import catalog, layout
 from datamount.datasets.errors import DatasetNotFoundError, PublicConfigError, SourceFormatError, SourceNotFoundError
 from datamount.datasets.manifest import Manifest
+from datamount.datasets.names import PUBLIC_NAMESPACE, validate_name
 from datamount.datasets.progress import Progress, Silent
 from datamount.datasets.public import imagenet, imdb, mnist, wmt14
 from datamount.datasets.public.download import SITE_COPY_HINT, RetryPolicy, fetch, md5_file
@@ -249,9 +250,11 @@ def _checksums(spec: PublicDataset) -> Mapping[str, str]:
 
 @dataclass(frozen=True)
 class PublicStatus:
-    """A public dataset and, when it is installed in the store, its manifest."""
+    """A dataset of the store's public area and, when it is there, its manifest: one datamount installs (``spec``),
+    or one a user put there (``datamount upload LIST public/NAME``, ``import``; ``spec`` is ``None``)."""
 
-    spec: PublicDataset
+    name: str
+    spec: PublicDataset | None
     manifest: Manifest | None
 
     @property
@@ -265,19 +268,34 @@ class PublicStatus:
 
 
 def status(store: Store | str | None = None) -> list[PublicStatus]:
-    """Every public dataset datamount knows, with its manifest where it is installed in the store."""
+    """Every public dataset datamount knows, with its manifest where it is installed in the store, then the other
+    datasets of the store's public area."""
     target = open_store(store)
-    found = []
-    for spec in public_datasets():
-        found.append(PublicStatus(spec, catalog.latest(target, spec.dataset_name)))
+    found = [PublicStatus(spec.name, spec, catalog.latest(target, spec.dataset_name)) for spec in public_datasets()]
+    known = {spec.dataset_name for spec in public_datasets()}
+    for name in catalog.dataset_names(target):
+        if name.startswith(PUBLIC_NAMESPACE + "/") and name not in known:
+            manifest = catalog.latest(target, name)
+            if manifest is not None:
+                found.append(PublicStatus(name.partition("/")[2], None, manifest))
     return found
 
 
+def dataset_name(name: str, store: Store) -> str:
+    """The dataset that public dataset ``name`` is in ``store``: ``public/NAME``, for one datamount installs, or for
+    one a user put in the public area; else a :class:`DatasetNotFoundError` naming the ones datamount knows."""
+    if name in _REGISTRY:
+        return _REGISTRY[name].dataset_name
+    if validate_name(name) and "/" not in name and catalog.versions(store, f"{PUBLIC_NAMESPACE}/{name}"):
+        return f"{PUBLIC_NAMESPACE}/{name}"
+    return get(name).dataset_name
+
+
 def remove(name: str, *, store: Store | str | None = None) -> list[int]:
-    """Remove installed public dataset ``name`` (every version); return the versions removed."""
-    spec = get(name)
+    """Remove public dataset ``name`` (every version) from the store's public area; return the versions removed."""
     target = open_store(store)
-    if not catalog.versions(target, spec.dataset_name):
-        target.remove(layout.dataset_folder(spec.dataset_name), recursive=True, missing_ok=True)  # a killed install
+    found = dataset_name(name, target)
+    if not catalog.versions(target, found):
+        target.remove(layout.dataset_folder(found), recursive=True, missing_ok=True)  # a killed install
         raise DatasetNotFoundError(f"the public dataset {name} is not installed in {target.url}")
-    return catalog.remove(target, spec.dataset_name)
+    return catalog.remove(target, found)

@@ -3,6 +3,7 @@ their exit status."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -175,3 +176,25 @@ def test_a_wrong_checksums_file_is_one_line_naming_its_line(
     sums.write_text(text, encoding="utf-8")
     result = run("public", "install", "mnist", "--checksums", str(sums), "--from", str(tmp_path), "--store", store_dir)
     assert_one_line_error(result, 2, fragment)
+
+
+def test_a_dataset_a_user_put_in_the_public_area_is_listed_and_removed(store_dir: str, tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_bytes(b"shared")
+    listing = tmp_path / "team.list"
+    listing.write_text("a.txt\tone\n", encoding="utf-8")
+    assert run("upload", str(listing), "public/shared", "--store", store_dir, "--quiet").exit_code == 0
+    assert list(reader("shared", store_dir)()) == [(b"shared", "one")]
+
+    shown = run("public", "ls", "--store", store_dir)
+    assert shown.exit_code == 0, shown.output
+    line = next(line for line in shown.output.splitlines() if line.startswith("shared "))
+    assert "@1 " in line and "uploaded" in line
+    as_json = json.loads(run("public", "ls", "--store", store_dir, "--json").output)
+    (entry,) = [entry for entry in as_json["datasets"] if entry["name"] == "shared"]
+    assert entry["kind"] == "image" and entry["installed"]["version"] == 1 and not entry["downloadable"]
+
+    assert_one_line_error(run("public", "rm", "shared", "--store", store_dir), 2, "pass --yes")
+    removed = run("public", "rm", "shared", "--yes", "--store", store_dir)
+    assert removed.exit_code == 0 and "removed public/shared version(s) 1" in removed.output, removed.output
+    assert_one_line_error(run("public", "rm", "shared", "--yes", "--store", store_dir), 3, "datamount knows: ")
+    assert "shared" not in run("public", "ls", "--store", store_dir).output
