@@ -8,7 +8,9 @@ and are kept by the kernel: the tree never changes while it is mounted.
 Read-ahead follows each reader: a file opened right after its list predecessor starts a window of the next files in
 list order, any other one a window of the files after it in its folder (what ``find``, ``os.walk`` and
 ``ImageFolder`` open next). When the reader reaches the middle of its window, the next window is fetched, so that
-each reader keeps between half a window and a window of bytes ahead; concurrent readers each keep their own.
+each reader keeps between half a window and a window of bytes ahead; concurrent readers each keep their own. The
+files of a window go into the kernel's page cache as their bytes come (:mod:`~datamount.mount.push`), so that most
+files are read with no request to this process.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import pyfuse3
 import trio
 
 from datamount.mount.content import Contents
+from datamount.mount.push import PageCacheFiller
 from datamount.mount.tree import Node, Tree
 from datamount.storage import DatamountError
 from datamount.storage.redact import redact_url
@@ -60,6 +63,9 @@ class DatasetFilesystem(pyfuse3.Operations):
         self._recent: deque[Node] = deque(maxlen=RECENT_OPENS)
         #: A file whose opening fetches the next window: the window's last file and the order it follows.
         self._triggers: dict[int, tuple[Node, str]] = {}
+        self.filler = PageCacheFiller(
+            pyfuse3.notify_store, lambda node, unit: contents.file_of(node.content, unit), len(tree.inodes)
+        )
 
     # --------------------------------------------------------------------------------------------- metadata
 
@@ -124,6 +130,7 @@ class DatasetFilesystem(pyfuse3.Operations):
     async def read(self, fh: int, offset: int, size: int) -> bytes:
         node, data = self._handles[fh]
         if data is None:
+            self.filler.served(node.inode)
             data = await self._bytes_of(node)
             if fh in self._handles:
                 self._handles[fh] = (node, data)
@@ -170,7 +177,8 @@ class DatasetFilesystem(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.EIO) from exc
 
     def _read_ahead(self, node: Node) -> None:
-        """Fetch what the reader that opens ``node`` will open next (see the module's documentation)."""
+        """Fetch what the reader that opens ``node`` will open next, and hand those files to the kernel as their
+        bytes come (see the module's documentation)."""
         trigger = self._triggers.pop(node.inode, None)
         if trigger is not None:
             start, order = trigger
@@ -178,17 +186,32 @@ class DatasetFilesystem(pyfuse3.Operations):
         elif node.content is not None and self.contents.is_coming(node.content):
             window = []  # inside a window already: its middle fetches the next one
         else:
-            order = "list" if self._follows_list(node) else "folder"
+            order = "list" if self._followed_order(node) == "list" else "folder"
             window = [node, *self._after(node, order)]
-        self._recent.append(node)
         if len(window) > 1:
             self._triggers[window[len(window) // 2].inode] = (window[-1], order)
         if window:
             self.contents.prefetch(file.content for file in window if file.content is not None)
+        elif not self.filler.given(node.inode) and (followed := self._followed_order(node)) is not None:
+            # A reader going on in order through files fetched with an earlier window, but not handed to the kernel
+            # ahead of it (a row group holds files of several folders): those after it that are here or on their way.
+            window = list(itertools.takewhile(self._is_coming, self._after(node, followed)))
+        self._recent.append(node)
+        for file in window:
+            if file is not node and file.content is not None:
+                self.filler.offer(file, self.contents.fetch(file.content))
 
-    def _follows_list(self, node: Node) -> bool:
-        """Whether a file opened lately (by any reader) is ``node``'s list predecessor."""
-        return any(self.tree.next_in_list(recent) is node for recent in self._recent)
+    def _followed_order(self, node: Node) -> str | None:
+        """The order in which a file opened lately (by any reader) comes right before ``node``: ``list``,
+        ``folder``, or ``None`` when none does (a reader opening files at random)."""
+        if any(self.tree.next_in_list(recent) is node for recent in self._recent):
+            return "list"
+        if any(recent.next_sibling is node for recent in self._recent):
+            return "folder"
+        return None
+
+    def _is_coming(self, node: Node) -> bool:
+        return node.content is not None and self.contents.is_coming(node.content)
 
     def _after(self, node: Node, order: str) -> Iterator[Node]:
         """The files after ``node`` in ``order`` (list or folder), a window's worth of bytes: each unit fetched (a

@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import io
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -102,6 +103,36 @@ def test_a_walk_of_the_mount_gives_the_uploaded_files_byte_for_byte(
         unmount(mountpoint)
         mount("pets", mountpoint, store=store, cache=tmp_path / "cache")  # served from the cache, checked again
         assert tree_of(mountpoint) == expected
+
+
+@pytest.mark.parametrize("store", ["local", pytest.param("s3", marks=pytest.mark.s3)], indirect=True)
+@pytest.mark.parametrize("packed", [False, True], ids=["objects", "packed"])
+def test_files_a_walk_reads_next_reach_the_kernel_before_their_reads(
+    store: Store, tmp_path: Path, mountpoint: Path, packed: bool
+) -> None:
+    """The files of each read-ahead window go into the kernel's page cache as they come: a walk (``os.walk`` and
+    the files of each folder in turn, as ``find | xargs cat`` reads them) by a reader that does some work with each
+    file takes no read request to the serving process for most files, and gets the same bytes."""
+    list_file = class_folders(tmp_path / "src", 120)
+    upload(list_file, "pets", store=store, packed=packed)
+    log_file = tmp_path / "mount.log"
+    mounted = mount("pets", mountpoint, store=store, cache=False, log_file=log_file)
+    walked = 0
+    for parent, _, names in os.walk(mountpoint):
+        for name in names:
+            path = Path(parent, name).relative_to(mountpoint)
+            assert (mountpoint / path).read_bytes() == (tmp_path / "src" / path).read_bytes()
+            walked += 1
+            time.sleep(0.005)  # a training step's worth of work
+    assert walked == 121  # the files and the list
+    unmount(mountpoint)
+    _wait_gone(mounted.pid)
+    report = re.search(
+        r"(\d+) file\(s\) put into the page cache ahead of their reads; (\d+) read by requests", log_file.read_text()
+    )
+    assert report is not None, log_file.read_text()
+    pushed, read = map(int, report.groups())
+    assert pushed >= walked // 2 and read <= walked // 2, (pushed, read)
 
 
 @pytest.mark.parametrize("store", ["local", pytest.param("s3", marks=pytest.mark.s3)], indirect=True)
