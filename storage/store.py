@@ -30,6 +30,7 @@ from datamount.storage.errors import (
     DatamountError,
     ObjectExistsError,
     ObjectNotFoundError,
+    StoreConfigError,
     StoreIOError,
     StorePermissionError,
     StoreUnreachableError,
@@ -214,6 +215,12 @@ class Store:
     @classmethod
     def from_url(cls, url: str, *, name: str | None = None, **options: Any) -> Store:
         """Open the store rooted at ``url``; ``options`` go to the fsspec filesystem."""
+        if url.startswith(("http://", "https://")) and ("?" in url or "#" in url):
+            raise StoreConfigError(
+                f"{redact.redact_url(url.split('?')[0].split('#')[0])!r}: a store URL names a folder, and each file's "
+                "name goes after it, so a query (?...) or fragment (#...) would end up inside every file's URL; give "
+                "headers or tokens as the client_kwargs option (in a profile) instead"
+            )
         try:
             fs, root = fsspec.core.url_to_fs(url, **options)
         except ImportError as exc:

@@ -273,3 +273,14 @@ def test_options_that_hold_no_secret_stay_readable(name: str) -> None:
     assert redact_options({name: "shown-value"}) == {name: "shown-value"}
     assert redact_url(f"https://host/b?{name}=shown-value") == f"https://host/b?{name}=shown-value"
     assert secret_values({name: "shown-value"}) == []
+
+
+@pytest.mark.parametrize(
+    "url", ["https://127.0.0.1:9/data?sig=never-shown&x=1", "http://127.0.0.1:9/data#never-shown", "https://h/d?"]
+)
+def test_an_http_store_url_with_a_query_or_fragment_is_refused(url: str) -> None:
+    """Each file's name is joined after the store's URL: a query would put it inside the query, reading one object
+    for every name."""
+    with pytest.raises(StoreConfigError, match="a store URL names a folder") as caught:
+        open_store(url, check=False)
+    assert "never-shown" not in str(caught.value)
