@@ -369,8 +369,8 @@ def removed_while_read(store: Store, manifest: Manifest, missing: ObjectNotFound
     if still_there:
         return missing
     return DatasetNotFoundError(
-        f"{manifest.ref} was removed from {store.url} while it was being read ({missing}); a new reader reads the "
-        "versions there now"
+        f"{manifest.ref} was removed from {store.url} while it was being read ({missing}); what is there now is "
+        "read by opening it again (a new reader, a new mount)"
     )
 
 

@@ -28,10 +28,11 @@ from typing import Any
 import pyfuse3
 import trio
 
+from datamount.datasets import catalog
 from datamount.mount.content import Contents
 from datamount.mount.push import PageCacheFiller
 from datamount.mount.tree import Node, Tree
-from datamount.storage import DatamountError
+from datamount.storage import DatamountError, ObjectNotFoundError
 from datamount.storage.redact import redact_url
 
 log = logging.getLogger("datamount.mount")
@@ -173,7 +174,12 @@ class DatasetFilesystem(pyfuse3.Operations):
             unit = await _result(self.contents.fetch(node.content))
             return self.contents.file_of(node.content, unit)
         except (DatamountError, OSError) as exc:
-            log.error("%s: %s", node.path, redact_url(str(exc)))
+            reason: Exception = exc
+            if isinstance(exc, ObjectNotFoundError):  # the version removed since it was mounted? (asks the store)
+                reason = await trio.to_thread.run_sync(
+                    catalog.removed_while_read, self.contents.store, self.contents.manifest, exc
+                )
+            log.error("%s: %s", node.path, redact_url(str(reason)))
             raise pyfuse3.FUSEError(errno.EIO) from exc
 
     def _read_ahead(self, node: Node) -> None:

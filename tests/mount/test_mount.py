@@ -184,6 +184,25 @@ def test_a_damaged_file_is_an_io_error_for_that_file_only(
     assert "data/img0003.jpg" in log_file.read_text()
 
 
+def test_a_version_removed_while_mounted_is_named_in_the_log(
+    local_store: Store, tmp_path: Path, mountpoint: Path
+) -> None:
+    """Files of a version removed (``datamount rm``) while it is mounted, not held yet, are I/O errors, and the log
+    says the version was removed rather than that an object is missing."""
+    list_file = class_folders(tmp_path / "src", 60)
+    upload(list_file, "pets", store=local_store)
+    log_file = tmp_path / "mount.log"
+    mount("pets", mountpoint, store=local_store, cache=False, memory=8 << 10, read_ahead=4 << 10, log_file=log_file)
+    assert (mountpoint / "cls0" / "img0000.jpg").read_bytes() == (
+        tmp_path / "src" / "cls0" / "img0000.jpg"
+    ).read_bytes()
+    catalog.remove(local_store, "pets")
+    with pytest.raises(OSError) as caught:
+        (mountpoint / "cls2" / "img0059.jpg").read_bytes()
+    assert caught.value.errno == errno.EIO
+    assert "cls2/img0059.jpg: pets@1 was removed from file://" in log_file.read_text()
+
+
 def test_writes_are_refused_as_a_read_only_filesystem(local_store: Store, tmp_path: Path, mountpoint: Path) -> None:
     upload(write_image_list(tmp_path / "src", 3), "pets", store=local_store)
     mount("pets", mountpoint, store=local_store)
