@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import itertools
 import logging
 import os
@@ -41,6 +42,8 @@ log = logging.getLogger("datamount.mount")
 DEFAULT_READ_AHEAD = 32 << 20
 #: Files in one read-ahead window, at most.
 WINDOW_FILES = 256
+#: Files handed to the kernel after one that a reader opened before it was (a reader catching up with the pushes).
+PUSH_AFTER_MISS = 32
 #: Opens remembered to tell which order a reader follows.
 RECENT_OPENS = 64
 #: Seconds the kernel keeps names and attributes: a mounted version never changes.
@@ -124,6 +127,7 @@ class DatasetFilesystem(pyfuse3.Operations):
         if flags & _WRITE_FLAGS:
             raise pyfuse3.FUSEError(errno.EROFS)
         self._read_ahead(node)
+        self.filler.opened(node.inode)
         handle = next(self._next_handle)
         self._handles[handle] = (node, None)
         return pyfuse3.FileInfo(fh=handle, keep_cache=True)
@@ -131,7 +135,7 @@ class DatasetFilesystem(pyfuse3.Operations):
     async def read(self, fh: int, offset: int, size: int) -> bytes:
         node, data = self._handles[fh]
         if data is None:
-            self.filler.served(node.inode)
+            self.filler.served()
             data = await self._bytes_of(node)
             if fh in self._handles:
                 self._handles[fh] = (node, data)
@@ -201,11 +205,15 @@ class DatasetFilesystem(pyfuse3.Operations):
         elif not self.filler.given(node.inode) and (followed := self._followed_order(node)) is not None:
             # A reader going on in order through files fetched with an earlier window, but not handed to the kernel
             # ahead of it (a row group holds files of several folders): those after it that are here or on their way.
-            window = list(itertools.takewhile(self._is_coming, self._after(node, followed)))
+            ahead = itertools.takewhile(self._is_coming, self._after(node, followed))
+            window = list(itertools.islice(ahead, PUSH_AFTER_MISS))
         self._recent.append(node)
-        for file in window:
-            if file is not node and file.content is not None:
-                self.filler.offer(file, self.contents.fetch(file.content))
+        if window:
+            token = trio.lowlevel.current_trio_token()
+            run_soon = functools.partial(_soon, token)
+            for file in window:
+                if file is not node and file.content is not None and not self.filler.given(file.inode):
+                    self.filler.offer(file, self.contents.fetch(file.content), run_soon)
 
     def _followed_order(self, node: Node) -> str | None:
         """The order in which a file opened lately (by any reader) comes right before ``node``: ``list``,

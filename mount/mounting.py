@@ -202,11 +202,10 @@ def serve(plan: _Plan, manifest: Manifest | None = None, on_ready: Callable[[], 
     except RuntimeError as exc:
         contents.close()
         raise MountError(f"could not mount {plan.mountpoint}: libfuse refused ({exc}); see the log") from exc
-    filesystem.filler.start()
     try:
         trio.run(_serve_until_stopped, on_ready)
     finally:
-        filesystem.filler.stop()
+        log.info("%s", filesystem.filler.summary())
         pyfuse3.close(unmount=True)
         contents.close()
         log.info("unmounted")
