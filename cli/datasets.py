@@ -10,6 +10,7 @@ from rich.markup import escape
 
 from datamount.cli.completion import complete_datasets
 from datamount.cli.formatting import (
+    counted,
     describe,
     echo_fields,
     echo_json,
@@ -102,23 +103,23 @@ def upload(
         )
     m = result.manifest
     if m.splits and result.created:
-        click.echo("splits: " + ", ".join(f"{split} {rows} rows" for split, rows in m.splits.items()))
+        click.echo("splits: " + ", ".join(f"{split} {counted(rows, 'row')}" for split, rows in m.splits.items()))
     if then_pack:
         stored = "" if m.objects else ", its files stored only there"
         click.echo(f"{m.ref} is packed in {len(m.shards)} shard(s){stored}")
     if not result.created:
         repaired = f"; {result.repaired_files} missing file(s) sent again" if result.repaired_files else ""
-        click.echo(f"{m.ref} is up to date: it already holds exactly this list ({m.rows} rows{repaired})")
+        click.echo(f"{m.ref} is up to date: it already holds exactly this list ({counted(m.rows, 'row')}{repaired})")
         return
     if not m.objects:
         resumed = f" ({result.reused_files} found in the shards of an earlier run)" if result.reused_files else ""
         click.echo(
-            f"uploaded {m.ref}: {m.kind}, {m.rows} rows, {len(m.files)} files in "
+            f"uploaded {m.ref}: {m.kind}, {counted(m.rows, 'row')}, {counted(len(m.files), 'file')} in "
             f"{format_size(result.sent_bytes)} of shards{resumed} to {store.url}"
         )
         return
     click.echo(
-        f"uploaded {m.ref}: {m.kind}, {m.rows} rows, {len(m.files)} files "
+        f"uploaded {m.ref}: {m.kind}, {counted(m.rows, 'row')}, {counted(len(m.files), 'file')} "
         f"({result.sent_files} sent, {format_size(result.sent_bytes)}; {result.reused_files} already stored) "
         f"to {store.url}"
     )

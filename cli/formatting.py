@@ -31,6 +31,11 @@ _MAGIC = [
 ]
 
 
+def counted(count: int, noun: str) -> str:
+    """``1 row``, ``2 rows``, ``4,096 rows``: a count and its noun (plural with an ``s``)."""
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
+
+
 def format_size(size: int) -> str:
     """``12.3 MB``-style sizes (powers of 1000)."""
     value = float(size)

@@ -35,6 +35,14 @@ def store_dir(tmp_path: Path) -> str:
     return str(tmp_path / "store")
 
 
+def test_one_row_is_counted_as_one(store_dir: str, make_image_list: MakeImageList) -> None:
+    list_file = make_image_list(1)
+    uploaded = run("upload", str(list_file), "one", "--store", store_dir)
+    assert "uploaded one@1: image, 1 row, 1 file (1 sent" in uploaded.output, uploaded.output
+    again = run("upload", str(list_file), "one", "--store", store_dir)
+    assert "it already holds exactly this list (1 row)" in again.output, again.output
+
+
 def test_upload_then_catalog_commands(store_dir: str, make_image_list: MakeImageList) -> None:
     list_file = make_image_list(8)
     uploaded = run("upload", str(list_file), "cats", "--store", store_dir)
