@@ -42,7 +42,7 @@ log = logging.getLogger("datamount.mount")
 DEFAULT_READ_AHEAD = 32 << 20
 #: Files in one read-ahead window, at most.
 WINDOW_FILES = 256
-#: Files handed to the kernel after one that a reader opened before it was (a reader catching up with the pushes).
+#: Files offered to the kernel after a file that a reader opened before it was pushed (a reader caught up with them).
 PUSH_AFTER_MISS = 32
 #: Opens remembered to tell which order a reader follows.
 RECENT_OPENS = 64

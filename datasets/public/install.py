@@ -286,8 +286,10 @@ def dataset_name(name: str, store: Store) -> str:
     one a user put in the public area; else a :class:`DatasetNotFoundError` naming the ones datamount knows."""
     if name in _REGISTRY:
         return _REGISTRY[name].dataset_name
-    if validate_name(name) and "/" not in name and catalog.versions(store, f"{PUBLIC_NAMESPACE}/{name}"):
-        return f"{PUBLIC_NAMESPACE}/{name}"
+    if "/" not in name:
+        uploaded = f"{PUBLIC_NAMESPACE}/{validate_name(name)}"
+        if catalog.versions(store, uploaded):
+            return uploaded
     return get(name).dataset_name
 
 
