@@ -36,6 +36,10 @@ def open_store(target: str | os.PathLike[str] | Store | None = None, *, check: b
     """
     if isinstance(target, Store):
         return target
+    if target is not None and not isinstance(target, str | os.PathLike):
+        raise TypeError(
+            f"a store is a Store, a URL, a path or a profile's name, not {type(target).__name__} {target!r}"
+        )
     resolved = profiles.resolve(target)
     merged = {**resolved.options, **options}
     store_class = store_class_for(get_protocol(resolved.url))

@@ -284,3 +284,9 @@ def test_an_http_store_url_with_a_query_or_fragment_is_refused(url: str) -> None
     with pytest.raises(StoreConfigError, match="a store URL names a folder") as caught:
         open_store(url, check=False)
     assert "never-shown" not in str(caught.value)
+
+
+@pytest.mark.parametrize("target", [5, b"/data/store", ["s3://bucket"]], ids=["int", "bytes", "list"])
+def test_a_store_of_another_type_is_named(target: object) -> None:
+    with pytest.raises(TypeError, match="a store is a Store, a URL, a path or a profile's name, not "):
+        open_store(target)  # type: ignore[arg-type]
