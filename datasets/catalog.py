@@ -238,8 +238,7 @@ def add_shards(store: Store, manifest: Manifest, shards: list[ShardEntry]) -> Ma
     """Record that committed version ``manifest`` is also stored as ``shards``; return it with them.
 
     The record is a file of its own, created once and bound to the manifest's bytes; the manifest itself is never
-    written over. When another pack of the version recorded its shards first, those are the version's shards, and
-    ``shards``, when cut otherwise (another pack folder), are removed: nothing can ever use them.
+    written over. When another pack of the version recorded its shards first, those are the version's shards.
     """
     manifest_bytes = store.read(layout.manifest_path(manifest.name, manifest.version))
     store.make_durable(layout.shard_path(manifest.name, shard) for shard in shards)
@@ -254,11 +253,7 @@ def add_shards(store: Store, manifest: Manifest, shards: list[ShardEntry]) -> Ma
     try:
         store.create(layout.pack_record_path(manifest.name, manifest.version), body)
     except ObjectExistsError:
-        recorded = read_manifest(store, manifest.name, manifest.version, packed=True)
-        ours = {layout.pack_folder_of(shard) for shard in shards} - {layout.pack_folder_of(s) for s in recorded.shards}
-        for folder in ours:
-            store.remove(f"{layout.dataset_folder(manifest.name)}/{folder}", recursive=True, missing_ok=True)
-        return recorded
+        return read_manifest(store, manifest.name, manifest.version, packed=True)
     return manifest.with_shards(shards)
 
 

@@ -154,24 +154,6 @@ def test_packing_twice_changes_nothing(local_store: Store, tmp_path: Path) -> No
     assert pack("d", store=local_store, **SMALL) == first
 
 
-def test_of_two_packs_cut_otherwise_the_one_recorded_second_leaves_nothing(store: Store, tmp_path: Path) -> None:
-    """Two packs of one version with other sizes race: the first to record its shards wins, and the other's shards
-    (a pack folder of their own, which nothing can ever read) are removed, not left in the store."""
-    list_file = write_image_list(tmp_path / "src", 24, size=5_000)
-    manifest = upload(list_file, "d", store=store).manifest
-    first = plan_pack(store, manifest, 40_000, 10_000)
-    second = plan_pack(store, manifest, 20_000, 10_000)
-    assert first[0].folder != second[0].folder
-    first_shards = [write_unit(store, manifest, unit) for unit in first]
-    second_shards = [write_unit(store, manifest, unit) for unit in second]  # both written before either records
-    winner = catalog.add_shards(store, manifest, first_shards)
-    assert catalog.add_shards(store, manifest, second_shards) == winner
-    packs = {folder.rsplit("/", 1)[-1] for folder in store.list_folders("datasets/d/packs")}
-    assert packs == {first[0].folder.rsplit("/", 1)[-1]}
-    assert verify(store, catalog.resolve(store, "d")).ok
-    assert list(reader("d", store)()) == image_rows(list_file)
-
-
 def test_shards_are_plain_parquet(local_store: Store, tmp_path: Path) -> None:
     expected, _ = packed(local_store, tmp_path)
     manifest = catalog.resolve(local_store, "d")
