@@ -212,7 +212,8 @@ class DatasetFilesystem(pyfuse3.Operations):
             token = trio.lowlevel.current_trio_token()
             run_soon = functools.partial(_soon, token)
             for file in window:
-                if file is not node and file.content is not None and not self.filler.given(file.inode):
+                if file is not node and self.filler.wants(file):
+                    assert file.content is not None
                     self.filler.offer(file, self.contents.fetch(file.content), run_soon)
 
     def _followed_order(self, node: Node) -> str | None:

@@ -45,10 +45,14 @@ class PageCacheFiller:
         #: Files put into the page cache, and files whose reads came to this process.
         self.pushed = self.read = 0
 
+    def wants(self, node: Node) -> bool:
+        """Whether ``node`` is a file to push: not pushed, opened or read yet, neither empty nor too large."""
+        content = node.content
+        return content is not None and 0 < content.size <= PUSH_MAX_BYTES and not self._given[node.inode]
+
     def offer(self, node: Node, unit: Future[Any], run_soon: RunSoon) -> None:
-        """Push ``node``'s bytes once ``unit`` (the future of its unit) has come, unless it is opened first."""
-        if node.content is None or not 0 < node.content.size <= PUSH_MAX_BYTES or self._given[node.inode]:
-            return
+        """Push ``node`` (which :meth:`wants` it) once ``unit``, the future of its unit, has come, unless it is
+        opened first."""
         unit.add_done_callback(lambda _: run_soon(lambda: self._push(node, unit)))
 
     def given(self, inode: int) -> bool:

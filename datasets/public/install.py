@@ -271,8 +271,9 @@ def status(store: Store | str | None = None) -> list[PublicStatus]:
     """Every public dataset datamount knows, with its manifest where it is installed in the store, then the other
     datasets of the store's public area."""
     target = open_store(store)
-    found = [PublicStatus(spec.name, spec, catalog.latest(target, spec.dataset_name)) for spec in public_datasets()]
-    known = {spec.dataset_name for spec in public_datasets()}
+    specs = public_datasets()
+    found = [PublicStatus(spec.name, spec, catalog.latest(target, spec.dataset_name)) for spec in specs]
+    known = {spec.dataset_name for spec in specs}
     for name in catalog.dataset_names(target):
         if name.startswith(PUBLIC_NAMESPACE + "/") and name not in known:
             manifest = catalog.latest(target, name)
