@@ -15,7 +15,7 @@ import functools
 import itertools
 import logging
 import threading
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -68,6 +68,8 @@ class Contents:
         spans = self._rows.spans() if self._rows is not None else []
         self._group_starts = [span.start for span in spans]
         self._group_bytes = [sum(self._row_files[row].size for row in span) for span in spans]
+        #: Units fetched so far, by kind (``object``, ``group``, ...): what :meth:`summary` reports.
+        self.fetched: Counter[str] = Counter()
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -110,6 +112,7 @@ class Contents:
                 if unit[0] == "object" and self._remote and not self._in_cache(content):
                     future: Future[Any] = Future()
                     self._loading[unit] = future
+                    self.fetched["object"] += 1
                     future.add_done_callback(functools.partial(self._arrived, unit))
                     together.append((unit, content, future))
                 else:
@@ -121,6 +124,11 @@ class Contents:
         """Whether the file's unit is held or on its way."""
         unit = self._unit(content)
         return unit in self._held or unit in self._loading
+
+    def summary(self) -> str:
+        """What was fetched, e.g. ``fetched 3 row group(s), 12 object(s)``."""
+        names = {"object": "object(s)", "group": "row group(s)", "shard": "shard(s)", "list": "list"}
+        return "fetched " + (", ".join(f"{n} {names[kind]}" for kind, n in sorted(self.fetched.items())) or "nothing")
 
     def unit_of(self, content: Content) -> tuple[Unit, int]:
         """The unit the file is fetched with, and its bytes (a row group's for a packed row)."""
@@ -148,6 +156,7 @@ class Contents:
         """Fetch ``unit`` in the pool (called under the lock); its result goes into memory when it comes."""
         future = self._pool.submit(self._fetch, unit, content)
         self._loading[unit] = future
+        self.fetched[unit[0]] += 1
         future.add_done_callback(functools.partial(self._arrived, unit))
         return future
 

@@ -6,9 +6,10 @@ request waiting for its bytes holds up no other. Names and attributes come with 
 and are kept by the kernel: the tree never changes while it is mounted.
 
 Read-ahead follows each reader: a file opened right after its list predecessor starts a window of the next files in
-list order, any other one a window of the files after it in its folder (what ``find``, ``os.walk`` and
-``ImageFolder`` open next). When the reader reaches the middle of its window, the next window is fetched, so that
-each reader keeps between half a window and a window of bytes ahead; concurrent readers each keep their own. The
+list order, one opened right after the file before it in its folder a window of the files after it there (what
+``find``, ``os.walk`` and ``ImageFolder``'s scan open next); a file opened at random (a shuffled training pass) is
+fetched alone. When the reader reaches the middle of its window, the next window is fetched, so that each reader
+keeps between half a window and a window of bytes ahead; concurrent readers each keep their own. The
 files of a window go into the kernel's page cache as their bytes come (:mod:`~datamount.mount.push`), so that most
 files are read with no request to this process.
 """
@@ -196,8 +197,11 @@ class DatasetFilesystem(pyfuse3.Operations):
         elif node.content is not None and self.contents.is_coming(node.content):
             window = []  # inside a window already: its middle fetches the next one
         else:
-            order = "list" if self._followed_order(node) == "list" else "folder"
-            window = [node, *self._after(node, order)]
+            # A file that follows one opened lately starts a window in that order; one opened at random (a shuffled
+            # training pass) is fetched alone: reading ahead of it would fetch files nobody asked for.
+            followed = self._followed_order(node)
+            order = followed or "folder"
+            window = [node] if followed is None else [node, *self._after(node, followed)]
         if len(window) > 1:
             self._triggers[window[len(window) // 2].inode] = (window[-1], order)
         if window:

@@ -205,7 +205,7 @@ def serve(plan: _Plan, manifest: Manifest | None = None, on_ready: Callable[[], 
     try:
         trio.run(_serve_until_stopped, on_ready)
     finally:
-        log.info("%s", filesystem.filler.summary())
+        log.info("%s; %s", contents.summary(), filesystem.filler.summary())
         pyfuse3.close(unmount=True)
         contents.close()
         log.info("unmounted")

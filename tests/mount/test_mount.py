@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import io
 import os
+import random
 import re
 import shutil
 import signal
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from datamount.datasets import catalog, layout, upload
+from datamount.datasets import catalog, layout, pack, upload
 from datamount.datasets.manifest import FileEntry, Kind, Manifest
 from datamount.mount import FSTYPE, check_fuse, mount, unmount
 from datamount.mount.tree import Tree
@@ -133,6 +134,36 @@ def test_files_a_walk_reads_next_reach_the_kernel_before_their_reads(
     assert report is not None, log_file.read_text()
     pushed, read = map(int, report.groups())
     assert pushed >= walked // 2 and read <= walked // 2, (pushed, read)
+
+
+@pytest.mark.parametrize("store", ["local", pytest.param("s3", marks=pytest.mark.s3)], indirect=True)
+@pytest.mark.parametrize("packed_after", [False, True], ids=["objects", "objects-and-shards"])
+def test_files_opened_at_random_are_fetched_alone(
+    store: Store, tmp_path: Path, mountpoint: Path, packed_after: bool
+) -> None:
+    """A shuffled training pass opens files at random: each is fetched on its own (from its object, in a version
+    packed after its upload too), never with a read-ahead window of files nobody asked for."""
+    list_file = class_folders(tmp_path / "src", 300)
+    upload(list_file, "pets", store=store)
+    if packed_after:
+        pack("pets", store=store, shard_bytes=200_000, row_group_bytes=40_000)
+    log_file = tmp_path / "mount.log"
+    mounted = mount("pets", mountpoint, store=store, cache=False, log_file=log_file)
+    paths = [line.split("\t")[0] for line in list_file.read_text(encoding="utf-8").splitlines()]
+    picked = random.Random(5).sample(paths, 20)
+    for path in picked:
+        assert (mountpoint / path).read_bytes() == (tmp_path / "src" / path).read_bytes()
+    unmount(mountpoint)
+    _wait_gone(mounted.pid)
+    assert _fetched(log_file) == {"object": 20}
+
+
+def _fetched(log_file: Path) -> dict[str, int]:
+    """What the serving process logged it fetched as it unmounted: units by kind (``object``, ``row group``...)."""
+    found = re.search(r"fetched ([^;]*);", log_file.read_text())
+    assert found is not None, log_file.read_text()
+    counts = re.findall(r"(\d+) ([a-z ]+?)(?:\(s\))?(?:,|$)", found.group(1))
+    return {kind: int(number) for number, kind in counts}
 
 
 @pytest.mark.parametrize("store", ["local", pytest.param("s3", marks=pytest.mark.s3)], indirect=True)
