@@ -5,9 +5,10 @@ Usage::
     python benchmarks/bench_mount.py [--quick] [--runs N] [--backend NAME ...] [--count N] [--order ORDER]
 
 An image dataset (2,000 files of 20-100 KB of random bytes in 10 class folders, listed in a shuffled ``.list``, or a
-class-sorted one with ``--order sorted``; 300 files with ``--quick``) is uploaded unpacked, and packed, to each backend
-(``local`` and ``moto`` by default; ``ceph`` (RGW) and the others of the harness with ``--backend``). Each round, for
-each of the two versions in turn, every action in a process of its own:
+class-sorted one with ``--order sorted``; 300 files with ``--quick``) is uploaded unpacked, packed (``upload --pack``:
+shards only) and packed after its upload (``upload`` then ``pack``: objects and shards) to each backend (``local`` and
+``moto`` by default; ``ceph`` (RGW) and the others of the harness with ``--backend``). Each round, for each of the
+three versions in turn, every action in a process of its own:
 
 - ``reader``: ``reader(name, cache=False)`` reading every row (each file's bytes checked) in a fresh process, timed
   from the reader's first row request (opening it is shown apart): the reference;
@@ -57,8 +58,12 @@ if TYPE_CHECKING:
 CLASSES = 10
 SIZES = (20_000, 100_000)
 WALKERS = 4
-#: Each version uploaded: its dataset name and whether it is packed.
-VERSIONS = {"unpacked": ("images", False), "packed": ("images-packed", True)}
+#: Each version uploaded: its dataset name, whether ``upload`` packs it, and whether ``pack`` adds shards after.
+VERSIONS = {
+    "unpacked": ("images", False, False),
+    "packed": ("images-packed", True, False),
+    "packed after": ("images-both", False, True),
+}
 #: Where the walks over the source folder are listed (``local`` only).
 SOURCE = "source folder"
 READER = "reader"
@@ -242,15 +247,17 @@ def read_child() -> dict[str, float]:
 
 def bench_backend(name: str, list_file: Path, runs: int, scratch: Path) -> dict[tuple[str, str], Measured]:
     """Every action on a fresh server (or folder) of backend ``name``, ``runs`` rounds, taking turns; medians."""
-    from datamount.datasets import upload
+    from datamount.datasets import pack, upload
 
     groups = walker_folders(list_file)
     with BACKENDS[name]() as backend:
         store = backend.open("mount")
         pids = backend.server_pids
         actions: dict[tuple[str, str], Callable[[], Measured]] = {}
-        for version, (dataset, packed) in VERSIONS.items():
+        for version, (dataset, packed, packed_after) in VERSIONS.items():
             upload(list_file, dataset, store=store, packed=packed)
+            if packed_after:
+                pack(dataset, store=store)
             actions[version, READER] = partial(reader_in_process, store, dataset, pids)
             for walker in (WALK_ONE, WALK_MANY):
                 actions[version, walker] = partial(mounted_walk, store, dataset, groups[walker], pids, scratch)

@@ -7,6 +7,10 @@ against the file's sha256, the list against the list's, a shard against the shar
 Files are fetched by *unit*: an object, the list, a shard, or a packed version's row group (whose rows are the files
 of consecutive list rows, decoded together and kept while their neighbours are read). Units are fetched in a pool of
 threads, so that the mount reads ahead (:meth:`Contents.prefetch`) while a file is read.
+
+A version packed after its upload has both: on a remote store, a file read on its own comes from its object (one
+small request), and the files of a read-ahead window from their row groups where the window holds at least half of a
+group's bytes (a reader going through the list: one request for a group's files rather than one per file).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from datamount.datasets import layout
-from datamount.datasets.manifest import FileEntry, Manifest
+from datamount.datasets.manifest import FileEntry, Kind, Manifest
 from datamount.datasets.rows import ShardRows, closing
 from datamount.mount.tree import Content, group_of
 from datamount.storage import IntegrityError, Store
@@ -35,6 +39,9 @@ DEFAULT_MEMORY = 256 << 20
 #: Requests in flight at most: to a remote store, and to local disk.
 REMOTE_REQUESTS = 32
 LOCAL_REQUESTS = 4
+#: A version with objects and shards: the files of a window come from a row group when they are at least this share
+#: of its bytes (else each from its object).
+GROUP_SHARE = 0.5
 
 Unit = tuple[str, Any]
 
@@ -64,10 +71,14 @@ class Contents:
         self._held_bytes = 0
         self._loading: dict[Unit, Future[Any]] = {}
         self._row_files = row_files or []
-        self._rows = ShardRows(store, manifest, cache=cache) if manifest.shards and not manifest.objects else None
+        grouped = manifest.shards and manifest.kind is Kind.IMAGE
+        self._rows = ShardRows(store, manifest, cache=cache) if grouped else None
         spans = self._rows.spans() if self._rows is not None else []
         self._group_starts = [span.start for span in spans]
         self._group_bytes = [sum(self._row_files[row].size for row in span) for span in spans]
+        #: Whether a file with an object may also come from its row group (a version packed after its upload, on a
+        #: remote store: a local store's objects cost no request each).
+        self._either = self._rows is not None and manifest.objects and self._remote
         #: Units fetched so far, by kind (``object``, ``group``, ...): what :meth:`summary` reports.
         self.fetched: Counter[str] = Counter()
 
@@ -81,49 +92,24 @@ class Contents:
         return self.file_of(content, self.fetch(content).result())
 
     def fetch(self, content: Content) -> Future[Any]:
-        """The file's unit: a future done already when it is held, else one that is done when it has come."""
-        unit = self._unit(content)
-        with self._lock:
-            held = self._held.get(unit)
-            if held is None:
-                if unit not in self._loading:
-                    self.prefetch([content])
-                return self._loading[unit]
-            self._held.move_to_end(unit)
-        done: Future[Any] = Future()
-        done.set_result(held)
-        return done
+        """The value of a unit holding the file: a future done already when one is held, else one that is done when
+        it has come."""
+        return self._begin([content])[0]
 
     def file_of(self, content: Content, unit: Any) -> bytes:
-        """The file's bytes in its unit's value (a row group holds the files of its rows)."""
-        if content.kind != "row":
+        """The file's bytes in the value of a unit holding it (a row group's value is the files of its rows)."""
+        if not isinstance(unit, list):
             return unit
         return unit[content.row - self._group_starts[group_of(self._group_starts, content.row)]]
 
     def prefetch(self, contents: Iterable[Content]) -> None:
-        """Start fetching these files' units (those neither held nor on their way). A remote store's objects are
-        fetched together, many requests in flight, as a reader fetches them."""
-        together: list[tuple[Unit, Content, Future[Any]]] = []
-        with self._lock:
-            for content in contents:
-                unit = self._unit(content)
-                if unit in self._held or unit in self._loading:
-                    continue
-                if unit[0] == "object" and self._remote and not self._in_cache(content):
-                    future: Future[Any] = Future()
-                    self._loading[unit] = future
-                    self.fetched["object"] += 1
-                    future.add_done_callback(functools.partial(self._arrived, unit))
-                    together.append((unit, content, future))
-                else:
-                    self._start(unit, content)
-        if together:
-            self._pool.submit(self._fetch_objects, together)
+        """Start fetching units holding these files (those neither held nor on their way). A remote store's objects
+        are fetched together, many requests in flight, as a reader fetches them."""
+        self._begin(list(contents))
 
     def is_coming(self, content: Content) -> bool:
-        """Whether the file's unit is held or on its way."""
-        unit = self._unit(content)
-        return unit in self._held or unit in self._loading
+        """Whether a unit holding the file is held or on its way."""
+        return any(unit in self._held or unit in self._loading for unit in self._units(content))
 
     def summary(self) -> str:
         """What was fetched, e.g. ``fetched 3 row group(s), 12 object(s)``."""
@@ -142,8 +128,9 @@ class Contents:
     # -------------------------------------------------------------------------------------------------- units
 
     def _unit(self, content: Content) -> Unit:
+        """The unit the file is fetched with when it is read on its own."""
         if content.kind == "row":
-            return ("group", group_of(self._group_starts, content.row))
+            return self._group_unit(content)
         if content.kind == "object":
             assert content.entry is not None
             return ("object", content.entry.sha256)
@@ -151,6 +138,67 @@ class Contents:
             assert content.shard is not None
             return ("shard", content.shard.sha256)
         return ("list", None)
+
+    def _group_unit(self, content: Content) -> Unit:
+        return ("group", group_of(self._group_starts, content.row))
+
+    def _units(self, content: Content) -> list[Unit]:
+        """Every unit that holds the file: its own, and its row group in a version that also has objects."""
+        unit = self._unit(content)
+        if content.kind == "object" and self._either:
+            return [unit, self._group_unit(content)]
+        return [unit]
+
+    def _begin(self, contents: list[Content]) -> list[Future[Any]]:
+        """For each file, a future of a unit holding it: one held (done), one on its way, or one started now. A
+        file with both an object and a row group comes from the group when ``contents`` hold at least
+        :data:`GROUP_SHARE` of the group's bytes; a remote store's objects started here are fetched together."""
+        futures: list[Future[Any]] = []
+        together: list[tuple[Unit, Content, Future[Any]]] = []
+        dense = self._dense_groups(contents)
+        with self._lock:
+            for content in contents:
+                future = self._present(content)
+                if future is None:
+                    unit = self._unit(content)
+                    if content.kind == "object" and self._either and self._group_unit(content) in dense:
+                        unit = self._group_unit(content)
+                    if unit[0] == "object" and self._remote and not self._in_cache(content):
+                        future = Future()
+                        self._loading[unit] = future
+                        self.fetched["object"] += 1
+                        future.add_done_callback(functools.partial(self._arrived, unit))
+                        together.append((unit, content, future))
+                    else:
+                        future = self._start(unit, content)
+                futures.append(future)
+        if together:
+            self._pool.submit(self._fetch_objects, together)
+        return futures
+
+    def _present(self, content: Content) -> Future[Any] | None:
+        """A future of a unit holding the file that is held (done already) or on its way; ``None`` when there is
+        none (called under the lock)."""
+        units = self._units(content)
+        for unit in units:
+            held = self._held.get(unit)
+            if held is not None:
+                self._held.move_to_end(unit)
+                done: Future[Any] = Future()
+                done.set_result(held)
+                return done
+        return next((self._loading[unit] for unit in units if unit in self._loading), None)
+
+    def _dense_groups(self, contents: list[Content]) -> set[Unit]:
+        """The row groups of which ``contents`` (files of a version with objects and shards) hold at least
+        :data:`GROUP_SHARE` of the bytes."""
+        if not self._either:
+            return set()
+        wanted: Counter[Unit] = Counter()
+        for content in contents:
+            if content.kind == "object":
+                wanted[self._group_unit(content)] += content.size
+        return {unit for unit, size in wanted.items() if size >= GROUP_SHARE * self._group_bytes[unit[1]]}
 
     def _start(self, unit: Unit, content: Content) -> Future[Any]:
         """Fetch ``unit`` in the pool (called under the lock); its result goes into memory when it comes."""

@@ -25,7 +25,8 @@ ROOT_INODE = 1
 
 class Content(NamedTuple):
     """What a file's bytes are: a stored object (``entry``), row ``row`` of a packed version, the version's list, or
-    one of its shards. (A tuple: a version has one per file, made when it is mounted.)"""
+    one of its shards. An image version's file knows its (first) list row either way: a version packed after its
+    upload has both objects and shards. (A tuple: a version has one per file, made when it is mounted.)"""
 
     kind: str  # "object", "row", "list" or "shard"
     size: int
@@ -130,8 +131,7 @@ class Tree:
                 entry = entries.get(path)
                 if entry is None:
                     raise UnsafePathError(f"{self.manifest.ref}: the list names {path!r}, which the manifest has not")
-                kind, at = ("row", row) if packed else ("object", -1)
-                content = Content(kind, entry.size, entry=entry, row=at)
+                content = Content("row" if packed else "object", entry.size, entry=entry, row=row)
                 node = seen[path] = self._add(path, content)
                 self._first_row[id(node)] = row
             self.row_files.append(node)

@@ -158,6 +158,31 @@ def test_files_opened_at_random_are_fetched_alone(
     assert _fetched(log_file) == {"object": 20}
 
 
+@pytest.mark.parametrize("store", ["local", pytest.param("s3", marks=pytest.mark.s3)], indirect=True)
+def test_a_walk_of_a_version_packed_after_upload_fetches_row_groups(
+    store: Store, tmp_path: Path, mountpoint: Path
+) -> None:
+    """A version with objects and shards on a remote store: a walk through a list sorted by folder gets its files by
+    row group (one request for many files), the same bytes as uploaded. (On a local store, objects: no request.)"""
+    list_file = class_folders(tmp_path / "src", 120)
+    lines = sorted(list_file.read_text(encoding="utf-8").splitlines(keepends=True))
+    list_file.write_text("".join(lines), encoding="utf-8")  # by folder: find and os.walk follow the list
+    upload(list_file, "pets", store=store)
+    manifest = pack("pets", store=store, shard_bytes=100_000, row_group_bytes=20_000)
+    groups = sum(len(shard.row_groups) for shard in manifest.shards)
+    log_file = tmp_path / "mount.log"
+    mounted = mount("pets", mountpoint, store=store, cache=False, log_file=log_file)
+    assert tree_of(mountpoint) == tree_of(tmp_path / "src")
+    unmount(mountpoint)
+    _wait_gone(mounted.pid)
+    fetched = _fetched(log_file)
+    if store.local_path() is not None:
+        assert fetched == {"object": 120, "list": 1}
+        return
+    assert 1 <= fetched.get("row group", 0) <= groups, fetched
+    assert fetched.get("object", 0) <= 120 // 4, fetched
+
+
 def _fetched(log_file: Path) -> dict[str, int]:
     """What the serving process logged it fetched as it unmounted: units by kind (``object``, ``row group``...)."""
     found = re.search(r"fetched ([^;]*);", log_file.read_text())
