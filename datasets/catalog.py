@@ -15,6 +15,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import logging
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -25,6 +26,8 @@ from datamount.datasets.errors import CommitConflictError, DatasetNotFoundError,
 from datamount.datasets.manifest import Manifest, ShardEntry, now_utc
 from datamount.datasets.names import PUBLIC_NAMESPACE, DatasetRef, parse_ref
 from datamount.storage import DatamountError, ObjectExistsError, ObjectNotFoundError, Store
+
+log = logging.getLogger(__name__)
 
 #: Numbers a commit tries before it gives up: each failed try means another writer committed meanwhile.
 COMMIT_ATTEMPTS = 100
@@ -238,10 +241,18 @@ def add_shards(store: Store, manifest: Manifest, shards: list[ShardEntry]) -> Ma
     """Record that committed version ``manifest`` is also stored as ``shards``; return it with them.
 
     The record is a file of its own, created once and bound to the manifest's bytes; the manifest itself is never
-    written over. When another pack of the version recorded its shards first, those are the version's shards.
+    written over. When another pack of the version recorded its shards first, those are the version's shards, and
+    ``shards``, when cut otherwise (another pack folder), are removed: nothing can ever read them.
     """
     manifest_bytes = store.read(layout.manifest_path(manifest.name, manifest.version))
-    store.make_durable(layout.shard_path(manifest.name, shard) for shard in shards)
+    try:
+        store.make_durable(layout.shard_path(manifest.name, shard) for shard in shards)
+    except ObjectNotFoundError:
+        # Removed by another pack of these sizes that lost the race: so did this one.
+        recorded = packed_meanwhile(store, manifest)
+        if recorded is None:
+            raise
+        return recorded
     record = {
         "format": PACK_RECORD_FORMAT,
         "manifest_sha256": hashlib.sha256(manifest_bytes).hexdigest(),
@@ -253,8 +264,32 @@ def add_shards(store: Store, manifest: Manifest, shards: list[ShardEntry]) -> Ma
     try:
         store.create(layout.pack_record_path(manifest.name, manifest.version), body)
     except ObjectExistsError:
-        return read_manifest(store, manifest.name, manifest.version, packed=True)
+        recorded = read_manifest(store, manifest.name, manifest.version, packed=True)
+        remove_lost_pack(store, recorded, {layout.pack_folder_of(shard) for shard in shards})
+        return recorded
     return manifest.with_shards(shards)
+
+
+def packed_meanwhile(store: Store, manifest: Manifest) -> Manifest | None:
+    """Version ``manifest`` with the shards another pack recorded since it was read; ``None`` when none did (what a
+    pack that failed returns when it lost the race: ``pack.written_and_recorded``)."""
+    recorded = read_manifest(store, manifest.name, manifest.version)
+    return recorded if recorded.shards else None
+
+
+def remove_lost_pack(store: Store, recorded: Manifest, folders: set[str]) -> None:
+    """Remove the pack ``folders`` of a pack that lost the race to record ``recorded``'s shards (but the one they
+    are in). Another pack of the same sizes may be writing there: it loses too (``pack.written_and_recorded``). A
+    folder that cannot be removed is left for the next ``remove_unused`` (any removal of a version of the dataset),
+    with a warning."""
+    kept = {layout.pack_folder_of(shard) for shard in recorded.shards}
+    for folder in sorted(folders - kept):
+        path = f"{layout.dataset_folder(recorded.name)}/{folder}"
+        try:
+            store.remove(path, recursive=True, missing_ok=True)
+        except DatamountError as exc:
+            log.warning("%s was packed by another pack first; this pack's shards stay in %s (%s)",
+                        recorded.ref, store.url_for(path), exc)  # fmt: skip
 
 
 def _pack_record(store: Store, manifest: Manifest, manifest_sha256: str, data: bytes | None = None) -> list[ShardEntry]:

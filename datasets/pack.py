@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from datamount.datasets import catalog, layout
@@ -26,7 +26,7 @@ from datamount.datasets.shard_writer import (
     check_sizes,
     list_schema,
 )
-from datamount.storage import Store, open_store
+from datamount.storage import DatamountError, Store, open_store
 
 
 def pack(
@@ -57,9 +57,37 @@ def pack(
     report = progress or Silent()
     units = plan_pack(target, manifest, shard_bytes, row_group_bytes)
     report.start("pack", items=manifest.rows, size=sum(f.size for f in manifest.files))
-    shards = [write_unit(target, manifest, unit, report) for unit in units]
-    report.finish()
-    return catalog.add_shards(target, manifest, shards)
+
+    def write() -> list[ShardEntry]:
+        shards = [write_unit(target, manifest, unit, report) for unit in units]
+        report.finish()
+        return shards
+
+    return written_and_recorded(target, manifest, units, write)
+
+
+def written_and_recorded(
+    store: Store, manifest: Manifest, units: list[PackUnit], write: Callable[[], list[ShardEntry]]
+) -> Manifest:
+    """Write the shards of ``units`` (``write``) and record them as ``manifest``'s version's; return the version
+    with them.
+
+    A pack that fails while another pack of the version records its shards (which removes a losing pack's folder,
+    perhaps the one this pack was writing) has lost the race: it removes what it wrote and returns the version with
+    the recorded shards.
+    """
+    try:
+        shards = write()
+    except Exception:
+        try:
+            recorded = catalog.packed_meanwhile(store, manifest)
+        except DatamountError:
+            recorded = None
+        if recorded is None:
+            raise
+        catalog.remove_lost_pack(store, recorded, {unit.folder for unit in units})
+        return recorded
+    return catalog.add_shards(store, manifest, shards)
 
 
 @dataclass(frozen=True)

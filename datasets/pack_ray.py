@@ -11,7 +11,7 @@ from typing import Any
 
 from datamount.datasets import catalog
 from datamount.datasets.manifest import Manifest, ShardEntry
-from datamount.datasets.pack import PackUnit, plan_pack, write_unit
+from datamount.datasets.pack import PackUnit, plan_pack, write_unit, written_and_recorded
 from datamount.datasets.progress import Progress, Silent
 from datamount.datasets.ray_cluster import connect_ray, gather
 from datamount.datasets.shard_writer import DEFAULT_ROW_GROUP_BYTES, DEFAULT_SHARD_BYTES, check_sizes
@@ -47,15 +47,19 @@ def pack_ray(
         return manifest
     units = plan_pack(target, manifest, shard_bytes, row_group_bytes)
     report = progress or Silent()
-    ray, connected_here = connect_ray(address, start_local=True)
-    try:
-        report.start("pack", items=manifest.rows, size=sum(f.size for f in manifest.files))
-        shards = _run(ray, target, manifest, units, report)
-        report.finish()
-    finally:
-        if connected_here:
-            ray.shutdown()
-    return catalog.add_shards(target, manifest, shards)
+
+    def write() -> list[ShardEntry]:
+        ray, connected_here = connect_ray(address, start_local=True)
+        try:
+            report.start("pack", items=manifest.rows, size=sum(f.size for f in manifest.files))
+            shards = _run(ray, target, manifest, units, report)
+            report.finish()
+            return shards
+        finally:
+            if connected_here:
+                ray.shutdown()
+
+    return written_and_recorded(target, manifest, units, write)
 
 
 def _run(ray: Any, store: Store, manifest: Manifest, units: list[PackUnit], report: Progress) -> list[ShardEntry]:

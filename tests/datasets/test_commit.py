@@ -156,6 +156,8 @@ def test_racing_packs_of_one_version_leave_it_readable(local_store: Store, tmp_p
     assert committed.shards and all(result == committed for result in results), results
     assert list(reader("d", local_store)()) == expected
     assert verify(local_store, committed).ok
+    # the losers' shards are gone: only the recorded pack folder is left
+    assert local_store.list_folders("datasets/d/packs") == [f"datasets/d/{committed.shards[0].path.rsplit('/', 1)[0]}"]
 
 
 def test_a_removed_version_number_is_never_given_again(local_store: Store, tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from datamount.datasets import catalog, layout, verify
 from datamount.datasets.pack import cut_shards, pack, plan_pack, write_unit
+from datamount.datasets.progress import Silent
 from datamount.datasets.rows import ShardRows
 from datamount.datasets.shard_writer import FIRST_ROW_GROUP_BYTES
 from datamount.datasets.upload import upload
@@ -152,6 +153,48 @@ def test_packing_twice_changes_nothing(local_store: Store, tmp_path: Path) -> No
     packed(local_store, tmp_path)
     first = catalog.resolve(local_store, "d")
     assert pack("d", store=local_store, **SMALL) == first
+
+
+def test_of_two_packs_cut_otherwise_the_one_recorded_second_leaves_nothing(store: Store, tmp_path: Path) -> None:
+    """Two packs of one version with other sizes race: the first to record its shards wins, and the other's shards
+    (a pack folder of their own, which nothing can ever read) are removed, not left in the store."""
+    list_file = write_image_list(tmp_path / "src", 24, size=5_000)
+    manifest = upload(list_file, "d", store=store).manifest
+    first = plan_pack(store, manifest, 40_000, 10_000)
+    second = plan_pack(store, manifest, 20_000, 10_000)
+    assert first[0].folder != second[0].folder
+    first_shards = [write_unit(store, manifest, unit) for unit in first]
+    second_shards = [write_unit(store, manifest, unit) for unit in second]  # both written before either records
+    winner = catalog.add_shards(store, manifest, first_shards)
+    assert catalog.add_shards(store, manifest, second_shards) == winner
+    packs = {folder.rsplit("/", 1)[-1] for folder in store.list_folders("datasets/d/packs")}
+    assert packs == {first[0].folder.rsplit("/", 1)[-1]}
+    assert verify(store, catalog.resolve(store, "d")).ok
+    assert list(reader("d", store)()) == image_rows(list_file)
+
+
+def test_a_pack_whose_folder_a_losing_pack_removed_returns_the_winner(store: Store, tmp_path: Path) -> None:
+    """Three packs of one version: while the third writes its shards, a pack cut otherwise records its own, and the
+    second (the third's sizes) loses and removes the folder the third is writing. The third loses too, returns the
+    recorded shards and leaves no folder of its own."""
+    list_file = write_image_list(tmp_path / "src", 24, size=5_000)
+    manifest = upload(list_file, "d", store=store).manifest
+    winning = plan_pack(store, manifest, 40_000, 10_000)
+    losing = plan_pack(store, manifest, 20_000, 10_000)
+    assert len(losing) > 1 and winning[0].folder != losing[0].folder
+    recorded: list[object] = []
+
+    class Meanwhile(Silent):
+        def advance(self, *, items: int = 1, size: int = 0) -> None:
+            if not recorded:  # the third pack's first shard is written: the other two packs record theirs
+                recorded.append(catalog.add_shards(store, manifest, [write_unit(store, manifest, u) for u in winning]))
+                second = [write_unit(store, manifest, unit) for unit in losing]
+                assert catalog.add_shards(store, manifest, second) == recorded[0]
+
+    assert pack("d", store=store, shard_bytes=20_000, row_group_bytes=10_000, progress=Meanwhile()) == recorded[0]
+    packs = {folder.rsplit("/", 1)[-1] for folder in store.list_folders("datasets/d/packs")}
+    assert packs == {winning[0].folder.rsplit("/", 1)[-1]}
+    assert list(reader("d", store)()) == image_rows(list_file)
 
 
 def test_shards_are_plain_parquet(local_store: Store, tmp_path: Path) -> None:
