@@ -6,7 +6,7 @@ import click
 
 from datamount.cli.completion import complete_datasets
 from datamount.cli.options import store_options
-from datamount.storage import Store
+from datamount.storage import DatamountError, Store
 from datamount.storage.arguments import parse_size
 
 
@@ -17,7 +17,10 @@ from datamount.storage.arguments import parse_size
 @click.option("--cache", "cache_dir", type=click.Path(file_okay=False), help="Content cache folder (remote stores).")
 @click.option("--no-cache", is_flag=True, help="No content cache: files come from the store each time they are read.")
 @click.option("--memory", default="256MB", show_default=True, help="Bytes of checked files kept in memory.")
-@click.option("--read-ahead", default="32MB", show_default=True, help="Bytes fetched ahead of each reader.")
+@click.option(
+    "--read-ahead",
+    help="Bytes fetched ahead of each reader, at most --memory.  [default: 32MB, or a quarter of --memory]",
+)
 @click.option("--allow-other", is_flag=True, help="Let other users (other containers' users) read the mount.")
 @click.option("--foreground", is_flag=True, help="Serve in this process until unmounted (Ctrl-C unmounts).")
 @click.option("--log-file", type=click.Path(dir_okay=False), help="Where the serving process logs.")
@@ -28,7 +31,7 @@ def mount(
     cache_dir: str | None,
     no_cache: bool,
     memory: str,
-    read_ahead: str,
+    read_ahead: str | None,
     allow_other: bool,
     foreground: bool,
     log_file: str | None,
@@ -43,17 +46,22 @@ def mount(
     cache: str | bool | None = False if no_cache else cache_dir
     if foreground:
         click.echo(f"serving {name} at {mountpoint}; Ctrl-C or 'datamount unmount {mountpoint}' ends it", err=True)
-    mounted = mount_version(
-        name,
-        mountpoint,
-        store=store,
-        cache=cache,
-        memory=_size(memory, "--memory"),
-        read_ahead=_size(read_ahead, "--read-ahead"),
-        allow_other=allow_other,
-        foreground=foreground,
-        log_file=log_file,
-    )
+    try:
+        mounted = mount_version(
+            name,
+            mountpoint,
+            store=store,
+            cache=cache,
+            memory=_size(memory, "--memory"),
+            read_ahead=None if read_ahead is None else _size(read_ahead, "--read-ahead"),
+            allow_other=allow_other,
+            foreground=foreground,
+            log_file=log_file,
+        )
+    except ValueError as exc:
+        if isinstance(exc, DatamountError):
+            raise
+        raise click.UsageError(str(exc)) from exc  # --memory and --read-ahead that do not go together
     if not foreground:
         click.echo(f"mounted {mounted.ref} at {mounted.mountpoint} (process {mounted.pid}, log {mounted.log_file})")
 

@@ -70,6 +70,8 @@ class Contents:
         self._held: OrderedDict[Unit, Any] = OrderedDict()
         self._held_bytes = 0
         self._loading: dict[Unit, Future[Any]] = {}
+        #: Held (or coming) units of one file that was served: the first to leave memory.
+        self._spent: set[Unit] = set()
         self._row_files = row_files or []
         grouped = manifest.shards and manifest.kind is Kind.IMAGE
         self._rows = ShardRows(store, manifest, cache=cache) if grouped else None
@@ -92,9 +94,10 @@ class Contents:
         return self.file_of(content, self.fetch(content).result())
 
     def fetch(self, content: Content) -> Future[Any]:
-        """The value of a unit holding the file: a future done already when one is held, else one that is done when
-        it has come."""
-        return self._begin([content])[0]
+        """The value of a unit holding the file, to serve it: a future done already when one is held, else one that
+        is done when it has come. A unit of this file alone (an object, the list, a shard) is the first to leave
+        memory from now on: the kernel keeps the file's pages, and the files fetched ahead are still to be read."""
+        return self._begin([content], serving=True)[0]
 
     def file_of(self, content: Content, unit: Any) -> bytes:
         """The file's bytes in the value of a unit holding it (a row group's value is the files of its rows)."""
@@ -149,7 +152,7 @@ class Contents:
             return [unit, self._group_unit(content)]
         return [unit]
 
-    def _begin(self, contents: list[Content]) -> list[Future[Any]]:
+    def _begin(self, contents: list[Content], *, serving: bool = False) -> list[Future[Any]]:
         """For each file, a future of a unit holding it: one held (done), one on its way, or one started now. A
         file with both an object and a row group comes from the group when ``contents`` hold at least
         :data:`GROUP_SHARE` of the group's bytes; a remote store's objects started here are fetched together."""
@@ -158,7 +161,7 @@ class Contents:
         dense = self._dense_groups(contents)
         with self._lock:
             for content in contents:
-                future = self._present(content)
+                unit, future = self._present(content)
                 if future is None:
                     unit = self._unit(content)
                     if content.kind == "object" and self._either and self._group_unit(content) in dense:
@@ -171,27 +174,33 @@ class Contents:
                         together.append((unit, content, future))
                     else:
                         future = self._start(unit, content)
+                if serving and unit[0] != "group":
+                    self._spent.add(unit)
+                    if unit in self._held:
+                        self._held.move_to_end(unit, last=False)
                 futures.append(future)
         if together:
             self._pool.submit(self._fetch_objects, together)
         return futures
 
-    def _present(self, content: Content) -> Future[Any] | None:
-        """A future of a unit holding the file that is held (done already) or on its way; ``None`` when there is
-        none (called under the lock)."""
+    def _present(self, content: Content) -> tuple[Unit, Future[Any] | None]:
+        """A unit holding the file that is held (its future done already) or on its way; no future when there is
+        none (called under the lock). A held unit not yet served moves to the end of those leaving memory last."""
         units = self._units(content)
         for unit in units:
             held = self._held.get(unit)
             if held is not None:
-                self._held.move_to_end(unit)
+                if unit not in self._spent:
+                    self._held.move_to_end(unit)
                 done: Future[Any] = Future()
                 done.set_result(held)
-                return done
-        return next((self._loading[unit] for unit in units if unit in self._loading), None)
+                return unit, done
+        loading = next((unit for unit in units if unit in self._loading), None)
+        return (units[0], None) if loading is None else (loading, self._loading[loading])
 
     def _dense_groups(self, contents: list[Content]) -> set[Unit]:
-        """The row groups of which ``contents`` (files of a version with objects and shards) hold at least
-        :data:`GROUP_SHARE` of the bytes."""
+        """The row groups worth fetching for ``contents`` (files of a version with objects and shards): those of
+        which they hold at least :data:`GROUP_SHARE` of the bytes."""
         if not self._either:
             return set()
         wanted: Counter[Unit] = Counter()
@@ -209,15 +218,21 @@ class Contents:
         return future
 
     def _arrived(self, unit: Unit, future: Future[Any]) -> None:
+        """Keep a unit that came in memory, and drop what is over the budget: units already served first (at the
+        front), then the least recently used."""
         with self._lock:
             self._loading.pop(unit, None)
             if future.cancelled() or future.exception() is not None:
+                self._spent.discard(unit)
                 return  # a failure is not kept: the next open tries again
             value = future.result()
             self._held[unit] = value
+            if unit in self._spent:
+                self._held.move_to_end(unit, last=False)
             self._held_bytes += _size(value)
             while self._held_bytes > self.memory and len(self._held) > 1:
-                _, dropped = self._held.popitem(last=False)
+                dropped_unit, dropped = self._held.popitem(last=False)
+                self._spent.discard(dropped_unit)
                 self._held_bytes -= _size(dropped)
 
     def _fetch(self, unit: Unit, content: Content) -> Any:

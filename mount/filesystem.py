@@ -194,8 +194,10 @@ class DatasetFilesystem(pyfuse3.Operations):
         if trigger is not None:
             start, order = trigger
             window = list(self._after(start, order))
-        elif node.content is not None and self.contents.is_coming(node.content):
-            window = []  # inside a window already: its middle fetches the next one
+        elif self.filler.given(node.inode) or (node.content is not None and self.contents.is_coming(node.content)):
+            # Inside a window already (its middle fetches the next one); a file in the kernel's page cache already
+            # needs no fetch, even once its bytes have left this process's memory.
+            window = []
         else:
             # A file that follows one opened lately starts a window in that order; one opened at random (a shuffled
             # training pass) is fetched alone: reading ahead of it would fetch files nobody asked for.
@@ -221,12 +223,14 @@ class DatasetFilesystem(pyfuse3.Operations):
                     self.filler.offer(file, self.contents.fetch(file.content), run_soon)
 
     def _followed_order(self, node: Node) -> str | None:
-        """The order in which a file opened lately (by any reader) comes right before ``node``: ``list``,
-        ``folder``, or ``None`` when none does (a reader opening files at random)."""
-        if any(self.tree.next_in_list(recent) is node for recent in self._recent):
-            return "list"
-        if any(recent.next_sibling is node for recent in self._recent):
-            return "folder"
+        """The order in which the file opened last (by any reader) of those that come right before ``node`` does:
+        ``list``, ``folder``, or ``None`` when none does (a reader opening files at random). The latest decides: a
+        walk of the folders of a list that interleaves them opened ``node``'s list predecessor too, a while ago."""
+        for recent in reversed(self._recent):
+            if self.tree.next_in_list(recent) is node:
+                return "list"
+            if recent.next_sibling is node:
+                return "folder"
         return None
 
     def _is_coming(self, node: Node) -> bool:

@@ -30,12 +30,14 @@ from datamount.datasets import catalog
 from datamount.datasets.manifest import Kind, Manifest
 from datamount.datasets.rows import read_lines
 from datamount.mount.content import DEFAULT_MEMORY, Contents
-from datamount.storage import MountError, Store, open_store
+from datamount.storage import MountError, Store, arguments, open_store
 from datamount.storage.cache import ContentCache
 from datamount.storage.mounts import read_mounts
 
 #: The type ``/proc/mounts`` gives a datamount mount.
 FSTYPE = "fuse.datamount"
+#: Readers whose default read-ahead windows fit in the mount's memory at once.
+READERS_IN_MEMORY = 4
 #: Seconds to wait for a serving process to answer.
 READY_TIMEOUT = 120.0
 
@@ -83,12 +85,22 @@ def mount(
 
     ``cache``: a folder for the shared content cache (remote objects and shards are kept there under its cap),
     ``False`` for none; by default the default cache for a remote store, none for a local one. ``memory`` bounds the
-    bytes of checked files held in memory; ``read_ahead`` those fetched ahead of each reader. ``foreground`` serves
+    bytes of checked files held in memory; ``read_ahead`` those fetched ahead of each reader (at most ``memory``; by
+    default 32 MB, or a quarter of ``memory`` when that is less: files fetched ahead must stay in memory until they
+    are read, for four readers at once). ``foreground`` serves
     in this process until the mount is unmounted (or SIGTERM, SIGINT); otherwise a process of its own serves it,
     logging to ``log_file`` (by default a file in the user's state folder), and this returns once it answers.
     """
     from datamount.mount.filesystem import DEFAULT_READ_AHEAD
 
+    arguments.whole_number(memory, "memory", minimum=1)
+    if read_ahead is None:
+        read_ahead = max(min(DEFAULT_READ_AHEAD, memory // READERS_IN_MEMORY), 1)
+    elif arguments.whole_number(read_ahead, "read_ahead", minimum=1) > memory:
+        raise ValueError(
+            f"a read-ahead of {read_ahead:,} bytes does not fit in the mount's memory of {memory:,} bytes: files "
+            "fetched ahead would be dropped before they are read (make the memory larger or the read-ahead smaller)"
+        )
     check_fuse()
     target = os.path.abspath(mountpoint)
     check_mountpoint(target)
@@ -100,7 +112,7 @@ def mount(
         target,
         _cache_option(cache, opened),
         memory,
-        DEFAULT_READ_AHEAD if read_ahead is None else read_ahead,
+        read_ahead,
         allow_other,
     )
     if foreground:
