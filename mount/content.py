@@ -10,7 +10,8 @@ threads, so that the mount reads ahead (:meth:`Contents.prefetch`) while a file 
 
 A version packed after its upload has both: on a remote store, a file read on its own comes from its object (one
 small request), and the files of a read-ahead window from their row groups where the window holds at least half of a
-group's bytes (a reader going through the list: one request for a group's files rather than one per file).
+group's bytes (a reader going through the list: one request for a group's files rather than one per file), or where
+the version's row groups all fit in memory (each is then fetched once).
 """
 
 from __future__ import annotations
@@ -81,6 +82,7 @@ class Contents:
         #: Whether a file with an object may also come from its row group (a version packed after its upload, on a
         #: remote store: a local store's objects cost no request each).
         self._either = self._rows is not None and manifest.objects and self._remote
+        self._fits = sum(self._group_bytes) <= memory
         #: Units fetched so far, by kind (``object``, ``group``, ...): what :meth:`summary` reports.
         self.fetched: Counter[str] = Counter()
 
@@ -200,13 +202,16 @@ class Contents:
 
     def _dense_groups(self, contents: list[Content]) -> set[Unit]:
         """The row groups worth fetching for ``contents`` (files of a version with objects and shards): those of
-        which they hold at least :data:`GROUP_SHARE` of the bytes."""
+        which they hold at least :data:`GROUP_SHARE` of the bytes, or, for a read-ahead window of a version whose
+        row groups all fit in memory (each is then fetched once), every group they touch."""
         if not self._either:
             return set()
         wanted: Counter[Unit] = Counter()
         for content in contents:
             if content.kind == "object":
                 wanted[self._group_unit(content)] += content.size
+        if len(contents) > 1 and self._fits:
+            return set(wanted)
         return {unit for unit, size in wanted.items() if size >= GROUP_SHARE * self._group_bytes[unit[1]]}
 
     def _start(self, unit: Unit, content: Content) -> Future[Any]:
