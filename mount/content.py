@@ -156,8 +156,9 @@ class Contents:
 
     def _begin(self, contents: list[Content], *, serving: bool = False) -> list[Future[Any]]:
         """For each file, a future of a unit holding it: one held (done), one on its way, or one started now. A
-        file with both an object and a row group comes from the group when ``contents`` hold at least
-        :data:`GROUP_SHARE` of the group's bytes; a remote store's objects started here are fetched together."""
+        file with both an object and a row group comes from the group when that is worth fetching for ``contents``
+        (:meth:`_dense_groups`); a remote store's objects started here are fetched together. ``serving``: the files
+        are handed out now (:meth:`fetch`)."""
         futures: list[Future[Any]] = []
         together: list[tuple[Unit, Content, Future[Any]]] = []
         dense = self._dense_groups(contents)

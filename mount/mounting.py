@@ -87,9 +87,9 @@ def mount(
     ``False`` for none; by default the default cache for a remote store, none for a local one. ``memory`` bounds the
     bytes of checked files held in memory; ``read_ahead`` those fetched ahead of each reader (at most ``memory``; by
     default 32 MB, or a quarter of ``memory`` when that is less: files fetched ahead must stay in memory until they
-    are read, for four readers at once). ``foreground`` serves
-    in this process until the mount is unmounted (or SIGTERM, SIGINT); otherwise a process of its own serves it,
-    logging to ``log_file`` (by default a file in the user's state folder), and this returns once it answers.
+    are read, for four readers at once). ``foreground`` serves in this process until the mount is unmounted (or
+    SIGTERM, SIGINT); otherwise a process of its own serves it, logging to ``log_file`` (by default a file in the
+    user's state folder), and this returns once it answers.
     """
     from datamount.mount.filesystem import DEFAULT_READ_AHEAD
 
