@@ -28,7 +28,9 @@ def generator_pool(workers: int, name: str, *, started: bool = False) -> Iterato
             _start_all(pool, workers)
         yield pool
     finally:
-        pool.shutdown(wait=_joining_is_safe(), cancel_futures=True)
+        # Not joined from one of its own threads either: the collector may finalize the generator in one of them.
+        own_thread = threading.current_thread().name.startswith(f"{name}_")
+        pool.shutdown(wait=_joining_is_safe() and not own_thread, cancel_futures=True)
 
 
 def _start_all(pool: ThreadPoolExecutor, workers: int) -> None:

@@ -6,6 +6,8 @@ import subprocess
 import sys
 import textwrap
 import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 from datamount.storage.pools import generator_pool
 
@@ -39,3 +41,19 @@ def test_a_pool_whose_threads_cannot_all_start_raises_and_leaves_none_waiting() 
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split("\n")[:2] == ["can't start new thread", "1"]
+
+
+def test_a_generator_finalized_in_one_of_its_own_threads_ends_without_joining_it() -> None:
+    """The collector may finalize an abandoned generator in any thread, one of its own pool's included: its pool is
+    then shut down without joining that thread (``cannot join current thread`` before)."""
+
+    def body() -> Iterator[ThreadPoolExecutor]:
+        with generator_pool(2, "datamount-test-own") as pool:
+            yield pool
+
+    abandoned = body()
+    pool = next(abandoned)
+    holder = [abandoned]
+    del abandoned
+    pool.submit(lambda: holder.pop().close()).result(timeout=30)  # the last reference dropped in a pool thread
+    assert not holder
