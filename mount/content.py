@@ -112,6 +112,11 @@ class Contents:
         are fetched together, many requests in flight, as a reader fetches them."""
         self._begin(list(contents))
 
+    def coming(self, content: Content) -> Future[Any] | None:
+        """The future of a unit holding the file that is held (done) or on its way; none is started."""
+        with self._lock:
+            return self._present(content)[1]
+
     def is_coming(self, content: Content) -> bool:
         """Whether a unit holding the file is held or on its way."""
         return any(unit in self._held or unit in self._loading for unit in self._units(content))

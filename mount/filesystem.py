@@ -23,7 +23,7 @@ import itertools
 import logging
 import os
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from typing import Any
 
@@ -66,10 +66,15 @@ class DatasetFilesystem(pyfuse3.Operations):
         self._handles: dict[int, tuple[Node, bytes | None]] = {}
         self._next_handle = itertools.count(1)
         self._recent: deque[Node] = deque(maxlen=RECENT_OPENS)
+        #: 1 for each file that was in a read-ahead window.
+        self._windowed = bytearray(len(tree.inodes))
         #: A file whose opening fetches the next window: the window's last file and the order it follows.
         self._triggers: dict[int, tuple[Node, str]] = {}
         self.filler = PageCacheFiller(
-            pyfuse3.notify_store, lambda node, unit: contents.file_of(node.content, unit), len(tree.inodes)
+            pyfuse3.notify_store,
+            lambda node, unit: contents.file_of(node.content, unit),
+            lambda node: None if node.content is None else contents.coming(node.content),
+            len(tree.inodes),
         )
 
     # --------------------------------------------------------------------------------------------- metadata
@@ -83,6 +88,7 @@ class DatasetFilesystem(pyfuse3.Operations):
             missing.st_ino = 0  # a negative entry, kept by the kernel
             missing.entry_timeout = METADATA_SECONDS
             return missing
+        self.filler.listed(node, _run_soon())
         return self._attributes(node)
 
     async def getattr(self, inode: int, ctx: Any = None) -> pyfuse3.EntryAttributes:
@@ -98,10 +104,15 @@ class DatasetFilesystem(pyfuse3.Operations):
         if folder.cached is None:
             self._attributes(folder)
         listing = folder.cached[1]
+        run_soon = _run_soon()
         for index in range(start_id, len(listing)):
             child = listing[index]
             if not pyfuse3.readdir_reply(token, os.fsencode(child.name), self._attributes(child), index + 1):
                 return
+            self.filler.listed(child, run_soon)
+
+    async def forget(self, inode_list: Sequence[tuple[int, int]]) -> None:
+        self.filler.forgotten(inode for inode, _ in inode_list)
 
     async def releasedir(self, fh: int) -> None:
         return None
@@ -194,9 +205,10 @@ class DatasetFilesystem(pyfuse3.Operations):
         if trigger is not None:
             start, order = trigger
             window = list(self._after(start, order))
-        elif self.filler.given(node.inode) or (node.content is not None and self.contents.is_coming(node.content)):
+        elif self.filler.given(node.inode) or (self._windowed[node.inode] and self._is_coming(node)):
             # Inside a window already (its middle fetches the next one); a file in the kernel's page cache already
-            # needs no fetch, even once its bytes have left this process's memory.
+            # needs no fetch, even once its bytes have left this process's memory. (A file whose row group came
+            # with a file opened alone is in no window: it starts one.)
             window = []
         else:
             # A file that follows one opened lately starts a window in that order; one opened at random (a shuffled
@@ -204,6 +216,8 @@ class DatasetFilesystem(pyfuse3.Operations):
             followed = self._followed_order(node)
             order = followed or "folder"
             window = [node] if followed is None else [node, *self._after(node, followed)]
+        for file in window:
+            self._windowed[file.inode] = 1
         if len(window) > 1:
             self._triggers[window[len(window) // 2].inode] = (window[-1], order)
         if window:
@@ -215,8 +229,7 @@ class DatasetFilesystem(pyfuse3.Operations):
             window = list(itertools.islice(ahead, PUSH_AFTER_MISS))
         self._recent.append(node)
         if window:
-            token = trio.lowlevel.current_trio_token()
-            run_soon = functools.partial(_soon, token)
+            run_soon = _run_soon()
             for file in window:
                 if file is not node and self.filler.wants(file):
                     assert file.content is not None
@@ -264,6 +277,11 @@ async def _result(future: Future[Any]) -> Any:
         future.add_done_callback(lambda _: _soon(token, arrived.set))
         await arrived.wait()
     return future.result()
+
+
+def _run_soon() -> Any:
+    """A function that runs a call soon in the thread that answers requests, from any thread (``RunSoon``)."""
+    return functools.partial(_soon, trio.lowlevel.current_trio_token())
 
 
 def _soon(token: trio.lowlevel.TrioToken, call: Any) -> None:

@@ -8,15 +8,18 @@ handed to the kernel as their checked bytes arrive.
 A file goes to the kernel once, and only before it is opened: a read of a file it is storing would make the store
 wait, and a file not opened yet has no read under way. So pushes run in the thread that answers requests, between
 them (no other thread then takes the interpreter from it), and never wait. Empty files and files larger than
-:data:`PUSH_MAX_BYTES` are left to their reads. Only files the kernel knows can be pushed (those it listed, as
-``find``, ``os.walk`` and ImageFolder list them first); where the kernel does not take the bytes (an inode it does
-not know, a mount going away) the file's read serves it as before: pushing is only ever a shortcut.
+:data:`PUSH_MAX_BYTES` are left to their reads. Only files the kernel knows can be pushed: those it listed (as
+``find``, ``os.walk`` and ImageFolder list a folder before they open its files) or looked up, and has not forgotten
+since. A file whose bytes come before the kernel knows it (a window reaching into a folder the walk has not listed
+yet) is pushed when its folder is listed, if its bytes are still in memory. Where the kernel does not take the bytes
+(an inode it dropped, a mount going away) the file's read serves it as before: pushing is only ever a shortcut.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from typing import Any
 
@@ -31,17 +34,24 @@ PUSH_MAX_BYTES = 8 << 20
 StorePages = Callable[[int, int, bytes], None]
 #: Runs a call in the thread that answers requests, soon (from any thread).
 RunSoon = Callable[[Callable[[], None]], None]
+#: The future of a unit holding the file that is in memory or on its way (``None`` when there is none).
+UnitOf = Callable[[Node], "Future[Any] | None"]
 
 
 class PageCacheFiller:
     """Hands files to the kernel's page cache (``store``) once their unit has come, each file once, before it is
     opened; all its methods are called in the thread that answers requests."""
 
-    def __init__(self, store: StorePages, bytes_of: Callable[[Node, Any], bytes], inodes: int) -> None:
+    def __init__(self, store: StorePages, bytes_of: Callable[[Node, Any], bytes], unit_of: UnitOf, inodes: int) -> None:
         self._store = store
         self._bytes_of = bytes_of
+        self._unit_of = unit_of
         #: 1 for each inode that is not to be pushed (any more): pushed, opened or read.
         self._given = bytearray(inodes)
+        #: 1 for each inode the kernel knows: listed or looked up, and not forgotten since.
+        self._known = bytearray(inodes)
+        #: 1 for each file whose bytes came before the kernel knew it: pushed when it is listed.
+        self._waiting = bytearray(inodes)
         #: Files put into the page cache, and files whose reads came to this process.
         self.pushed = self.read = 0
 
@@ -59,6 +69,22 @@ class PageCacheFiller:
         """Whether ``inode``'s bytes went to the kernel, or will go by its reads."""
         return bool(self._given[inode])
 
+    def listed(self, node: Node, run_soon: RunSoon) -> None:
+        """The kernel is told of ``node`` (a listing or a lookup, answered right after this call): a file whose bytes
+        are waiting for it is pushed once the answer is out."""
+        inode = node.inode
+        self._known[inode] = 1
+        if self._waiting[inode]:
+            self._waiting[inode] = 0
+            unit = self._unit_of(node)
+            if unit is not None and not self._given[inode]:
+                self.offer(node, unit, run_soon)
+
+    def forgotten(self, inodes: Iterable[int]) -> None:
+        """The kernel dropped these inodes (and their pages)."""
+        for inode in inodes:
+            self._known[inode] = 0
+
     def opened(self, inode: int) -> None:
         """A reader opened ``inode``: its reads serve it from now on, unless it was pushed."""
         self._given[inode] = 1
@@ -71,12 +97,20 @@ class PageCacheFiller:
         return f"{self.pushed} file(s) put into the page cache ahead of their reads; {self.read} read by requests"
 
     def _push(self, node: Node, unit: Future[Any]) -> None:
-        if self._given[node.inode] or unit.cancelled() or unit.exception() is not None:
+        inode = node.inode
+        if self._given[inode] or unit.cancelled() or unit.exception() is not None:
             return  # opened already, or not fetched: its reads serve it (and say why they cannot)
-        self._given[node.inode] = 1
+        if not self._known[inode]:
+            self._waiting[inode] = 1
+            return
+        self._given[inode] = 1
         try:
-            self._store(node.inode, 0, self._bytes_of(node, unit.result()))
+            self._store(inode, 0, self._bytes_of(node, unit.result()))
         except OSError as exc:
+            self._given[inode] = 0
+            if exc.errno == errno.ENOENT:  # dropped by the kernel: pushed if it is listed again
+                self._known[inode] = 0
+                self._waiting[inode] = 1
             log.debug("%s: not put into the page cache (%s); its reads serve it", node.path, exc)
             return
         self.pushed += 1

@@ -137,6 +137,43 @@ def test_files_a_walk_reads_next_reach_the_kernel_before_their_reads(
 
 
 @pytest.mark.parametrize("store", ["local", pytest.param("s3", marks=pytest.mark.s3)], indirect=True)
+@pytest.mark.parametrize("packed", [False, True], ids=["objects", "packed"])
+def test_files_fetched_before_their_folder_is_listed_reach_the_kernel_when_it_is(
+    store: Store, tmp_path: Path, mountpoint: Path, packed: bool
+) -> None:
+    """A list sorted by folder: the read-ahead window a walk starts reaches into folders it has not listed yet, whose
+    files the kernel cannot take before it knows them. They go to the page cache when their folder is listed, so that
+    the walk takes a read request for a few files only."""
+    rows = []
+    for i in range(240):
+        path = tmp_path / "src" / f"cls{i // 40}" / f"img{i:04d}.jpg"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(os.urandom(1000 + 13 * i))
+        rows.append(f"{path.relative_to(tmp_path / 'src').as_posix()}\tcls{i // 40}\n")
+    (tmp_path / "src" / "train.list").write_text("".join(rows), encoding="utf-8")
+    upload(tmp_path / "src" / "train.list", "pets", store=store, packed=packed)
+    log_file = tmp_path / "mount.log"
+    mounted = mount("pets", mountpoint, store=store, cache=False, log_file=log_file)
+    walked = 0
+    for parent, _, names in os.walk(mountpoint):
+        for name in sorted(names):
+            path = Path(parent, name).relative_to(mountpoint)
+            assert (mountpoint / path).read_bytes() == (tmp_path / "src" / path).read_bytes()
+            walked += 1
+            if path.name == "img0001.jpg":  # the window this file started comes, all of it (~370 kB), meanwhile
+                time.sleep(2)
+    assert walked == 241
+    unmount(mountpoint)
+    _wait_gone(mounted.pid)
+    report = re.search(
+        r"(\d+) file\(s\) put into the page cache ahead of their reads; (\d+) read by requests", log_file.read_text()
+    )
+    assert report is not None, log_file.read_text()
+    pushed, read = map(int, report.groups())
+    assert read <= 40 and pushed >= walked - 40, (pushed, read)
+
+
+@pytest.mark.parametrize("store", ["local", pytest.param("s3", marks=pytest.mark.s3)], indirect=True)
 @pytest.mark.parametrize("packed_after", [False, True], ids=["objects", "objects-and-shards"])
 def test_files_opened_at_random_are_fetched_alone(
     store: Store, tmp_path: Path, mountpoint: Path, packed_after: bool
