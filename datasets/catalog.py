@@ -245,13 +245,15 @@ def add_shards(store: Store, manifest: Manifest, shards: list[ShardEntry]) -> Ma
     ``shards``, when cut otherwise (another pack folder), are removed: nothing can ever read them.
     """
     manifest_bytes = store.read(layout.manifest_path(manifest.name, manifest.version))
+    folders = {layout.pack_folder_of(shard) for shard in shards}
     try:
         store.make_durable(layout.shard_path(manifest.name, shard) for shard in shards)
     except ObjectNotFoundError:
-        # Removed by another pack of these sizes that lost the race: so did this one.
+        # Removed (in part, so far) by another pack of these sizes that lost the race: so did this one.
         recorded = packed_meanwhile(store, manifest)
         if recorded is None:
             raise
+        remove_lost_pack(store, recorded, folders)
         return recorded
     record = {
         "format": PACK_RECORD_FORMAT,
@@ -265,7 +267,7 @@ def add_shards(store: Store, manifest: Manifest, shards: list[ShardEntry]) -> Ma
         store.create(layout.pack_record_path(manifest.name, manifest.version), body)
     except ObjectExistsError:
         recorded = read_manifest(store, manifest.name, manifest.version, packed=True)
-        remove_lost_pack(store, recorded, {layout.pack_folder_of(shard) for shard in shards})
+        remove_lost_pack(store, recorded, folders)
         return recorded
     return manifest.with_shards(shards)
 

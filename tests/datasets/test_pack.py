@@ -173,6 +173,26 @@ def test_of_two_packs_cut_otherwise_the_one_recorded_second_leaves_nothing(store
     assert list(reader("d", store)()) == image_rows(list_file)
 
 
+@pytest.mark.gluster
+def test_a_pack_whose_written_shards_a_losing_pack_removed_in_part_leaves_nothing(
+    gluster_store: Store, tmp_path: Path
+) -> None:
+    """A pack has written all its shards when a losing pack of the same sizes removes some of them (it was removing
+    their folder): making them durable finds one missing (a shared mount fsyncs each file), and the pack returns
+    the recorded shards and removes the rest of its folder."""
+    store = gluster_store
+    list_file = write_image_list(tmp_path / "src", 24, size=5_000)
+    manifest = upload(list_file, "d", store=store).manifest
+    winning = plan_pack(store, manifest, 40_000, 10_000)
+    losing = plan_pack(store, manifest, 20_000, 10_000)
+    recorded = catalog.add_shards(store, manifest, [write_unit(store, manifest, unit) for unit in winning])
+    written = [write_unit(store, manifest, unit) for unit in losing]
+    store.remove(f"datasets/d/{written[0].path}")
+    assert catalog.add_shards(store, manifest, written) == recorded
+    packs = {folder.rsplit("/", 1)[-1] for folder in store.list_folders("datasets/d/packs")}
+    assert packs == {winning[0].folder.rsplit("/", 1)[-1]}
+
+
 def test_a_pack_whose_folder_a_losing_pack_removed_returns_the_winner(store: Store, tmp_path: Path) -> None:
     """Three packs of one version: while the third writes its shards, a pack cut otherwise records its own, and the
     second (the third's sizes) loses and removes the folder the third is writing. The third loses too, returns the
