@@ -88,10 +88,12 @@ class DatasetFilesystem(pyfuse3.Operations):
             missing.st_ino = 0  # a negative entry, kept by the kernel
             missing.entry_timeout = METADATA_SECONDS
             return missing
-        self.filler.listed(node, _run_soon())
+        self.filler.request(_run_soon())
+        self.filler.listed(node)
         return self._attributes(node)
 
     async def getattr(self, inode: int, ctx: Any = None) -> pyfuse3.EntryAttributes:
+        self.filler.request(_run_soon())
         return self._attributes(self._node(inode))
 
     async def opendir(self, inode: int, ctx: Any) -> int:
@@ -104,12 +106,12 @@ class DatasetFilesystem(pyfuse3.Operations):
         if folder.cached is None:
             self._attributes(folder)
         listing = folder.cached[1]
-        run_soon = _run_soon()
+        self.filler.request(_run_soon())
         for index in range(start_id, len(listing)):
             child = listing[index]
             if not pyfuse3.readdir_reply(token, os.fsencode(child.name), self._attributes(child), index + 1):
                 return
-            self.filler.listed(child, run_soon)
+            self.filler.listed(child)
 
     async def forget(self, inode_list: Sequence[tuple[int, int]]) -> None:
         self.filler.forgotten(inode for inode, _ in inode_list)
@@ -138,6 +140,7 @@ class DatasetFilesystem(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.EISDIR)
         if flags & _WRITE_FLAGS:
             raise pyfuse3.FUSEError(errno.EROFS)
+        self.filler.request(_run_soon())
         self._read_ahead(node)
         self.filler.opened(node.inode)
         handle = next(self._next_handle)
@@ -154,6 +157,7 @@ class DatasetFilesystem(pyfuse3.Operations):
         return data[offset : offset + size]
 
     async def release(self, fh: int) -> None:
+        self.filler.request(_run_soon())
         self._handles.pop(fh, None)
 
     # ---------------------------------------------------------------------------------------------- helpers

@@ -10,9 +10,12 @@ wait, and a file not opened yet has no read under way. So pushes run in the thre
 them (no other thread then takes the interpreter from it), and never wait. Empty files and files larger than
 :data:`PUSH_MAX_BYTES` are left to their reads. Only files the kernel knows can be pushed: those it listed (as
 ``find``, ``os.walk`` and ImageFolder list a folder before they open its files) or looked up, and has not forgotten
-since. A file whose bytes come before the kernel knows it (a window reaching into a folder the walk has not listed
-yet) is pushed when its folder is listed, if its bytes are still in memory. Where the kernel does not take the bytes
-(an inode it dropped, a mount going away) the file's read serves it as before: pushing is only ever a shortcut.
+since. The kernel makes the inodes of a listing in the process that asked for it, once that process has the answer:
+a push right after the answer may come before them, so a file the kernel does not know yet is pushed after the next
+request (its process asks again only once it has the answer). A file whose bytes come before the kernel knows it (a
+window reaching into a folder the walk has not listed yet) is pushed when its folder is listed, if its bytes are
+still in memory. Where the kernel does not take the bytes (an inode it dropped, a mount going away) the file's read
+serves it as before: pushing is only ever a shortcut.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ log = logging.getLogger("datamount.mount")
 
 #: Files larger than this are read by requests only.
 PUSH_MAX_BYTES = 8 << 20
+#: Pushes of a file the kernel was told of but did not know yet, at most (one after each request that follows).
+PUSH_TRIES = 3
 
 #: Puts ``data`` into the page cache of ``inode`` from byte ``offset`` (``pyfuse3.notify_store``).
 StorePages = Callable[[int, int, bytes], None]
@@ -52,6 +57,10 @@ class PageCacheFiller:
         self._known = bytearray(inodes)
         #: 1 for each file whose bytes came before the kernel knew it: pushed when it is listed.
         self._waiting = bytearray(inodes)
+        #: Pushes the kernel refused for not knowing the inode yet, for each file.
+        self._refusals = bytearray(inodes)
+        #: Files to push after the next request: the kernel was told of them, and has them by then.
+        self._after_next_request: list[Node] = []
         #: Files put into the page cache, and files whose reads came to this process.
         self.pushed = self.read = 0
 
@@ -69,15 +78,23 @@ class PageCacheFiller:
         """Whether ``inode``'s bytes went to the kernel, or will go by its reads."""
         return bool(self._given[inode])
 
-    def listed(self, node: Node, run_soon: RunSoon) -> None:
+    def listed(self, node: Node) -> None:
         """The kernel is told of ``node`` (a listing or a lookup, answered right after this call): a file whose bytes
-        are waiting for it is pushed once the answer is out."""
+        are waiting for it is pushed after the next request."""
         inode = node.inode
         self._known[inode] = 1
         if self._waiting[inode]:
             self._waiting[inode] = 0
+            self._after_next_request.append(node)
+
+    def request(self, run_soon: RunSoon) -> None:
+        """A request came (call it before answering it): push the files the kernel was told of before it."""
+        if not self._after_next_request:
+            return
+        nodes, self._after_next_request = self._after_next_request, []
+        for node in nodes:
             unit = self._unit_of(node)
-            if unit is not None and not self._given[inode]:
+            if unit is not None and not self._given[node.inode]:
                 self.offer(node, unit, run_soon)
 
     def forgotten(self, inodes: Iterable[int]) -> None:
@@ -108,9 +125,13 @@ class PageCacheFiller:
             self._store(inode, 0, self._bytes_of(node, unit.result()))
         except OSError as exc:
             self._given[inode] = 0
-            if exc.errno == errno.ENOENT:  # dropped by the kernel: pushed if it is listed again
-                self._known[inode] = 0
-                self._waiting[inode] = 1
+            if exc.errno == errno.ENOENT:
+                self._refusals[inode] = min(self._refusals[inode] + 1, 255)
+                if self._refusals[inode] < PUSH_TRIES:  # told of it, not made yet: again after the next request
+                    self._after_next_request.append(node)
+                else:  # dropped by the kernel: pushed if it is listed again
+                    self._known[inode] = 0
+                    self._waiting[inode] = 1
             log.debug("%s: not put into the page cache (%s); its reads serve it", node.path, exc)
             return
         self.pushed += 1
