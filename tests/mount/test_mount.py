@@ -161,6 +161,30 @@ def test_files_fetched_before_their_folder_is_listed_reach_the_kernel_when_it_is
     assert read <= 20 and pushed >= walked - 20, (pushed, read)
 
 
+@pytest.mark.parametrize("store", ["local", pytest.param("s3", marks=pytest.mark.s3)], indirect=True)
+def test_a_walk_of_a_packed_version_from_its_first_file_reads_ahead_of_it(
+    store: Store, tmp_path: Path, mountpoint: Path
+) -> None:
+    """The first file a walk opens comes alone, with its row group (which holds the next 399 files): the second,
+    in that row group already, starts the walk's read-ahead all the same, so that the rest reach the page cache
+    before they are read."""
+    rows = []
+    for i in range(400):
+        path = tmp_path / "src" / "cls0" / f"img{i:04d}.jpg"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(os.urandom(500 + i))
+        rows.append(f"{path.relative_to(tmp_path / 'src').as_posix()}\tcls0\n")
+    (tmp_path / "src" / "train.list").write_text("".join(rows), encoding="utf-8")
+    manifest = upload(tmp_path / "src" / "train.list", "pets", store=store, packed=True).manifest
+    assert manifest.shards[0].row_groups == [400]  # one row group holds them all (~280 kB)
+    log_file = tmp_path / "mount.log"
+    mounted = mount("pets", mountpoint, store=store, cache=False, log_file=log_file)
+    for name in sorted(os.listdir(mountpoint / "cls0")):
+        assert (mountpoint / "cls0" / name).read_bytes() == (tmp_path / "src" / "cls0" / name).read_bytes()
+    pushed, read = _pushed_and_read_after_unmount(mountpoint, mounted.pid, log_file)
+    assert read <= 4 and pushed >= 396, (pushed, read)
+
+
 def _pushed_and_read_after_unmount(mountpoint: Path, pid: int, log_file: Path) -> tuple[int, int]:
     """Unmount, and the files the serving process logged as put into the page cache ahead and as read by requests."""
     unmount(mountpoint)
