@@ -114,7 +114,8 @@ class DatasetFilesystem(pyfuse3.Operations):
             self.filler.listed(child)
 
     async def forget(self, inode_list: Sequence[tuple[int, int]]) -> None:
-        self.filler.forgotten(inode for inode, _ in inode_list)
+        opened = {node.inode for node, _ in self._handles.values()}  # never pushed while open (see push.py)
+        self.filler.forgotten(inode for inode, _ in inode_list if inode not in opened)
 
     async def releasedir(self, fh: int) -> None:
         return None

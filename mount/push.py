@@ -98,9 +98,9 @@ class PageCacheFiller:
                 self.offer(node, unit, run_soon)
 
     def forgotten(self, inodes: Iterable[int]) -> None:
-        """The kernel dropped these inodes (and their pages)."""
+        """The kernel dropped these inodes, and their pages with them: each may be pushed again once it is listed."""
         for inode in inodes:
-            self._known[inode] = 0
+            self._known[inode] = self._given[inode] = self._refusals[inode] = 0
 
     def opened(self, inode: int) -> None:
         """A reader opened ``inode``: its reads serve it from now on, unless it was pushed."""

@@ -185,6 +185,29 @@ def test_a_walk_of_a_packed_version_from_its_first_file_reads_ahead_of_it(
     assert read <= 4 and pushed >= 396, (pushed, read)
 
 
+@pytest.mark.parametrize("store", ["local", pytest.param("s3", marks=pytest.mark.s3)], indirect=True)
+@pytest.mark.parametrize("packed", [False, True], ids=["objects", "packed"])
+def test_files_the_kernel_dropped_are_pushed_again(
+    store: Store, tmp_path: Path, mountpoint: Path, packed: bool
+) -> None:
+    """The kernel drops a mount's inodes, and their pages, when it needs the memory (here: ``drop_caches``): a walk
+    after that gets the same bytes, and the files fetched ahead go to the page cache again rather than each being
+    read by requests."""
+    if not os.access("/proc/sys/vm/drop_caches", os.W_OK):
+        pytest.skip("dropping the kernel's caches needs root")
+    list_file = class_folders(tmp_path / "src", 300)
+    upload(list_file, "pets", store=store, packed=packed)
+    log_file = tmp_path / "mount.log"
+    mounted = mount("pets", mountpoint, store=store, cache=False, log_file=log_file)
+    expected = tree_of(tmp_path / "src")
+    assert tree_of(mountpoint) == expected
+    os.sync()
+    Path("/proc/sys/vm/drop_caches").write_text("2")  # dentries and inodes: the kernel forgets the mount's files
+    assert tree_of(mountpoint) == expected
+    pushed, read = _pushed_and_read_after_unmount(mountpoint, mounted.pid, log_file)
+    assert read <= 150 and pushed >= 450, (pushed, read)  # two walks of 301 files
+
+
 def _pushed_and_read_after_unmount(mountpoint: Path, pid: int, log_file: Path) -> tuple[int, int]:
     """Unmount, and the files the serving process logged as put into the page cache ahead and as read by requests."""
     unmount(mountpoint)
