@@ -32,7 +32,7 @@ import trio
 
 from datamount.datasets import catalog
 from datamount.mount.content import Contents
-from datamount.mount.push import PageCacheFiller
+from datamount.mount.push import PageCacheFiller, RunSoon
 from datamount.mount.tree import Node, Tree
 from datamount.storage import DatamountError, ObjectNotFoundError
 from datamount.storage.redact import redact_url
@@ -88,12 +88,12 @@ class DatasetFilesystem(pyfuse3.Operations):
             missing.st_ino = 0  # a negative entry, kept by the kernel
             missing.entry_timeout = METADATA_SECONDS
             return missing
-        self.filler.request(_run_soon())
+        self.filler.request(_run_soon)
         self.filler.listed(node)
         return self._attributes(node)
 
     async def getattr(self, inode: int, ctx: Any = None) -> pyfuse3.EntryAttributes:
-        self.filler.request(_run_soon())
+        self.filler.request(_run_soon)
         return self._attributes(self._node(inode))
 
     async def opendir(self, inode: int, ctx: Any) -> int:
@@ -106,7 +106,7 @@ class DatasetFilesystem(pyfuse3.Operations):
         if folder.cached is None:
             self._attributes(folder)
         listing = folder.cached[1]
-        self.filler.request(_run_soon())
+        self.filler.request(_run_soon)
         for index in range(start_id, len(listing)):
             child = listing[index]
             if not pyfuse3.readdir_reply(token, os.fsencode(child.name), self._attributes(child), index + 1):
@@ -141,7 +141,7 @@ class DatasetFilesystem(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.EISDIR)
         if flags & _WRITE_FLAGS:
             raise pyfuse3.FUSEError(errno.EROFS)
-        self.filler.request(_run_soon())
+        self.filler.request(_run_soon)
         self._read_ahead(node)
         self.filler.opened(node.inode)
         handle = next(self._next_handle)
@@ -158,7 +158,7 @@ class DatasetFilesystem(pyfuse3.Operations):
         return data[offset : offset + size]
 
     async def release(self, fh: int) -> None:
-        self.filler.request(_run_soon())
+        self.filler.request(_run_soon)
         self._handles.pop(fh, None)
 
     # ---------------------------------------------------------------------------------------------- helpers
@@ -284,7 +284,7 @@ async def _result(future: Future[Any]) -> Any:
     return future.result()
 
 
-def _run_soon() -> Any:
+def _run_soon() -> RunSoon:
     """A function that runs a call soon in the thread that answers requests, from any thread (``RunSoon``)."""
     return functools.partial(_soon, trio.lowlevel.current_trio_token())
 

@@ -87,15 +87,17 @@ class PageCacheFiller:
             self._waiting[inode] = 0
             self._after_next_request.append(node)
 
-    def request(self, run_soon: RunSoon) -> None:
-        """A request came (call it before answering it): push the files the kernel was told of before it."""
+    def request(self, run_soon: Callable[[], RunSoon]) -> None:
+        """A request came (call it before answering it): push the files the kernel was told of before it.
+        ``run_soon`` makes the ``RunSoon`` their pushes need, when there are any (most requests have none)."""
         if not self._after_next_request:
             return
         nodes, self._after_next_request = self._after_next_request, []
+        runner = run_soon()
         for node in nodes:
             unit = self._unit_of(node)
             if unit is not None and not self._given[node.inode]:
-                self.offer(node, unit, run_soon)
+                self.offer(node, unit, runner)
 
     def forgotten(self, inodes: Iterable[int]) -> None:
         """The kernel dropped these inodes, and their pages with them: each may be pushed again once it is listed."""
