@@ -171,7 +171,7 @@ def main() -> None:
                 if found[mode][-1]["samples"] != count:
                     raise SystemExit(f"{mode}: {found[mode][-1]['samples']} samples, not {count}")
     print(f"\nA fresh process's pass over {count} x 110 KB in {shards} shard(s), {args.server}, median of {args.runs}")
-    print(f"{'pass':<28} {'import':>8} {'first sample':>13} {'whole pass':>11} {'peak RSS':>9}  (after the import)")
+    print(f"{'pass':<28} {'import':>8} {'first sample':>14} {'whole pass':>11} {'peak RSS':>9}  (after the import)")
     labels = {
         "stream": "streamed row groups",
         "cache": "whole shards (cache=DIR)",
@@ -187,7 +187,7 @@ def main() -> None:
         imported = statistics.median(r["imported"] for r in found[mode])
         rss = statistics.median(r["rss_mb"] for r in found[mode])
         first, whole = after_import(mode, "first"), after_import(mode, "pass")
-        print(f"{label:<28} {imported:>6.2f} s {first:>11.2f} s {whole:>9.2f} s {rss:>6.0f} MB")
+        print(f"{label:<28} {imported:>6.2f} s {first * 1e3:>11.1f} ms {whole:>9.2f} s {rss:>6.0f} MB")
     if "webdataset" not in found:
         return
     ratio = after_import("webdataset", "pass") / after_import("stream", "pass")

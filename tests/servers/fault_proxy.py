@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import enum
 import json
 import re
@@ -145,6 +146,9 @@ class RequestRecord:
     received: float = field(default_factory=time.monotonic)
     #: The access key the request was signed with (AWS Signature V4's ``Credential=KEY/...``), if it was signed.
     access_key: str | None = None
+    #: The bytes of the answer's body passed back to the client (as framed on the wire), once it was; ``None`` before,
+    #: and for an answer the proxy made or dropped itself.
+    answered: int | None = None
 
 
 @dataclass
@@ -300,7 +304,7 @@ class FaultProxy:
                     return rule.fault
         return None
 
-    def _record(self, request: _Request, action: Action, connection: _Connection) -> None:
+    def _record(self, request: _Request, action: Action, connection: _Connection) -> int:
         with self._lock:
             self._records.append(
                 RequestRecord(
@@ -312,6 +316,11 @@ class FaultProxy:
                     access_key=_access_key(request.head),
                 )
             )
+            return len(self._records) - 1
+
+    def _record_answer(self, index: int, answered: int) -> None:
+        with self._lock:
+            self._records[index] = dataclasses.replace(self._records[index], answered=answered)
 
     # -- the event loop ------------------------------------------------------------------------------------------
 
@@ -367,44 +376,47 @@ class FaultProxy:
                 return
             fault = connection.forced or self._choose(request)
             # Recorded before answering, so that a client that has its answer also finds its request logged.
-            self._record(request, fault.action if fault is not None else Action.PASS, connection)
-            keep_open = await self._handle(connection, request, fault)
+            index = self._record(request, fault.action if fault is not None else Action.PASS, connection)
+            keep_open, answered = await self._handle(connection, request, fault)
+            if answered is not None:
+                self._record_answer(index, answered)
             if not keep_open or request.close:
                 return
 
-    async def _handle(self, connection: _Connection, request: _Request, fault: Fault | None) -> bool:
-        """Answer one request as ``fault`` says; whether the client connection stays usable."""
+    async def _handle(self, connection: _Connection, request: _Request, fault: Fault | None) -> tuple[bool, int | None]:
+        """Answer one request as ``fault`` says; whether the client connection stays usable, and the body bytes of
+        the upstream's answer passed back (``None`` when none was)."""
         writer = connection.writer
         if fault is None:
-            _, reusable = await self._forward(connection, request)
-            return reusable
+            _, reusable, sent = await self._forward(connection, request)
+            return reusable, sent
         if fault.action is Action.RESET_BEFORE:
             _reset(writer)
-            return False
+            return False, None
         if fault.action is Action.STALL:
             await _wait_for_hangup(connection.reader)
-            return False
+            return False, None
         if fault.action is Action.STATUS:
             writer.write(_error_answer(fault.status_code, request, self.flavour))
             await writer.drain()
-            return True
+            return True, None
         if fault.action is Action.DELAY:
             await asyncio.sleep(fault.seconds)
-            _, reusable = await self._forward(connection, request)
-            return reusable
+            _, reusable, sent = await self._forward(connection, request)
+            return reusable, sent
         if fault.action is Action.RESET_AFTER:
             await self._forward(connection, request, send=False)
             _reset(writer)
-            return False
-        _, reusable = await self._forward(connection, request, limit=fault.body_bytes)
-        return reusable
+            return False, None
+        _, reusable, sent = await self._forward(connection, request, limit=fault.body_bytes)
+        return reusable, sent
 
     async def _forward(
         self, connection: _Connection, request: _Request, *, limit: int | None = None, send: bool = True
-    ) -> tuple[bool, bool]:
+    ) -> tuple[bool, bool, int]:
         """Send ``request`` upstream and its answer back: the head, then at most ``limit`` body bytes when given
-        (nothing at all without ``send``). Returns whether the whole answer went back, and whether the client
-        connection may carry another request."""
+        (nothing at all without ``send``). Returns whether the whole answer went back, whether the client
+        connection may carry another request, and the body bytes sent."""
         upstream_reader, head = await self._exchange(connection, request)
         status, headers = _parse_head(head)
         client = connection.writer
@@ -426,7 +438,7 @@ class FaultProxy:
         reusable = whole and _framed(headers, request.method, status) and not _closes(headers)
         if not reusable:
             await _close_upstream(connection)
-        return whole, reusable
+        return whole, reusable, sent
 
     async def _exchange(self, connection: _Connection, request: _Request) -> tuple[asyncio.StreamReader, bytes]:
         """Send ``request`` upstream and read the answer's head. A kept-alive upstream connection that the server

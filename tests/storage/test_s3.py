@@ -67,6 +67,22 @@ def test_a_missing_bucket_is_named(s3_server: S3Server, s3_bucket: str, client: 
         store.read("nothing")
 
 
+def test_opening_a_store_reads_no_listing_of_its_objects(
+    s3_server: S3Server, s3_bucket: str, fault_proxy: FaultProxyFactory, client: str
+) -> None:
+    """The check made when a store is opened is one listing request whose answer names none of the store's objects: a
+    page of a store's keys (up to 1,000, from a server that reads them all) is the slowest request of an open."""
+    url = f"s3://{s3_bucket}/listed"
+    writer = open_store(url, endpoint_url=s3_server.endpoint_url, client=client)
+    for number in range(40):
+        writer.write(f"data/{number:03d}-{'x' * 100}", b"1")
+    proxy = fault_proxy(s3_server.endpoint_url)
+    open_store(url, endpoint_url=proxy.endpoint_url, client=client)
+    [probe] = proxy.requests
+    assert probe.method == "GET" and probe.answered is not None
+    assert probe.answered < 1_000  # one key is ~300 bytes of XML: each of the 40 here is in the answer before
+
+
 def test_endpoint_from_the_standard_environment_variable(
     s3_server: S3Server, s3_bucket: str, monkeypatch: pytest.MonkeyPatch, client: str
 ) -> None:
