@@ -38,9 +38,10 @@ from datamount.storage.store import HASH_CHUNK, Failure
 _CREDENTIAL_CODES = {"InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken"}
 _ENDPOINT_ENV = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
 log = logging.getLogger(__name__)
-#: Requests in flight by default through obstore (s3fs: 32); with 20 ms added per request, 32 kept 0.77 of the
-#: no-latency read rate on Ceph RGW (benchmarks/bench_latency.py).
-OBSTORE_MAX_REQUESTS = 64
+#: Requests in flight by default through obstore (s3fs: 32). With 20 ms added per request (as S3 answers a small
+#: GET), 32 kept 0.77 of the no-latency read rate on Ceph RGW, 64 0.73 on SeaweedFS and 128 0.85 there
+#: (benchmarks/bench_latency.py); with no latency added, 128 reads as fast as 64.
+OBSTORE_MAX_REQUESTS = 128
 #: Ranged GETs in flight while hashing an object.
 HASH_REQUESTS = 4
 
