@@ -14,6 +14,7 @@ import tempfile
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -39,6 +40,35 @@ FORMAT_VALUE = b"1"
 #: The columns a shard adds to a version's own: each row's number, and (image versions) its file's list path.
 INDEX_COLUMN = "index"
 PATH_COLUMN = "path"
+
+
+#: The most bytes an Arrow ``binary`` or ``string`` array holds (its offsets are 32-bit).
+_MAX_ARRAY_BYTES = (1 << 31) - 1
+
+
+def column(values: Sequence[Any], arrow_type: pa.DataType) -> pa.Array:
+    """``values`` as an Arrow array of ``arrow_type``. ``bytes`` and ``str`` values become a ``binary`` or ``string``
+    array from one join of their bytes: ``pa.array`` asks, the first time it is given a list, whether pandas is
+    installed, and imports it (0.17-0.41 s here) although nothing here uses it. Any other values, and any that do not
+    fit the type (its error then names them), go through ``pa.array``."""
+    if arrow_type in (pa.binary(), pa.string()):
+        try:
+            encoded = values if arrow_type == pa.binary() else [value.encode() for value in values]
+            data = b"".join(encoded)
+        except (AttributeError, TypeError, UnicodeEncodeError):
+            return pa.array(values, type=arrow_type)
+        if len(data) <= _MAX_ARRAY_BYTES:
+            offsets = np.zeros(len(encoded) + 1, dtype=np.int32)
+            np.cumsum(np.fromiter(map(len, encoded), dtype=np.int32, count=len(encoded)), out=offsets[1:])
+            buffers = [None, pa.py_buffer(offsets), pa.py_buffer(data)]
+            return pa.Array.from_buffers(arrow_type, len(encoded), buffers)
+    return pa.array(values, type=arrow_type)
+
+
+def numbered(first: int, count: int) -> pa.Array:
+    """The ``int64`` array ``first, first + 1, ... first + count - 1`` (built from a buffer, as :func:`column`)."""
+    values = np.arange(first, first + count, dtype=np.int64)
+    return pa.Array.from_buffers(pa.int64(), count, [None, pa.py_buffer(values)])
 
 
 def check_sizes(shard_bytes: int, row_group_bytes: int) -> None:
@@ -70,7 +100,7 @@ def _narrow_integer_columns(schema: pa.Schema) -> list[str]:
     """The Parquet column paths (``image.list.element``) of ``schema``'s 8- and 16-bit integers, tensors' included,
     read from the Parquet schema pyarrow makes for it."""
     sink = pa.BufferOutputStream()
-    pq.write_table(schema.empty_table(), sink)
+    pq.write_table(pa.Table.from_batches([], schema=schema), sink)  # empty_table() would import pandas
     parquet = pq.ParquetFile(pa.BufferReader(sink.getvalue())).schema
     paths = []
     for column in (parquet.column(i) for i in range(len(parquet))):
@@ -245,16 +275,15 @@ class ShardWriter:
         fields = [field for field in self.schema if field.name != INDEX_COLUMN]
         if len(columns) != len(fields):
             raise ValueError(f"a batch of {self.dataset} has {len(fields)} columns, got {len(columns)}")
-        arrays = [
-            c if isinstance(c, pa.Array) else pa.array(c, type=f.type) for c, f in zip(columns, fields, strict=True)
-        ]
-        arrays.insert(self._index_position, pa.array(range(self._next_index, self._next_index + count), pa.int64()))
+        arrays = [c if isinstance(c, pa.Array) else column(c, f.type) for c, f in zip(columns, fields, strict=True)]
+        arrays.insert(self._index_position, numbered(self._next_index, count))
         self._next_index += count
         return pa.record_batch(arrays, schema=self.schema)
 
     def _flush_rows(self) -> None:
         if self._rows[0]:
-            batch = pa.record_batch(self._rows, schema=self.schema)
+            arrays = [column(values, field.type) for values, field in zip(self._rows, self.schema, strict=True)]
+            batch = pa.record_batch(arrays, schema=self.schema)
             self._rows = [[] for _ in self.schema]
             self._row_bytes = 0
             self._write(batch)
