@@ -24,13 +24,14 @@ from typing import Any
 import pyarrow as pa
 
 from datamount.datasets import catalog, layout
-from datamount.datasets.listfile import ParsedList
+from datamount.datasets.listfile import ParsedList, SourceFile
 from datamount.datasets.manifest import FileEntry, Kind, Manifest, ShardEntry
 from datamount.datasets.pack import cut_shards
 from datamount.datasets.progress import Progress
 from datamount.datasets.shard_writer import FIRST_ROW_GROUP_BYTES, ShardWriter, check_sizes, list_schema
 from datamount.storage import Store
 from datamount.storage.checksums import require_unchanged
+from datamount.storage.files import read_file
 
 #: Threads reading files; each task reads a chunk of a row group's files (a task per file would cost more than
 #: reading a small one).
@@ -203,8 +204,8 @@ class _ShardsOfRows:
         return written
 
     def _read(self, pool: ThreadPoolExecutor, group: tuple[int, int]) -> list[Future[list[tuple[bytes, str]]]]:
-        paths = [self.parsed.files[row[0]].local_path for row in self.rows[group[0] : group[1]]]
-        return [pool.submit(_read_hashed, paths[at : at + CHUNK_FILES]) for at in range(0, len(paths), CHUNK_FILES)]
+        files = [self.parsed.files[row[0]] for row in self.rows[group[0] : group[1]]]
+        return [pool.submit(_read_hashed, files[at : at + CHUNK_FILES]) for at in range(0, len(files), CHUNK_FILES)]
 
     def _writer(self, number: int, first_row: int) -> ShardWriter:
         return ShardWriter(
@@ -229,11 +230,10 @@ class _ShardsOfRows:
         return marker
 
 
-def _read_hashed(paths: list[str]) -> list[tuple[bytes, str]]:
+def _read_hashed(files: list[SourceFile]) -> list[tuple[bytes, str]]:
     found = []
-    for path in paths:
-        with open(path, "rb", buffering=0) as source:
-            data = source.readall()
+    for file in files:
+        data = read_file(file.local_path, file.size)
         found.append((data, hashlib.sha256(data).hexdigest()))
     return found
 

@@ -26,6 +26,7 @@ from fsspec.implementations.local import LocalFileSystem, make_path_posix
 from datamount.storage._window import ordered_window
 from datamount.storage.backends._options import refuse_unknown
 from datamount.storage.errors import StoreConfigError, UnsafePathError
+from datamount.storage.files import read_whole
 from datamount.storage.mounts import require_mount
 from datamount.storage.paths import LinkGuard
 from datamount.storage.pools import generator_pool
@@ -58,8 +59,6 @@ PROBE_EVERY = 16
 #: Reading a file that is not itself a link; reading any file.
 _READ_NO_LINK = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ = os.O_RDONLY | os.O_CLOEXEC
-#: The largest file read with one ``read()`` of its expected size (Linux moves at most 2 GiB - 4 KiB per call).
-ONE_READ_MAX = 1 << 30
 #: Bytes :meth:`LocalStore.put_many_by_content` reads at once, into one buffer per thread kept across files (a new
 #: ``bytes`` per file costs the kernel's zeroing and the page faults of its memory: reading 4,000 files of 110 KB
 #: took 0.21 CPU-s that way, 0.05 into a kept buffer). A file this size or smaller is hashed before it is written.
@@ -173,7 +172,7 @@ class LocalStore(Store):
                     yield self.read(path)
                     continue
                 try:
-                    data = _read_whole(descriptor, size)
+                    data = read_whole(descriptor, size)
                 except OSError as exc:
                     raise self._translate(exc, "read", path) from exc
                 finally:
@@ -503,18 +502,6 @@ def _file_url_path(url: str) -> str:
     if not rest.startswith("/"):
         raise StoreConfigError(f"{url!r} is not a file URL (file:///absolute/path); write ./{rest} for a relative path")
     return rest
-
-
-def _read_whole(descriptor: int, size: int) -> bytes:
-    """The content of the open file ``descriptor``: one ``read()`` when it has ``size`` bytes (its expected size, 0
-    when unknown), as a file on a local disk almost always has; else (shorter, longer, or a short read) to its end."""
-    if 0 < size <= ONE_READ_MAX:
-        data = os.read(descriptor, size + 1)
-        if len(data) == size:
-            return data
-        rest = io.FileIO(descriptor, "r", closefd=False).readall() if data else b""
-        return data + rest
-    return io.FileIO(descriptor, "r", closefd=False).readall()
 
 
 class _ReadAhead:
