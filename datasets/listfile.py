@@ -191,32 +191,41 @@ def _resolve_files(
     escaping: dict[str, list[tuple[int, str]]] = {}  # a link leading outside the root: the rows going through it
     for row, number in zip(rows, numbers, strict=True):
         value = row[0]
-        relative, problem = _relative_file(value, root, links)
-        if problem == _THROUGH_A_LINK and links is not None:  # found only where links are checked
-            escaping.setdefault(_escaping_link(links, relative), []).append((number, value))
-            continue
+        relative, problem = _relative_file(value, root)
         if problem:
             problems.append(ListProblem(number, problem))
             continue
-        if relative not in files:
-            local = os.path.join(root, relative)
-            try:
+        if relative in files:
+            continue
+        local = os.path.join(root, relative)
+        try:  # one lstat tells a link from a file and, for a file (almost every one), all the rest
+            info: os.stat_result | None = os.lstat(local)
+        except (FileNotFoundError, NotADirectoryError):  # the second: a folder of the path is a file
+            info = None
+        is_link = info is not None and stat.S_ISLNK(info.st_mode)
+        if links is not None and not links.leads_inside(local, is_link=is_link):  # only where links are checked
+            escaping.setdefault(_escaping_link(links, relative), []).append((number, value))
+            continue
+        try:
+            if info is None:
+                raise FileNotFoundError(local)
+            if is_link:
                 info = os.stat(local)
-                if not stat.S_ISREG(info.st_mode):  # refused before anything opens it (a FIFO, a device)
-                    raise IsADirectoryError(local)
-                if not os.access(local, os.R_OK):  # not an open and a close: a third of the check's time
-                    raise PermissionError(local)
-            except FileNotFoundError:
-                hint = _path_hint(value, root, first=number == numbers[0])
-                problems.append(ListProblem(number, f"file {value!r} does not exist ({local}){hint}"))
-                continue
-            except IsADirectoryError:
-                problems.append(ListProblem(number, f"{value!r} is a folder, not a file"))
-                continue
-            except PermissionError:
-                problems.append(ListProblem(number, f"file {value!r} cannot be read (permission denied)"))
-                continue
-            files[relative] = SourceFile(local, relative, info.st_size)
+            if not stat.S_ISREG(info.st_mode):  # refused before anything opens it (a FIFO, a device)
+                raise IsADirectoryError(local)
+            if not os.access(local, os.R_OK):  # not an open and a close: a third of the check's time
+                raise PermissionError(local)
+        except FileNotFoundError:
+            hint = _path_hint(value, root, first=number == numbers[0])
+            problems.append(ListProblem(number, f"file {value!r} does not exist ({local}){hint}"))
+            continue
+        except IsADirectoryError:
+            problems.append(ListProblem(number, f"{value!r} is a folder, not a file"))
+            continue
+        except PermissionError:
+            problems.append(ListProblem(number, f"file {value!r} cannot be read (permission denied)"))
+            continue
+        files[relative] = SourceFile(local, relative, info.st_size)
     for link, through in escaping.items():
         (number, value), others = through[0], len(through) - 1
         more = f" (and {others} more line{'s' if others > 1 else ''} through it)" if others else ""
@@ -251,10 +260,6 @@ def _path_hint(value: str, root: str, *, first: bool) -> str:
     return ""
 
 
-#: The problem of a path that leads outside the root through a link (reported once per link).
-_THROUGH_A_LINK = "through a link"
-
-
 def _escaping_link(links: LinkGuard, relative: str) -> str:
     """The first part of ``relative`` that is a link leading outside the root (``relative`` itself if none is)."""
     parts = relative.split(os.sep)
@@ -266,7 +271,7 @@ def _escaping_link(links: LinkGuard, relative: str) -> str:
     return relative
 
 
-def _relative_file(value: str, root: str, links: LinkGuard | None) -> tuple[str, str | None]:
+def _relative_file(value: str, root: str) -> tuple[str, str | None]:
     """The file's path relative to the root, normalised, or a problem."""
     if not value.strip():
         return "", "the file path (first column) is empty"
@@ -277,6 +282,4 @@ def _relative_file(value: str, root: str, links: LinkGuard | None) -> tuple[str,
     relative = os.path.normpath(value)
     if relative == ".." or relative.startswith("../"):
         return "", f"path {value!r} leaves the root folder {root}"
-    if links is not None and not links.leads_inside(os.path.join(links.root, relative)):
-        return relative, _THROUGH_A_LINK
     return relative, None

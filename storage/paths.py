@@ -71,11 +71,13 @@ class LinkGuard:
         self._real_root = os.path.realpath(self.root)
         self._inside: set[str] = set()
 
-    def leads_inside(self, full: str) -> bool:
+    def leads_inside(self, full: str, *, is_link: bool | None = None) -> bool:
         """Whether ``full`` (a normalised path below the root, as ``os.path.join(root, relative)`` makes it) leads
-        to the root or inside it, every link on the way followed."""
+        to the root or inside it, every link on the way followed. ``is_link``: whether ``full`` itself is a link,
+        when an ``lstat`` of it was made already (else it is made here)."""
         if self.folder_inside(os.path.dirname(full)):
-            return not os.path.islink(full) or self.resolves_inside(full)
+            link = os.path.islink(full) if is_link is None else is_link
+            return not link or self.resolves_inside(full)
         return self.resolves_inside(full)  # a link in a folder outside may lead back inside
 
     def folder_inside(self, folder: str) -> bool:

@@ -72,17 +72,20 @@ def test_missing_files_folders_and_escapes_are_all_reported(tmp_path: Path) -> N
     os.symlink(tmp_path / "outside.jpg", root / "link.jpg")
     path = write(
         root / "x.list",
-        "ok.jpg\t1\nmissing.jpg\t1\nfolder.jpg\t1\n../outside.jpg\t1\n/etc/passwd\t1\nlink.jpg\t1\nok.jpg\t1\n",
+        "ok.jpg\t1\nmissing.jpg\t1\nfolder.jpg\t1\n../outside.jpg\t1\n/etc/passwd\t1\nlink.jpg\t1\nok.jpg\t1\n"
+        "ok.jpg/inner.jpg\t1\n",
     )
     with pytest.raises(ListFormatError) as caught:
         parse_list(path, kind="image")
     messages = {p.line: p.message for p in caught.value.problems}
-    assert sorted(messages) == [2, 3, 4, 5, 6]
+    assert sorted(messages) == [2, 3, 4, 5, 6, 8]
     assert "does not exist" in messages[2]
     assert "is a folder" in messages[3]
     assert "leaves the root" in messages[4]
     assert "absolute path" in messages[5]
     assert "through the link 'link.jpg'" in messages[6]
+    # A path through a file (as if it were a folder) was a bare NotADirectoryError, with no line.
+    assert messages[8] == f"file 'ok.jpg/inner.jpg' does not exist ({root}/ok.jpg/inner.jpg)"
 
 
 def test_a_linked_folder_is_one_problem_per_link_and_follow_links_reads_through_it(tmp_path: Path) -> None:
