@@ -58,10 +58,11 @@ def column(values: Sequence[Any], arrow_type: pa.DataType) -> pa.Array:
         except (AttributeError, TypeError, UnicodeEncodeError):
             return pa.array(values, type=arrow_type)
         if len(data) <= _MAX_ARRAY_BYTES:
-            offsets = np.zeros(len(encoded) + 1, dtype=np.int32)
-            np.cumsum(np.fromiter(map(len, encoded), dtype=np.int32, count=len(encoded)), out=offsets[1:])
-            buffers = [None, pa.py_buffer(offsets), pa.py_buffer(data)]
-            return pa.Array.from_buffers(arrow_type, len(encoded), buffers)
+            offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+            np.cumsum(np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded)), out=offsets[1:])
+            if offsets[-1] == len(data):  # not where a value's len() is not its bytes (a view of wider items)
+                buffers = [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)]
+                return pa.Array.from_buffers(arrow_type, len(encoded), buffers)
     return pa.array(values, type=arrow_type)
 
 
