@@ -23,7 +23,7 @@ def read_whole(descriptor: int, size: int) -> bytes:
 
 def read_file(path: str, size: int) -> bytes:
     """The content of the local file ``path``, expected to have ``size`` bytes (see :func:`read_whole`): an open,
-    a read and a close (4,000 files of 784 bytes: 3.6 us each, against 5.9 through ``open(...).readall()``)."""
+    a read and a close (20,000 files of 784 bytes: 3.6 us each, against 5.9 through ``open(...).readall()``)."""
     descriptor = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         return read_whole(descriptor, size)
