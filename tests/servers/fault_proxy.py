@@ -146,8 +146,8 @@ class RequestRecord:
     received: float = field(default_factory=time.monotonic)
     #: The access key the request was signed with (AWS Signature V4's ``Credential=KEY/...``), if it was signed.
     access_key: str | None = None
-    #: The bytes of the answer's body passed back to the client (as framed on the wire), once it was; ``None`` before,
-    #: and for an answer the proxy made or dropped itself.
+    #: The bytes of the upstream answer's body passed back to the client (as framed on the wire), counted before each
+    #: is written; ``None`` before its head is, and for an answer the proxy made or dropped itself.
     answered: int | None = None
 
 
@@ -377,50 +377,55 @@ class FaultProxy:
             fault = connection.forced or self._choose(request)
             # Recorded before answering, so that a client that has its answer also finds its request logged.
             index = self._record(request, fault.action if fault is not None else Action.PASS, connection)
-            keep_open, answered = await self._handle(connection, request, fault)
-            if answered is not None:
-                self._record_answer(index, answered)
+            keep_open = await self._handle(connection, request, fault, index)
             if not keep_open or request.close:
                 return
 
-    async def _handle(self, connection: _Connection, request: _Request, fault: Fault | None) -> tuple[bool, int | None]:
-        """Answer one request as ``fault`` says; whether the client connection stays usable, and the body bytes of
-        the upstream's answer passed back (``None`` when none was)."""
+    async def _handle(self, connection: _Connection, request: _Request, fault: Fault | None, record: int) -> bool:
+        """Answer request number ``record`` as ``fault`` says; whether the client connection stays usable."""
         writer = connection.writer
         if fault is None:
-            _, reusable, sent = await self._forward(connection, request)
-            return reusable, sent
+            _, reusable = await self._forward(connection, request, record)
+            return reusable
         if fault.action is Action.RESET_BEFORE:
             _reset(writer)
-            return False, None
+            return False
         if fault.action is Action.STALL:
             await _wait_for_hangup(connection.reader)
-            return False, None
+            return False
         if fault.action is Action.STATUS:
             writer.write(_error_answer(fault.status_code, request, self.flavour))
             await writer.drain()
-            return True, None
+            return True
         if fault.action is Action.DELAY:
             await asyncio.sleep(fault.seconds)
-            _, reusable, sent = await self._forward(connection, request)
-            return reusable, sent
+            _, reusable = await self._forward(connection, request, record)
+            return reusable
         if fault.action is Action.RESET_AFTER:
-            await self._forward(connection, request, send=False)
+            await self._forward(connection, request, record, send=False)
             _reset(writer)
-            return False, None
-        _, reusable, sent = await self._forward(connection, request, limit=fault.body_bytes)
-        return reusable, sent
+            return False
+        _, reusable = await self._forward(connection, request, record, limit=fault.body_bytes)
+        return reusable
 
     async def _forward(
-        self, connection: _Connection, request: _Request, *, limit: int | None = None, send: bool = True
-    ) -> tuple[bool, bool, int]:
+        self,
+        connection: _Connection,
+        request: _Request,
+        record: int,
+        *,
+        limit: int | None = None,
+        send: bool = True,
+    ) -> tuple[bool, bool]:
         """Send ``request`` upstream and its answer back: the head, then at most ``limit`` body bytes when given
-        (nothing at all without ``send``). Returns whether the whole answer went back, whether the client
-        connection may carry another request, and the body bytes sent."""
+        (nothing at all without ``send``). Returns whether the whole answer went back, and whether the client
+        connection may carry another request. The bytes passed back are counted in request ``record`` before they
+        are written: a client that has the answer finds them counted."""
         upstream_reader, head = await self._exchange(connection, request)
         status, headers = _parse_head(head)
         client = connection.writer
         if send:
+            self._record_answer(record, 0)
             client.write(head)
         sent = 0
         whole = True
@@ -428,17 +433,19 @@ class FaultProxy:
             if not send:
                 continue
             if limit is not None and sent + len(piece) > limit:
+                self._record_answer(record, limit)
                 client.write(piece[: limit - sent])
                 whole = False
                 break
-            client.write(piece)
             sent += len(piece)
+            self._record_answer(record, sent)
+            client.write(piece)
             await client.drain()
         await client.drain()
         reusable = whole and _framed(headers, request.method, status) and not _closes(headers)
         if not reusable:
             await _close_upstream(connection)
-        return whole, reusable, sent
+        return whole, reusable
 
     async def _exchange(self, connection: _Connection, request: _Request) -> tuple[asyncio.StreamReader, bytes]:
         """Send ``request`` upstream and read the answer's head. A kept-alive upstream connection that the server

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import json
 import logging
 import multiprocessing
@@ -129,8 +130,8 @@ def test_many_reads_with_many_in_flight(s3_store) -> None:  # type: ignore[no-un
 def test_reads_from_a_far_away_store_keep_128_requests_in_flight(
     s3_server: S3Server, s3_bucket: str, fault_proxy: FaultProxyFactory
 ) -> None:
-    """Every GET answered half a second late: the whole default window of reads is sent before the first answer
-    comes, and no more. With 20 ms added per request (as S3 answers a small GET), 64 in flight kept 0.73 of the
+    """Every GET answered half a second late: at most, and at least once, the whole default window of reads arrives
+    within any half second. With 20 ms added per request (as S3 answers a small GET), 64 in flight kept 0.73 of the
     no-latency read rate on SeaweedFS, 128 0.85 of it (``benchmarks/bench_latency.py``)."""
     proxy = fault_proxy(s3_server.endpoint_url)
     store = open_store(f"s3://{s3_bucket}/far", endpoint_url=proxy.endpoint_url)
@@ -142,7 +143,8 @@ def test_reads_from_a_far_away_store_keep_128_requests_in_flight(
     assert list(store.read_many(list(objects), sizes=[100] * len(objects))) == list(objects.values())
     sent = sorted(r.received for r in proxy.requests if r.method == "GET" and "/far/obj/" in unquote(r.target))
     assert len(sent) == len(objects)
-    assert sum(1 for when in sent if when < sent[0] + delay) == 128
+    at_once = max(bisect.bisect_left(sent, first + delay) - start for start, first in enumerate(sent))
+    assert at_once == 128
 
 
 def test_test_credentials_are_the_fixture_ones(s3_store) -> None:  # type: ignore[no-untyped-def]
