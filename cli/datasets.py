@@ -21,7 +21,7 @@ from datamount.cli.formatting import (
 )
 from datamount.cli.options import shard_size_option, store_options
 from datamount.cli.progress import ProgressBar
-from datamount.cli.removal import confirm_removal, echo_removed, yes_option
+from datamount.cli.removal import confirm_removal, echo_removed, wait_option, yes_option
 from datamount.datasets import DatasetNotFoundError, Manifest, catalog, copy_version, layout, pack_ray, parse_ref
 from datamount.datasets import export as export_version
 from datamount.datasets import pack as pack_version
@@ -420,8 +420,9 @@ def export(name: str, folder: str, store: Store, quiet: bool) -> None:
 @click.command()
 @click.argument("name", shell_complete=complete_datasets)
 @yes_option
+@wait_option
 @store_options
-def rm(name: str, yes: bool, store: Store) -> None:
+def rm(name: str, yes: bool, wait: float, store: Store) -> None:
     """Remove dataset NAME (every version) or one version NAME@N."""
     ref = parse_ref(name)
     found = catalog.versions(store, ref.name)
@@ -430,4 +431,4 @@ def rm(name: str, yes: bool, store: Store) -> None:
     what = f"version {ref.version} of {ref.name}" if ref.version else f"{ref.name} (versions {found})"
     if not yes:
         confirm_removal(what, store)
-    echo_removed(ref.name, catalog.remove(store, name))
+    echo_removed(ref.name, catalog.remove(store, name, wait=wait))

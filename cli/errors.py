@@ -8,11 +8,13 @@ from typing import Any
 
 import click
 
+from datamount.datasets.errors import DatasetBusyError
 from datamount.storage import DatamountError, MountError
 
 #: Exit statuses by error kind, the first match winning. datamount's errors derive from these built-ins.
 EXIT_CODES: list[tuple[type[BaseException], int]] = [
     (MountError, 6),
+    (DatasetBusyError, 7),
     (FileNotFoundError, 3),
     (PermissionError, 4),
     (ConnectionError, 5),

@@ -20,6 +20,7 @@ from datamount.cli.mount import mount, unmount
 from datamount.cli.public import public
 from datamount.cli.stores import doctor, stores
 from datamount.cli.stream import cat, import_, pretty_print
+from datamount.datasets import locks
 
 
 @click.group(cls=ErrorHandlingGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -34,8 +35,15 @@ def cli(ctx: click.Context, debug: bool) -> None:
     # matters, so their records are shown only with --debug.
     if debug:
         logging.basicConfig(level=logging.WARNING, format="%(name)s: %(levelname)s: %(message)s")
-    elif not any(isinstance(handler, logging.NullHandler) for handler in logging.getLogger().handlers):
+        return
+    if not any(isinstance(handler, logging.NullHandler) for handler in logging.getLogger().handlers):
         logging.getLogger().addHandler(logging.NullHandler())
+    # Waiting for another process's hold on a dataset (a removal for an upload to finish) is said while it lasts.
+    waits = logging.getLogger(locks.__name__)
+    if not waits.handlers:
+        waits.addHandler(logging.StreamHandler())
+        waits.handlers[0].setFormatter(logging.Formatter("datamount: %(message)s"))
+        waits.propagate = False
 
 
 for command in (

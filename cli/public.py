@@ -10,7 +10,7 @@ from datamount.cli.completion import complete_public
 from datamount.cli.formatting import echo_json, format_size, json_option, plain_table, print_table
 from datamount.cli.options import store_options
 from datamount.cli.progress import ProgressBar
-from datamount.cli.removal import confirm_removal, echo_removed, yes_option
+from datamount.cli.removal import confirm_removal, echo_removed, wait_option, yes_option
 from datamount.datasets import catalog
 from datamount.datasets import public as public_datasets
 from datamount.datasets.public import PublicDataset, RetryPolicy
@@ -148,10 +148,11 @@ def install(
 @public.command(name="rm")
 @click.argument("name", shell_complete=complete_public)
 @yes_option
+@wait_option
 @store_options
-def remove(name: str, yes: bool, store: Store) -> None:
+def remove(name: str, yes: bool, wait: float, store: Store) -> None:
     """Remove public dataset NAME from the store's public area (the download cache stays)."""
     dataset_name = public_datasets.dataset_name(name, store)
     if not yes and catalog.versions(store, dataset_name):
         confirm_removal(dataset_name, store)
-    echo_removed(dataset_name, public_datasets.remove(name, store=store))
+    echo_removed(dataset_name, public_datasets.remove(name, store=store, wait=wait))

@@ -7,9 +7,18 @@ from collections.abc import Iterable
 
 import click
 
+from datamount.datasets import locks
 from datamount.storage import Store
 
 yes_option = click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
+wait_option = click.option(
+    "--wait",
+    type=click.FloatRange(min=0),
+    default=locks.WAIT_SECONDS,
+    show_default=True,
+    metavar="SECONDS",
+    help="How long to wait for the uploads and packs at work on the dataset to finish (then exit status 7).",
+)
 
 
 def confirm_removal(what: str, store: Store) -> None:

@@ -4,8 +4,10 @@ A version exists once its manifest does: every writer (upload, import, public in
 :func:`commit`, which creates the manifest *exclusively* (of two writers that race for a number, one gets it and the
 other takes the next), after checking that everything it names is stored. A committed manifest is never written
 over: ``pack`` records the shards it adds in a file of their own, created once (:func:`add_shards`). A removal marks
-a version removed before deleting anything, and its number is not given again while the dataset exists. Where each
-part of a dataset lives: :mod:`datamount.datasets.layout`.
+a version removed before deleting anything, and its number is not given again while the dataset exists. Writers and
+removals hold the dataset's locks (:mod:`datamount.datasets.locks`): a commit is made only under a writer's shared
+lock, and parts are deleted only under the exclusive one, so no removal takes what a version being committed uses.
+Where each part of a dataset lives: :mod:`datamount.datasets.layout`.
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib.metadata import version as package_version
 
-from datamount.datasets import layout
-from datamount.datasets.errors import CommitConflictError, DatasetNotFoundError, ManifestError
+from datamount.datasets import layout, locks
+from datamount.datasets.errors import CommitConflictError, DatasetBusyError, DatasetNotFoundError, ManifestError
 from datamount.datasets.manifest import Manifest, ShardEntry, now_utc
 from datamount.datasets.names import PUBLIC_NAMESPACE, DatasetRef, parse_ref
 from datamount.storage import DatamountError, ObjectExistsError, ObjectNotFoundError, Store
@@ -161,7 +163,12 @@ def resolve(store: Store, ref: str | DatasetRef, *, public_fallback: bool = True
             continue
         wanted = found[-1] if parsed.version is None else parsed.version
         if wanted in found:
-            return read_manifest(store, name, wanted, packed=wanted in folder.packed)
+            try:
+                return read_manifest(store, name, wanted, packed=wanted in folder.packed)
+            except DatasetNotFoundError:
+                if parsed.version is not None:
+                    raise
+                return resolve(store, parsed, public_fallback=public_fallback)  # removed since listed: the next latest
         raise DatasetNotFoundError(
             f"dataset {name} has no version {parsed.version} in {store.url}; versions: "
             + ", ".join(str(v) for v in found)
@@ -187,6 +194,7 @@ def commit(store: Store, draft: Manifest, *, restore: Callable[[list[str]], obje
     """
     if draft.version:
         raise ValueError(f"{draft.ref} is already committed")
+    lock = _lock_held(store, draft.name, "commit a version of")
     gone = missing(store, draft)
     if gone and restore is not None:  # removed since it was stored (a racing removal): stored again, then checked
         restore(gone)
@@ -197,6 +205,7 @@ def commit(store: Store, draft: Manifest, *, restore: Callable[[list[str]], obje
             f"stored (removed meanwhile?), e.g. {store.url_for(gone[0])}; run the same command again"
         )
     store.make_durable(named_files(draft))
+    lock.check()  # still held: nothing it names was removed since the check
     for _ in range(COMMIT_ATTEMPTS):
         manifest = dataclasses.replace(
             draft,
@@ -213,6 +222,17 @@ def commit(store: Store, draft: Manifest, *, restore: Callable[[list[str]], obje
         f"cannot commit a new version of {draft.name} in {store.url}: other writers took each of "
         f"{COMMIT_ATTEMPTS} numbers first; try again"
     )
+
+
+def _lock_held(store: Store, name: str, doing: str, kind: str = locks.SHARED) -> locks.Lock:
+    """The lock this process holds on dataset ``name`` (of ``kind`` or stronger), which ``doing`` needs."""
+    lock = locks.held(store, name)
+    if lock is None or (kind == locks.EXCLUSIVE and lock.kind != kind):
+        raise RuntimeError(
+            f"cannot {doing} {name} without holding its {kind} lock (datamount.datasets.locks."
+            f"{'writing' if kind == locks.SHARED else 'removing'})"
+        )
+    return lock
 
 
 def named_files(draft: Manifest) -> dict[str, int]:
@@ -244,6 +264,7 @@ def add_shards(store: Store, manifest: Manifest, shards: list[ShardEntry]) -> Ma
     written over. When another pack of the version recorded its shards first, those are the version's shards, and
     ``shards``, when cut otherwise (another pack folder), are removed: nothing can ever read them.
     """
+    lock = _lock_held(store, manifest.name, "record the shards of")
     manifest_bytes = store.read(layout.manifest_path(manifest.name, manifest.version))
     folders = {layout.pack_folder_of(shard) for shard in shards}
     try:
@@ -263,6 +284,7 @@ def add_shards(store: Store, manifest: Manifest, shards: list[ShardEntry]) -> Ma
         "shards": [dataclasses.asdict(shard) for shard in shards],
     }
     body = (json.dumps(record, separators=(",", ":")) + "\n").encode()
+    lock.check()
     try:
         store.create(layout.pack_record_path(manifest.name, manifest.version), body)
     except ObjectExistsError:
@@ -359,35 +381,44 @@ def summaries(store: Store) -> Iterator[DatasetSummary]:
 # --------------------------------------------------------------------------------------------------- removal
 
 
-def remove(store: Store, ref: str) -> list[int]:
+def remove(store: Store, ref: str, *, wait: float = locks.WAIT_SECONDS) -> list[int]:
     """Remove a version (``name@N``) or every version (``name``); return the versions removed.
 
-    Each version is marked removed first (readers and writers no longer see it, and its number is not given again),
-    then its manifest and pack record go, then every list, pack folder and object that no remaining version uses.
-    Removing every version frees the name: its folder goes, marks included.
+    Under the dataset's exclusive lock (waiting up to ``wait`` seconds for the writers at work to finish, then a
+    :class:`DatasetBusyError` naming them), each version is marked removed first (readers and writers no longer
+    see it, and its number is not given again), then its manifest and pack record go, then every list, pack folder
+    and object that no remaining version uses. Removing every version frees the name: its folder goes, marks
+    included.
     """
     parsed = parse_ref(ref)
+    _doomed(store, parsed)  # nothing there: said before any lock is taken (and its folder made)
+    with locks.removing(store, parsed.name, wait=wait):
+        doomed = _doomed(store, parsed)
+        for version in doomed:
+            with contextlib.suppress(ObjectExistsError):  # another removal marked it first
+                store.create(layout.removed_path(parsed.name, version), now_utc().encode())
+        store.remove_many(
+            path
+            for version in doomed
+            for path in (layout.manifest_path(parsed.name, version), layout.pack_record_path(parsed.name, version))
+        )
+        folder = versions_folder(store, parsed.name)
+        kept = [read_manifest(store, parsed.name, v, packed=v in folder.packed) for v in folder.committed]
+        if kept:
+            remove_unused(store, parsed.name, kept)
+        else:
+            remove_folder(store, parsed.name)
+    return doomed
+
+
+def _doomed(store: Store, parsed: DatasetRef) -> list[int]:
+    """The versions that removing ``parsed`` removes (:class:`DatasetNotFoundError` when there are none)."""
     found = versions(store, parsed.name)
     if not found:
         raise DatasetNotFoundError(f"no dataset named {parsed.name!r} in {store_named(store)}")
-    doomed = found if parsed.version is None else [parsed.version]
     if parsed.version is not None and parsed.version not in found:
         raise DatasetNotFoundError(f"dataset {parsed.name} has no version {parsed.version}")
-    for version in doomed:
-        with contextlib.suppress(ObjectExistsError):  # another removal marked it first
-            store.create(layout.removed_path(parsed.name, version), now_utc().encode())
-    store.remove_many(
-        path
-        for version in doomed
-        for path in (layout.manifest_path(parsed.name, version), layout.pack_record_path(parsed.name, version))
-    )
-    folder = versions_folder(store, parsed.name)
-    kept = [read_manifest(store, parsed.name, v, packed=v in folder.packed) for v in folder.committed]
-    if kept:
-        remove_unused(store, parsed.name, kept)
-    else:
-        remove_folder(store, parsed.name)
-    return doomed
+    return found if parsed.version is None else [parsed.version]
 
 
 def removed_while_read(store: Store, manifest: Manifest, missing: ObjectNotFoundError) -> Exception:
@@ -407,16 +438,38 @@ def removed_while_read(store: Store, manifest: Manifest, missing: ObjectNotFound
 
 
 def remove_folder(store: Store, name: str) -> None:
-    """Remove everything of dataset ``name``, and its folder unless the datasets of its namespace live in it."""
+    """Remove every part of dataset ``name`` (under its exclusive lock; the lock files stay for their holders, and
+    the folder goes once they and the datasets of its namespace are gone: ``Store.remove_empty_folder``)."""
+    _lock_held(store, name, "remove the folder of", locks.EXCLUSIVE)
     folder = layout.dataset_folder(name)
-    for area in layout.OWN_FOLDERS:
+    for area in layout.DATA_FOLDERS:
         store.remove(f"{folder}/{area}", recursive=True, missing_ok=True)
-    if not store.list_folders(folder) and not store.list(folder, recursive=False):
-        store.remove(folder, recursive=True, missing_ok=True)
+
+
+def remove_unused_parts(store: Store, name: str) -> bool:
+    """Remove every part of dataset ``name`` that none of its versions uses (what killed or losing writers left;
+    everything, when it has no version), if no writer is at work: else leave it for the next removal. Return
+    whether it was done."""
+    try:
+        with locks.removing(store, name, purpose="tidy", wait=0):
+            folder = versions_folder(store, name)
+            kept = [read_manifest(store, name, v, packed=v in folder.packed) for v in folder.committed]
+            if kept:
+                remove_unused(store, name, kept)
+            else:
+                remove_folder(store, name)
+    except DatasetBusyError:
+        return False
+    except DatamountError as exc:  # it only frees space: the work it follows is done
+        log.warning("could not remove the unused parts of %s from %s: %s", name, store.url, exc)
+        return False
+    return True
 
 
 def remove_unused(store: Store, name: str, kept: list[Manifest]) -> None:
-    """Remove the lists, pack folders, objects and pack records of dataset ``name`` that none of ``kept`` uses."""
+    """Remove the lists, pack folders, objects and pack records of dataset ``name`` that none of ``kept`` uses
+    (under its exclusive lock: then ``kept`` are all the versions there are, and no writer is at work)."""
+    _lock_held(store, name, "remove unused parts of", locks.EXCLUSIVE)
     folder = layout.dataset_folder(name)
     used_packs = {f"{folder}/{layout.pack_folder_of(shard)}" for m in kept for shard in m.shards}
     for pack in store.list_folders(f"{folder}/{layout.PACKS}"):

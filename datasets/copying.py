@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from datamount.datasets import catalog, layout
+from datamount.datasets import catalog, layout, locks
 from datamount.datasets.manifest import OBJECTS_FORMAT_VERSION, Manifest, same_files
 from datamount.datasets.progress import Progress, Silent
 from datamount.storage import IntegrityError, Store, open_store
@@ -65,17 +65,24 @@ def copy_version(
         datamount_version="",
         format_version=max(manifest.format_version, OBJECTS_FORMAT_VERSION),  # the list is named by its content
     )
-    latest = catalog.latest(destination, manifest.name)
-    if latest is not None and _same_content(latest, draft):
-        return CopyResult(latest, 0, 0, 0, created=False)
-    parts = list(_parts(manifest, draft))
-    there = destination.list(layout.dataset_folder(manifest.name))
-    missing = [part for part in parts if there.get(part.target) != part.size]
-    report = progress or Silent()
-    report.start("copy", items=len(missing), size=sum(part.size for part in missing))
+    with locks.writing(destination, manifest.name, purpose="copy"):
+        latest = catalog.latest(destination, manifest.name)
+        if latest is not None and _same_content(latest, draft):
+            return CopyResult(latest, 0, 0, 0, created=False)
+        parts = list(_parts(manifest, draft))
+        there = destination.list(layout.dataset_folder(manifest.name))
+        missing = [part for part in parts if there.get(part.target) != part.size]
+        _send(origin, destination, manifest, missing, progress or Silent())
+        committed = catalog.commit(destination, draft)
+        return CopyResult(committed, len(missing), sum(part.size for part in missing), len(parts) - len(missing), True)
+
+
+def _send(origin: Store, destination: Store, manifest: Manifest, parts: list[_Part], report: Progress) -> None:
+    """Copy ``parts`` of ``manifest``'s version from ``origin`` to ``destination``, each checked as it is read."""
+    report.start("copy", items=len(parts), size=sum(part.size for part in parts))
     with ThreadPoolExecutor(max_workers=destination.default_max_requests, thread_name_prefix="datamount-copy") as pool:
-        for start in range(0, len(missing), BATCH_PARTS):
-            batch = missing[start : start + BATCH_PARTS]
+        for start in range(0, len(parts), BATCH_PARTS):
+            batch = parts[start : start + BATCH_PARTS]
             blobs = origin.read_many_hashed([part.source for part in batch], sizes=[part.size for part in batch])
             writes = []
             for part, (data, digest) in zip(batch, blobs, strict=True):
@@ -90,8 +97,6 @@ def copy_version(
                 write.result()
                 report.advance(size=part.size)
     report.finish()
-    committed = catalog.commit(destination, draft)
-    return CopyResult(committed, len(missing), sum(part.size for part in missing), len(parts) - len(missing), True)
 
 
 def _parts(manifest: Manifest, draft: Manifest) -> Iterator[_Part]:

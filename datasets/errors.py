@@ -52,6 +52,16 @@ class CommitConflictError(DatamountError, RuntimeError):
     """A new version could not be committed: other writers kept taking the next number first."""
 
 
+class DatasetBusyError(DatamountError, TimeoutError):
+    """A dataset is held by other processes for longer than one would wait: writers that a removal waits for, or a
+    removal that a writer waits for; the message names the holders."""
+
+
+class LockLostError(DatamountError, RuntimeError):
+    """A writer's or remover's lock on a dataset was taken away as stale (its process paused for too long);
+    nothing was committed, and running the command again resumes it."""
+
+
 class ManifestError(DatamountError, ValueError):
     """A manifest cannot be read: damaged, or written by a newer datamount."""
 

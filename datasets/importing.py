@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 import pyarrow as pa
 
-from datamount.datasets import catalog
+from datamount.datasets import catalog, locks
 from datamount.datasets.manifest import Kind, Manifest
 from datamount.datasets.names import validate_name
 from datamount.datasets.progress import Progress, Silent
@@ -43,24 +43,25 @@ def import_batches(
         raise ValueError(f"a column named {INDEX_COLUMN!r} is reserved for the row number")
     target = open_store(store)
     report = progress or Silent()
-    writer = ShardWriter(
-        target,
-        name,
-        table_schema(schema),
-        shard_bytes=shard_bytes,
-        row_group_bytes=row_group_bytes,
-        progress=report,
-    )
-    report.start("import", items=0, size=0)
-    try:
-        for batch in batches:
-            writer.add_batch(batch.columns)
-        shards = writer.close()
-    except BaseException:
-        writer.abort()  # nothing was committed; the shards written so far would only take space
-        raise
-    report.finish()
-    draft = Manifest(
-        name=name, kind=Kind.TABLE, columns=list(schema.names), rows=writer.rows, shards=shards, source=source
-    )
-    return catalog.commit(target, draft)
+    with locks.writing(target, name, purpose="import"):
+        writer = ShardWriter(
+            target,
+            name,
+            table_schema(schema),
+            shard_bytes=shard_bytes,
+            row_group_bytes=row_group_bytes,
+            progress=report,
+        )
+        report.start("import", items=0, size=0)
+        try:
+            for batch in batches:
+                writer.add_batch(batch.columns)
+            shards = writer.close()
+        except BaseException:
+            writer.abort()  # nothing was committed; the shards written so far would only take space
+            raise
+        report.finish()
+        draft = Manifest(
+            name=name, kind=Kind.TABLE, columns=list(schema.names), rows=writer.rows, shards=shards, source=source
+        )
+        return catalog.commit(target, draft)

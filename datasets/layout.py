@@ -10,6 +10,7 @@ A dataset is a folder, ``datasets/NAME`` (``datasets/TEAM/NAME``) for users and 
     versions/N.json                     the manifest of version N, created last: the version exists once it is there
     versions/N.pack.json                the shards ``pack`` added to version N, created once
     versions/N.removed                  version N was removed: the number is not given again
+    locks/shared-ID.json                a writer at work (exclusive-ID.json: a removal): see datasets/locks.py
 
 Nothing that is written before a commit depends on the version's number, so that it is the same whatever number
 the commit gives it.
@@ -29,10 +30,14 @@ VERSIONS = "versions"
 OBJECTS = "objects"
 LISTS = "lists"
 PACKS = "packs"
+LOCKS = "locks"
 #: The codec of the shards of a version's pack folder that names none (packs made before zstd).
 EARLIER_COMPRESSION = "snappy"
-#: The folders of a dataset's own; anything else in its folder belongs to the datasets of its namespace.
-OWN_FOLDERS = (VERSIONS, OBJECTS, LISTS, PACKS)
+#: The folders of a dataset's data: removing them all removes the dataset.
+DATA_FOLDERS = (VERSIONS, OBJECTS, LISTS, PACKS)
+#: The folders of a dataset's own (its data, and the locks of those who write or remove it:
+#: :mod:`datamount.datasets.locks`); anything else in its folder belongs to the datasets of its namespace.
+OWN_FOLDERS = (*DATA_FOLDERS, LOCKS)
 
 
 @functools.lru_cache(maxsize=256)

@@ -12,7 +12,7 @@ _NAME = re.compile(rf"{_PART}(/{_PART})?")
 PUBLIC_NAMESPACE = "public"
 #: Words a name may not end in: the store's areas, the folders of a dataset's own layout (so that no dataset's folder
 #: is ever inside another's: ``team/x`` lives beside ``team``'s ``versions``, never in it), and ``latest``.
-RESERVED = frozenset({"public", "datasets", "latest", "tmp", "objects", "versions", "lists", "packs"})
+RESERVED = frozenset({"public", "datasets", "latest", "tmp", "objects", "versions", "lists", "packs", "locks"})
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,10 @@ import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from datamount.datasets import catalog, layout
+from datamount.datasets import catalog, layout, locks
 from datamount.datasets.errors import ManifestError
 from datamount.datasets.manifest import Kind, Manifest, ShardEntry
+from datamount.datasets.names import parse_ref
 from datamount.datasets.progress import Progress, Silent
 from datamount.datasets.rows import ObjectLocation, check_object, object_locations, parse_lines
 from datamount.datasets.shard_writer import (
@@ -51,19 +52,20 @@ def pack(
     """
     check_sizes(shard_bytes, row_group_bytes)
     target = open_store(store)
-    manifest = catalog.resolve(target, ref, public_fallback=False)
-    if manifest.shards:
-        return manifest
-    report = progress or Silent()
-    units = plan_pack(target, manifest, shard_bytes, row_group_bytes)
-    report.start("pack", items=manifest.rows, size=sum(f.size for f in manifest.files))
+    with locks.writing(target, parse_ref(ref).name, purpose="pack"):
+        manifest = catalog.resolve(target, ref, public_fallback=False)
+        if manifest.shards:
+            return manifest
+        report = progress or Silent()
+        units = plan_pack(target, manifest, shard_bytes, row_group_bytes)
+        report.start("pack", items=manifest.rows, size=sum(f.size for f in manifest.files))
 
-    def write() -> list[ShardEntry]:
-        shards = [write_unit(target, manifest, unit, report) for unit in units]
-        report.finish()
-        return shards
+        def write() -> list[ShardEntry]:
+            shards = [write_unit(target, manifest, unit, report) for unit in units]
+            report.finish()
+            return shards
 
-    return written_and_recorded(target, manifest, units, write)
+        return written_and_recorded(target, manifest, units, write)
 
 
 def written_and_recorded(

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from datamount.datasets import catalog
+from datamount.datasets import catalog, locks
 from datamount.datasets.manifest import Manifest, ShardEntry
+from datamount.datasets.names import parse_ref
 from datamount.datasets.pack import PackUnit, plan_pack, write_unit, written_and_recorded
 from datamount.datasets.progress import Progress, Silent
 from datamount.datasets.ray_cluster import connect_ray, gather
@@ -42,24 +43,25 @@ def pack_ray(
         raise ValueError(
             f"a Ray pack needs a store every Ray worker can reach; {target.url} lives in this process only"
         )
-    manifest = catalog.resolve(target, ref, public_fallback=False)
-    if manifest.shards:
-        return manifest
-    units = plan_pack(target, manifest, shard_bytes, row_group_bytes)
-    report = progress or Silent()
+    with locks.writing(target, parse_ref(ref).name, purpose="pack"):
+        manifest = catalog.resolve(target, ref, public_fallback=False)
+        if manifest.shards:
+            return manifest
+        units = plan_pack(target, manifest, shard_bytes, row_group_bytes)
+        report = progress or Silent()
 
-    def write() -> list[ShardEntry]:
-        ray, connected_here = connect_ray(address, start_local=True)
-        try:
-            report.start("pack", items=manifest.rows, size=sum(f.size for f in manifest.files))
-            shards = _run(ray, target, manifest, units, report)
-            report.finish()
-            return shards
-        finally:
-            if connected_here:
-                ray.shutdown()
+        def write() -> list[ShardEntry]:
+            ray, connected_here = connect_ray(address, start_local=True)
+            try:
+                report.start("pack", items=manifest.rows, size=sum(f.size for f in manifest.files))
+                shards = _run(ray, target, manifest, units, report)
+                report.finish()
+                return shards
+            finally:
+                if connected_here:
+                    ray.shutdown()
 
-    return written_and_recorded(target, manifest, units, write)
+        return written_and_recorded(target, manifest, units, write)
 
 
 def _run(ray: Any, store: Store, manifest: Manifest, units: list[PackUnit], report: Progress) -> list[ShardEntry]:

@@ -24,7 +24,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from datamount.datasets import catalog, layout
+from datamount.datasets import catalog, layout, locks
 from datamount.datasets.arrow_codec import ColumnEncoder, infer_encoder
 from datamount.datasets.errors import MapFunctionError, StreamFormatError
 from datamount.datasets.manifest import Kind, Manifest, ShardEntry
@@ -133,34 +133,40 @@ def map_version(
     target = open_store(store)
     source = catalog.resolve(target, ref)
     label = function if isinstance(function, str) else f"{function.__module__}:{function.__qualname__}"
-    units = plan_map(source, label, shard_bytes, row_group_bytes)
-    report = progress or Silent()
-    report.start("map", items=source.rows, size=0)
-    if use_ray:
-        results = _run_ray(target, source.ref, function, name, units, row_group_bytes, ray_address, report)
-    else:
-        call = load_function(function) if isinstance(function, str) else function
-        results = []
+    with locks.writing(target, name, purpose="write"):
+        units = plan_map(source, label, shard_bytes, row_group_bytes)
+        report = progress or Silent()
+        report.start("map", items=source.rows, size=0)
+        if use_ray:
+            results = _run_ray(target, source.ref, function, name, units, row_group_bytes, ray_address, report)
+        else:
+            call = load_function(function) if isinstance(function, str) else function
+            results = []
+            for unit in units:
+                results.append(write_map_unit(target, source.ref, call, name, unit, row_group_bytes))
+                report.advance(items=unit.stop - unit.start)
+        report.finish()
+        schemas = [result["schema"] for result in results]
+        for unit, schema in zip(units, schemas, strict=True):
+            if schema != schemas[0]:
+                raise MapFunctionError(
+                    f"unit {unit.number} (rows {unit.start}-{unit.stop - 1}) gave the columns {_describe(schema)} but "
+                    f"unit 0 gave {_describe(schemas[0])}: return the same columns and types for every row"
+                )
+        shards = [ShardEntry(**result["entry"]) for result in results]
+        columns = [field.name for field in _schema(schemas[0]) if field.name != INDEX_COLUMN] if schemas else []
+        draft = Manifest(
+            name=name,
+            kind=Kind.TABLE,
+            columns=columns,
+            rows=source.rows,
+            shards=shards,
+            source=f"{source.ref} | {label}",
+        )
+        manifest = catalog.commit(target, draft)
         for unit in units:
-            results.append(write_map_unit(target, source.ref, call, name, unit, row_group_bytes))
-            report.advance(items=unit.stop - unit.start)
-    report.finish()
-    schemas = [result["schema"] for result in results]
-    for unit, schema in zip(units, schemas, strict=True):
-        if schema != schemas[0]:
-            raise MapFunctionError(
-                f"unit {unit.number} (rows {unit.start}-{unit.stop - 1}) gave the columns {_describe(schema)} but "
-                f"unit 0 gave {_describe(schemas[0])}: return the same columns and types for every row"
-            )
-    shards = [ShardEntry(**result["entry"]) for result in results]
-    columns = [field.name for field in _schema(schemas[0]) if field.name != INDEX_COLUMN] if schemas else []
-    draft = Manifest(
-        name=name, kind=Kind.TABLE, columns=columns, rows=source.rows, shards=shards, source=f"{source.ref} | {label}"
-    )
-    manifest = catalog.commit(target, draft)
-    for unit in units:
-        target.remove(_marker(name, unit), missing_ok=True)
-    return manifest
+            target.remove(_marker(name, unit), missing_ok=True)
+        return manifest
 
 
 def write_map_unit(

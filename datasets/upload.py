@@ -9,7 +9,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from datamount.datasets import catalog, layout
+from datamount.datasets import catalog, layout, locks
 from datamount.datasets.listfile import ParsedList, parse_list
 from datamount.datasets.manifest import SPLITS_KEY, FileEntry, Kind, Manifest, same_files
 from datamount.datasets.names import validate_name
@@ -99,63 +99,65 @@ def upload(
     report = progress or Silent()
     parsed = parse_list(list_file, kind=kind, root=root, follow_links=arguments.boolean(follow_links, "follow_links"))
     target = open_store(store)
-    list_bytes = normalised_list(parsed)
-    list_sha = hashlib.sha256(list_bytes).hexdigest()
-    folder = layout.dataset_folder(name)
-    if not target.atomic_put:  # temporary files of writers killed long ago
-        target.remove_stale_temporaries(folder, older_than=STALE_TEMPORARY_SECONDS)
-    draft = Manifest(
-        name=name,
-        kind=parsed.kind,
-        columns=parsed.columns(),
-        rows=len(parsed.rows),
-        list_sha256=list_sha,
-        list_size=len(list_bytes),
-        source=os.path.basename(os.fspath(list_file)),
-    )
-    if split:
-        seed = arguments.whole_number(split_seed, "split_seed")
-        draft = dataclasses.replace(draft, extra={SPLITS_KEY: row_splits(split, seed, len(parsed.rows))})
-    latest = catalog.latest(target, name)
-    # The files are hashed first only where that is needed: to tell whether a latest version of the same list holds
-    # these very files, or where the store cannot name an object after writing it. Otherwise they are hashed as they
-    # are read to be stored: into objects on stores that can (a file system), into shards with --pack.
-    same_list = latest is not None and latest.list_sha256 == list_sha
-    direct = packed and parsed.kind is Kind.IMAGE
-    hashed_first = same_list or not (direct or target.names_after_writing)
-    if hashed_first:
-        draft = dataclasses.replace(draft, files=hash_files(parsed, report))
-    same_splits = latest is not None and latest.extra.get(SPLITS_KEY) == draft.extra.get(SPLITS_KEY)
-    if latest is not None and same_list and same_files(latest.files, draft.files) and same_splits:
-        if latest.objects:
-            repaired = _send_missing(target, latest, parsed, list_bytes, report, max_requests)
-            if packed:
-                latest = pack(latest.ref, store=target, shard_bytes=shard_bytes, row_group_bytes=row_group_bytes)
-            return UploadResult(latest, repaired, 0, len(draft.files), created=False, repaired_files=repaired)
-        if not catalog.missing(target, latest):
-            return UploadResult(latest, 0, 0, len(draft.files), created=False)
-        # Shards of it are lost: what is stored only in them comes back as a new version.
-    if direct:
-        return _upload_shards(target, draft, parsed, list_bytes, report, shard_bytes, row_group_bytes)
+    with locks.writing(target, name, purpose="upload"):
+        list_bytes = normalised_list(parsed)
+        list_sha = hashlib.sha256(list_bytes).hexdigest()
+        folder = layout.dataset_folder(name)
+        if not target.atomic_put:  # temporary files of writers killed long ago
+            target.remove_stale_temporaries(folder, older_than=STALE_TEMPORARY_SECONDS)
+        draft = Manifest(
+            name=name,
+            kind=parsed.kind,
+            columns=parsed.columns(),
+            rows=len(parsed.rows),
+            list_sha256=list_sha,
+            list_size=len(list_bytes),
+            source=os.path.basename(os.fspath(list_file)),
+        )
+        if split:
+            seed = arguments.whole_number(split_seed, "split_seed")
+            draft = dataclasses.replace(draft, extra={SPLITS_KEY: row_splits(split, seed, len(parsed.rows))})
+        latest = catalog.latest(target, name)
+        # The files are hashed first only where that is needed: to tell whether a latest version of the same list
+        # holds these very files, or where the store cannot name an object after writing it. Otherwise they are
+        # hashed as they are read to be stored: into objects on stores that can (a file system), into shards with
+        # --pack.
+        same_list = latest is not None and latest.list_sha256 == list_sha
+        direct = packed and parsed.kind is Kind.IMAGE
+        hashed_first = same_list or not (direct or target.names_after_writing)
+        if hashed_first:
+            draft = dataclasses.replace(draft, files=hash_files(parsed, report))
+        same_splits = latest is not None and latest.extra.get(SPLITS_KEY) == draft.extra.get(SPLITS_KEY)
+        if latest is not None and same_list and same_files(latest.files, draft.files) and same_splits:
+            if latest.objects:
+                repaired = _send_missing(target, latest, parsed, list_bytes, report, max_requests)
+                if packed:
+                    latest = pack(latest.ref, store=target, shard_bytes=shard_bytes, row_group_bytes=row_group_bytes)
+                return UploadResult(latest, repaired, 0, len(draft.files), created=False, repaired_files=repaired)
+            if not catalog.missing(target, latest):
+                return UploadResult(latest, 0, 0, len(draft.files), created=False)
+            # Shards of it are lost: what is stored only in them comes back as a new version.
+        if direct:
+            return _upload_shards(target, draft, parsed, list_bytes, report, shard_bytes, row_group_bytes)
 
-    present = target.list(f"{folder}/{layout.OBJECTS}")
-    if hashed_first:
-        sent = _send_hashed(target, draft, parsed, present, report, max_requests)
-    else:
-        sent = _store_by_content(target, draft, parsed, present, report, max_requests)
-        draft = dataclasses.replace(draft, files=sent.files)
-    target.write(f"{folder}/{layout.list_key(list_sha)}", list_bytes)
-    again = 0
+        present = target.list(f"{folder}/{layout.OBJECTS}")
+        if hashed_first:
+            sent = _send_hashed(target, draft, parsed, present, report, max_requests)
+        else:
+            sent = _store_by_content(target, draft, parsed, present, report, max_requests)
+            draft = dataclasses.replace(draft, files=sent.files)
+        target.write(f"{folder}/{layout.list_key(list_sha)}", list_bytes)
+        again = 0
 
-    def send_again(gone: list[str]) -> None:  # what a removal racing this upload took away, as the commit finds it
-        nonlocal again
-        again = _send_missing(target, draft, parsed, list_bytes, report, max_requests, absent=gone)
+        def send_again(gone: list[str]) -> None:  # what the store lost since it was sent, as the commit finds it
+            nonlocal again
+            again = _send_missing(target, draft, parsed, list_bytes, report, max_requests, absent=gone)
 
-    manifest = catalog.commit(target, draft, restore=send_again)
-    if packed:
-        manifest = pack(manifest.ref, store=target, shard_bytes=shard_bytes, row_group_bytes=row_group_bytes)
-    reused = len({e.sha256 for e in draft.files}) - sent.files_sent
-    return UploadResult(manifest, sent.files_sent + again, sent.bytes_sent, reused, created=True)
+        manifest = catalog.commit(target, draft, restore=send_again)
+        if packed:
+            manifest = pack(manifest.ref, store=target, shard_bytes=shard_bytes, row_group_bytes=row_group_bytes)
+        reused = len({e.sha256 for e in draft.files}) - sent.files_sent
+        return UploadResult(manifest, sent.files_sent + again, sent.bytes_sent, reused, created=True)
 
 
 @dataclass(frozen=True)

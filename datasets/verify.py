@@ -8,7 +8,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from datamount.datasets import layout
+from datamount.datasets import layout, locks
 from datamount.datasets.listfile import parse_list
 from datamount.datasets.manifest import FileEntry, Kind, Manifest, ShardEntry
 from datamount.datasets.pack import plan_pack, write_unit
@@ -120,15 +120,16 @@ def repair(
     if found.ok:
         return result
     sources = _source_files(manifest, source, root, report) if source is not None else {}
-    for damage in found.damaged:
-        try:
-            why_not = _put_back(store, manifest, damage, sources, source, root)
-        except DatamountError as exc:
-            why_not = str(exc)
-        if why_not is None:
-            result.repaired.append(damage)
-        else:
-            result.unrepaired.append((damage, why_not))
+    with locks.writing(store, manifest.name, purpose="repair"):
+        for damage in found.damaged:
+            try:
+                why_not = _put_back(store, manifest, damage, sources, source, root)
+            except DatamountError as exc:
+                why_not = str(exc)
+            if why_not is None:
+                result.repaired.append(damage)
+            else:
+                result.unrepaired.append((damage, why_not))
     return result
 
 

@@ -776,6 +776,16 @@ class Store:
             if full:
                 self.fs.rm(full)
 
+    def remove_empty_folder(self, path: str) -> None:
+        """Remove the folder at ``path`` if it holds nothing (a folder that is not empty, or not there, stays as it
+        is; on stores without folders there is nothing to do). Never takes anything written meanwhile with it."""
+        if not self.needs_dirs:
+            return
+        full = self.full_path(path)
+        with self._errors("remove", path), contextlib.suppress(FileNotFoundError, OSError):
+            if not self.fs.ls(full):
+                self.fs.rmdir(full)
+
     # -- concurrency and errors ----------------------------------------------------------------------------------
 
     @contextlib.contextmanager

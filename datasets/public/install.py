@@ -18,7 +18,7 @@ from pathlib import Path
 
 import platformdirs
 
-from datamount.datasets import catalog, layout
+from datamount.datasets import catalog, locks
 from datamount.datasets.errors import DatasetNotFoundError, PublicConfigError, SourceFormatError, SourceNotFoundError
 from datamount.datasets.manifest import Manifest
 from datamount.datasets.names import PUBLIC_NAMESPACE, validate_name
@@ -143,18 +143,23 @@ def install(
 def _build(
     spec: PublicDataset, store: Store, sources: Sources, report: Progress, *, shard_bytes: int, row_group_bytes: int
 ) -> InstallResult:
-    """Convert the sources into a new version and commit it, unless another install committed one meanwhile."""
-    writer = PublicWriter(store, spec, shard_bytes=shard_bytes, row_group_bytes=row_group_bytes)
+    """Convert the sources into a new version and commit it, unless another install committed one meanwhile; then
+    remove what no version uses (left by this install or a killed one) if no other install is at work."""
     try:
-        spec.build(sources, writer, report)
-        winner = catalog.latest(store, spec.dataset_name)
-        if winner is not None:  # another install of the same dataset committed while this one ran: keep it
-            writer.abort()
-            return InstallResult(spec, winner, created=False)
-        manifest = writer.commit()
-    except BaseException:
-        writer.abort()
-        raise
+        with locks.writing(store, spec.dataset_name, purpose="install"):
+            writer = PublicWriter(store, spec, shard_bytes=shard_bytes, row_group_bytes=row_group_bytes)
+            try:
+                spec.build(sources, writer, report)
+                winner = catalog.latest(store, spec.dataset_name)
+                if winner is not None:  # another install of the same dataset committed while this one ran: keep it
+                    writer.abort()
+                    return InstallResult(spec, winner, created=False)
+                manifest = writer.commit()
+            except BaseException:
+                writer.abort()
+                raise
+    finally:
+        catalog.remove_unused_parts(store, spec.dataset_name)
     return InstallResult(spec, manifest, created=True)
 
 
@@ -294,11 +299,12 @@ def dataset_name(name: str, store: Store) -> str:
     return get(name).dataset_name
 
 
-def remove(name: str, *, store: Store | str | None = None) -> list[int]:
-    """Remove public dataset ``name`` (every version) from the store's public area; return the versions removed."""
+def remove(name: str, *, store: Store | str | None = None, wait: float = locks.WAIT_SECONDS) -> list[int]:
+    """Remove public dataset ``name`` (every version) from the store's public area; return the versions removed
+    (waiting up to ``wait`` seconds for the installs at work on it: :func:`~datamount.datasets.catalog.remove`)."""
     target = open_store(store)
     found = dataset_name(name, target)
     if not catalog.versions(target, found):
-        target.remove(layout.dataset_folder(found), recursive=True, missing_ok=True)  # a killed install
+        catalog.remove_unused_parts(target, found)  # what a killed install left
         raise DatasetNotFoundError(f"the public dataset {name} is not installed in {target.url}")
-    return catalog.remove(target, found)
+    return catalog.remove(target, found, wait=wait)

@@ -29,8 +29,8 @@ class PublicWriter:
 
     The shards go to a pack folder of this writer's own, so that two installs of the same dataset into a shared
     store never write the same file: the first to commit wins, the other finds the dataset installed and removes its
-    shards (see :func:`datamount.datasets.public.install`). Shards left by a killed install are removed by the next
-    install that commits.
+    shards (see :func:`datamount.datasets.public.install`). Objects it wrote, and what a killed install left, are
+    removed when no install is at work (:func:`datamount.datasets.catalog.remove_unused_parts`).
     """
 
     def __init__(
@@ -128,20 +128,12 @@ class PublicWriter:
             extra={PUBLIC_KEY: self.spec.name, SPLITS_KEY: self._splits, **(extra or {})},
         )
         self._check_still_there(draft)
-        manifest = catalog.commit(self.store, draft)
-        # Left by a killed install, or by a concurrent one that will find the dataset installed.
-        catalog.remove_unused(self.store, self.name, [manifest])
-        return manifest
+        return catalog.commit(self.store, draft)
 
     def abort(self) -> None:
-        """Remove what this writer wrote (it committed nothing)."""
+        """Remove the shards this writer wrote (it committed nothing). Its objects may be another install's too
+        (they are named by their content): they go with the unused parts once no install is at work."""
         self._shards.abort()
-        if catalog.versions(self.store, self.name):
-            return
-        self.store.remove_many(self._object_paths())
-        folder = layout.dataset_folder(self.name)
-        if not self.store.list(folder):
-            self.store.remove(folder, recursive=True, missing_ok=True)
 
     def _object_paths(self) -> list[str]:
         return [layout.object_path(self.name, entry.sha256) for entry in self._files.values()]

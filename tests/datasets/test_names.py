@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from datamount.datasets import catalog, upload
+from datamount.datasets import catalog, layout, upload
 from datamount.datasets.errors import InvalidDatasetNameError
 from datamount.datasets.names import validate_name
 from datamount.readers import reader
@@ -33,7 +33,7 @@ def test_names_collide_no_more_a_dataset_and_its_namespace_live_side_by_side(sto
     assert list(reader("team", store)()) == [("d", "D")]
 
 
-@pytest.mark.parametrize("word", ["versions", "objects", "lists", "packs"])
+@pytest.mark.parametrize("word", layout.OWN_FOLDERS)
 def test_names_collide_no_more_the_layouts_own_words_are_reserved(word: str) -> None:
     with pytest.raises(InvalidDatasetNameError, match="reserved"):
         validate_name(f"team/{word}")

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from datamount.datasets import catalog, layout, verify
+from datamount.datasets import catalog, layout, locks, verify
 from datamount.datasets.pack import cut_shards, pack, plan_pack, write_unit
 from datamount.datasets.progress import Silent
 from datamount.datasets.rows import ShardRows
@@ -165,8 +165,9 @@ def test_of_two_packs_cut_otherwise_the_one_recorded_second_leaves_nothing(store
     assert first[0].folder != second[0].folder
     first_shards = [write_unit(store, manifest, unit) for unit in first]
     second_shards = [write_unit(store, manifest, unit) for unit in second]  # both written before either records
-    winner = catalog.add_shards(store, manifest, first_shards)
-    assert catalog.add_shards(store, manifest, second_shards) == winner
+    with locks.writing(store, "d"):  # as the packs hold it
+        winner = catalog.add_shards(store, manifest, first_shards)
+        assert catalog.add_shards(store, manifest, second_shards) == winner
     packs = {folder.rsplit("/", 1)[-1] for folder in store.list_folders("datasets/d/packs")}
     assert packs == {first[0].folder.rsplit("/", 1)[-1]}
     assert verify(store, catalog.resolve(store, "d")).ok
@@ -185,10 +186,11 @@ def test_a_pack_whose_written_shards_a_losing_pack_removed_in_part_leaves_nothin
     manifest = upload(list_file, "d", store=store).manifest
     winning = plan_pack(store, manifest, 40_000, 10_000)
     losing = plan_pack(store, manifest, 20_000, 10_000)
-    recorded = catalog.add_shards(store, manifest, [write_unit(store, manifest, unit) for unit in winning])
-    written = [write_unit(store, manifest, unit) for unit in losing]
-    store.remove(f"datasets/d/{written[0].path}")
-    assert catalog.add_shards(store, manifest, written) == recorded
+    with locks.writing(store, "d"):  # as the packs hold it
+        recorded = catalog.add_shards(store, manifest, [write_unit(store, manifest, unit) for unit in winning])
+        written = [write_unit(store, manifest, unit) for unit in losing]
+        store.remove(f"datasets/d/{written[0].path}")
+        assert catalog.add_shards(store, manifest, written) == recorded
     packs = {folder.rsplit("/", 1)[-1] for folder in store.list_folders("datasets/d/packs")}
     assert packs == {winning[0].folder.rsplit("/", 1)[-1]}
 
@@ -207,9 +209,11 @@ def test_a_pack_whose_folder_a_losing_pack_removed_returns_the_winner(store: Sto
     class Meanwhile(Silent):
         def advance(self, *, items: int = 1, size: int = 0) -> None:
             if not recorded:  # the third pack's first shard is written: the other two packs record theirs
-                recorded.append(catalog.add_shards(store, manifest, [write_unit(store, manifest, u) for u in winning]))
-                second = [write_unit(store, manifest, unit) for unit in losing]
-                assert catalog.add_shards(store, manifest, second) == recorded[0]
+                shards = [write_unit(store, manifest, u) for u in winning]
+                with locks.writing(store, "d"):
+                    recorded.append(catalog.add_shards(store, manifest, shards))
+                    second = [write_unit(store, manifest, unit) for unit in losing]
+                    assert catalog.add_shards(store, manifest, second) == recorded[0]
 
     assert pack("d", store=store, shard_bytes=20_000, row_group_bytes=10_000, progress=Meanwhile()) == recorded[0]
     packs = {folder.rsplit("/", 1)[-1] for folder in store.list_folders("datasets/d/packs")}
@@ -384,7 +388,8 @@ def test_a_shard_of_a_pack_made_before_zstd_is_made_again_byte_for_byte(
     list_file = write_image_list(tmp_path / "src", 30, size=100_000)
     manifest = upload(list_file, "d", store=local_store).manifest
     units = plan_pack(local_store, manifest, 1_000_000, 400_000, first_group_bytes, compression="snappy")
-    manifest = catalog.add_shards(local_store, manifest, [write_unit(local_store, manifest, unit) for unit in units])
+    with locks.writing(local_store, "d"):
+        manifest = catalog.add_shards(local_store, manifest, [write_unit(local_store, manifest, u) for u in units])
     assert layout.pack_folder_of(manifest.shards[0]) == folder
     damaged = layout.shard_path("d", manifest.shards[1])
     with local_store.open(damaged) as shard:
