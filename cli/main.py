@@ -13,7 +13,7 @@ import click
 from datamount.cli.completion import completion
 from datamount.cli.datasets import cp, export, head, info, list_datasets, pack, rm, upload, verify
 from datamount.cli.demo import demo
-from datamount.cli.errors import ErrorHandlingGroup
+from datamount.cli.errors import ErrorHandlingGroup, show_library_logs
 from datamount.cli.ledger import ledger
 from datamount.cli.master import master, tasks
 from datamount.cli.mount import mount, unmount
@@ -33,7 +33,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
     # Storage libraries log their retries and failures (gcsfs with whole tracebacks); the one-line error says what
     # matters, so their records are shown only with --debug.
     if debug:
-        logging.basicConfig(level=logging.WARNING, format="%(name)s: %(levelname)s: %(message)s")
+        show_library_logs()
     elif not any(isinstance(handler, logging.NullHandler) for handler in logging.getLogger().handlers):
         logging.getLogger().addHandler(logging.NullHandler())
 
