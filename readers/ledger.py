@@ -268,7 +268,7 @@ def _parse_state(state: object) -> ParsedState:
     for key, encoded in epochs.items():
         epoch = _number_key(key)
         if epoch is None:
-            raise ReaderStateError(f"damaged ledger: epoch {_shown(key)} is not a whole number of at least 0")
+            raise ReaderStateError(f"damaged ledger: epoch {_shown(key)} is not a whole number from 0 to 2**63 - 1")
         try:
             counts[epoch] = _decode(encoded, rows)
         except ReaderStateError as exc:

@@ -59,7 +59,7 @@ DAMAGED = {
     ),
     "epoch key not a number": (
         lambda s: {**s, "epochs": {"x": s["epochs"]["0"]}},
-        'epoch "x" is not a whole number of at least 0',
+        'epoch "x" is not a whole number from 0 to 2**63 - 1',
     ),
     "epochs as a list": (
         lambda s: {**s, "epochs": [s["epochs"]["0"]]},
