@@ -175,8 +175,11 @@ def cut_shards(
     return [plan for plan in plans if plan]
 
 
-def write_unit(store: Store, manifest: Manifest, unit: PackUnit, report: Progress | None = None) -> ShardEntry:
-    """Write the shard ``unit`` plans to the store; return its manifest entry."""
+def write_unit(
+    store: Store, manifest: Manifest, unit: PackUnit, report: Progress | None = None, *, sha256: str | None = None
+) -> ShardEntry:
+    """Write the shard ``unit`` plans to the store; return its manifest entry. With ``sha256`` (a shard made again),
+    a shard whose bytes do not have it is not stored: an :class:`~datamount.storage.IntegrityError`."""
     rows, _ = parse_lines(store.read_range(layout.list_path(manifest), *unit.list_range))
     if len(rows) != unit.stop - unit.start:
         raise ManifestError(
@@ -192,6 +195,7 @@ def write_unit(store: Store, manifest: Manifest, unit: PackUnit, report: Progres
         first_index=unit.start,
         progress=report,
         compression=unit.compression,
+        expected=None if sha256 is None else {layout.shard_key(unit.folder, unit.number): sha256},
     )
     with contextlib.closing(_samples(store, manifest, unit, rows)) as samples:
         for start, stop in unit.row_groups:

@@ -181,7 +181,7 @@ class Store:
         self.url = redact.redact_url(url.rstrip("/") or url)
         self.name = name
         self._public_options = redact.redact_options(options or {})
-        self._secrets = redact.secret_values(options or {})
+        self._secrets = redact.note_secrets(url, options or {})
         self._is_async = isinstance(fs, AsyncFileSystem) and getattr(fs, "async_impl", False)
 
     # -- construction ------------------------------------------------------------------------------------------
