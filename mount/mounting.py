@@ -28,6 +28,7 @@ import platformdirs
 
 from datamount.datasets import catalog
 from datamount.datasets.manifest import Kind, Manifest
+from datamount.datasets.row_folders import plan_row_files, shows_rows
 from datamount.datasets.rows import read_lines
 from datamount.mount.content import DEFAULT_MEMORY, Contents
 from datamount.storage import MountError, Store, arguments, open_store
@@ -201,9 +202,11 @@ def serve(plan: _Plan, manifest: Manifest | None = None, on_ready: Callable[[], 
     from datamount.mount.tree import Tree
 
     manifest = manifest or catalog.resolve(plan.store, plan.ref)
-    lines = read_lines(plan.store, manifest) if manifest.kind is Kind.IMAGE else None
-    tree = Tree(manifest, lines)
     cache = None if plan.cache is False else ContentCache(None if plan.cache is True else plan.cache)
+    lines = read_lines(plan.store, manifest) if manifest.kind is Kind.IMAGE and manifest.has_list else None
+    # A version without a list: its files' paths and sizes come from a pass over its rows (through the cache).
+    row_files = plan_row_files(plan.store, manifest, cache=cache) if shows_rows(manifest) else None
+    tree = Tree(manifest, lines, row_files)
     contents = Contents(plan.store, manifest, row_files=tree.row_entries, cache=cache, memory=plan.memory)
     filesystem = DatasetFilesystem(tree, contents, read_ahead=plan.read_ahead, created_ns=_created_ns(manifest))
     options = {"ro", "default_permissions", f"fsname=datamount:{manifest.ref}", "subtype=datamount"}
