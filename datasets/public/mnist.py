@@ -10,6 +10,7 @@ Shown as files (``export``, ``datamount mount``), each image is a grey PNG at ``
 
 from __future__ import annotations
 
+import functools
 import gzip
 import itertools
 import struct
@@ -120,19 +121,29 @@ def grey_png(pixels: bytes, width: int) -> bytes:
     if not pixels or len(pixels) % width:
         raise SourceFormatError(f"an image of {len(pixels)} bytes is not rows of {width} pixels")
     height = len(pixels) // width
-    scanlines = b"".join(b"\0" + pixels[top : top + width] for top in range(0, len(pixels), width))  # filter: none
+    lines = np.zeros((height, width + 1), np.uint8)  # each scanline: its filter (0, none), then its pixels
+    lines[:, 1:] = np.frombuffer(pixels, np.uint8).reshape(height, width)
+    scanlines = lines.tobytes()
     stream = [b"\x78\x01"]  # zlib: deflate, 32 KB window, no dictionary
     for start in range(0, len(scanlines), _STORED_BLOCK):
         block = scanlines[start : start + _STORED_BLOCK]
         final = start + _STORED_BLOCK >= len(scanlines)
         stream.append(struct.pack("<BHH", final, len(block), 0xFFFF ^ len(block)) + block)  # stored: its length twice
     stream.append(struct.pack(">I", zlib.adler32(scanlines)))
-    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)  # 8-bit grey, not interlaced
-    return _PNG_SIGNATURE + _chunk(b"IHDR", header) + _chunk(b"IDAT", b"".join(stream)) + _chunk(b"IEND", b"")
+    return _png_start(width, height) + _chunk(b"IDAT", b"".join(stream)) + _PNG_END
+
+
+@functools.cache
+def _png_start(width: int, height: int) -> bytes:
+    """A PNG's signature and header: 8-bit grey, not interlaced."""
+    return _PNG_SIGNATURE + _chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0))
 
 
 def _chunk(kind: bytes, data: bytes) -> bytes:
     return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+
+_PNG_END = _chunk(b"IEND", b"")
 
 
 SPEC = PublicDataset(

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from datamount.datasets import catalog, copy_version, export
+from datamount.datasets import catalog, copy_version, export, public
 from datamount.datasets.public import PublicDataset, PublicWriter
 from datamount.datasets.row_folders import plan_row_files
 from datamount.readers import reader
@@ -129,3 +129,14 @@ def test_a_label_that_would_leave_its_folder_is_refused(label: str, local_store:
     with pytest.raises(UnsafePathError, match=r"public/odd@1, row 1: .* cannot name a file or folder"):
         export("odd", tmp_path / "out", store=local_store)
     assert not (tmp_path / "up").exists() and not (tmp_path / "out" / "b.jpg").exists()
+
+
+def test_an_exported_imagenet_installs_again_from_its_folder(local_store: Store, tmp_path: Path) -> None:
+    """ImageNet's form is the extracted class-folder tree ``install imagenet --from`` takes: the same rows again."""
+    pytest.importorskip("scipy", reason="scipy (the imagenet extra) writes and reads the devkit's meta.mat")
+    install_generated("imagenet", tmp_path / "source", local_store)
+    export("imagenet", tmp_path / "out", store=local_store)
+    again = open_store(tmp_path / "again")
+    public.install("imagenet", store=again, source=tmp_path / "out")
+    for split in ("train", "val"):  # an extracted tree's rows come sorted by class and file name
+        assert Counter(reader("imagenet", again, split=split)) == Counter(reader("imagenet", local_store, split=split))
