@@ -35,6 +35,7 @@ import xxhash
 
 from datamount.datasets.errors import DatasetNotFoundError, ManifestError
 from datamount.datasets.manifest import SPLITS_KEY, Kind, Manifest
+from datamount.datasets.progress import Progress, Silent
 from datamount.datasets.rows import Row, ShardRows, closing, split_bounds
 from datamount.datasets.shard_writer import PATH_COLUMN
 from datamount.storage import Store, UnsafePathError
@@ -148,9 +149,19 @@ def row_file_contents(
         yield _file(path, start, row + 1, chunks)
 
 
-def plan_row_files(store: Store, manifest: Manifest, *, cache: ContentCache | None = None) -> list[RowFile]:
-    """Every file of the version's rows, in row order: a pass over its rows."""
-    return [file for file, _ in row_file_contents(store, manifest, cache=cache)]
+def plan_row_files(
+    store: Store, manifest: Manifest, *, cache: ContentCache | None = None, progress: Progress | None = None
+) -> list[RowFile]:
+    """Every file of the version's rows, in row order: a pass over its rows (reported to ``progress`` as phase
+    ``rows``, in rows)."""
+    report = progress or Silent()
+    report.start("rows", items=manifest.rows, size=0)
+    files = []
+    for file, _ in row_file_contents(store, manifest, cache=cache):
+        files.append(file)
+        report.advance(items=file.stop - file.start, size=file.size)
+    report.finish()
+    return files
 
 
 def _file(path: str, start: int, stop: int, chunks: list[bytes]) -> tuple[RowFile, bytes]:

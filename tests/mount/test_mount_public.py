@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from datamount.datasets import catalog, copy_version, export, layout, upload
-from datamount.mount import check_fuse, mount, unmount
+from datamount.mount import check_fuse, mount, mounting, unmount
 from datamount.storage import MountError, Store, open_store
 from datamount.storage.mounts import read_mounts
 from tests.datasets.public_files import install_generated, shown
@@ -161,3 +161,26 @@ def test_a_second_rsync_from_a_remount_copies_nothing(
         ["rsync", "-a", "--itemize-changes", f"{mountpoint}/", f"{copy}/"], capture_output=True, text=True, timeout=120
     )
     assert again.returncode == 0 and again.stdout == "", again.stdout  # nothing sent, no attribute changed
+
+
+def test_the_wait_for_a_serving_process_restarts_with_each_report_of_its_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A version without a list is mounted after a pass over its rows, which may take longer than the wait for an
+    answer: each report of the pass restarts the wait (here 30 reports 0.2 s apart, a 3 s wait), and the answer is
+    the line after them; a process that stops reporting is given up on."""
+    monkeypatch.setattr(mounting, "READY_TIMEOUT", 3.0)
+    reports = (
+        "import json, sys, time\n"
+        "for done in range(30):\n"
+        "    print(json.dumps({'rows_read': done, 'rows': 30}), flush=True)\n"
+        "    time.sleep(0.2)\n"
+        "print(json.dumps({'pid': 7}), flush=True)\n"
+    )
+    server = subprocess.Popen([sys.executable, "-c", reports], stdout=subprocess.PIPE)
+    assert mounting._read_answer(server) == '{"pid": 7}'
+    server.wait(30)
+    silent = subprocess.Popen(
+        [sys.executable, "-c", "import time; print('{\"rows_read\": 0}', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE,
+    )
+    assert "did not answer within 3 s" in mounting._read_answer(silent)
+    assert silent.wait(30) != 0  # killed
