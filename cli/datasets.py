@@ -405,8 +405,9 @@ def cp(name: str, target: str, source: str | None, quiet: bool) -> None:
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 def export(name: str, folder: str, store: Store, quiet: bool) -> None:
     """Write dataset NAME (or NAME@N) into FOLDER as it was uploaded: an image version's files at their list paths
-    and the list; a text version's list; a table version's Parquet shards. Every byte is checked as it is read; a
-    file already there with the same bytes is kept, one with other bytes is an error."""
+    and the list; a text version's list; a table version's Parquet shards; a public dataset's rows as files in its
+    dataset's form, as 'datamount mount' shows them. Every byte is checked as it is read; a file already there with
+    the same bytes is kept, one with other bytes is an error."""
     with ProgressBar(quiet=quiet) as bar:
         result = export_version(name, folder, store=store, progress=bar)
     listed = f", the list as {result.list_file.name}" if result.list_file is not None else ""

@@ -10,7 +10,7 @@ import itertools
 import os
 import threading
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import AbstractContextManager
 from typing import Any, BinaryIO
@@ -66,10 +66,19 @@ class ShardRows:
     epoch reads locally). Without a cache a remote pass streams row groups, as do parts of shards (random access,
     the pieces of a shuffled or sharded pass, the ends of a range): from the local or cached file, else each group
     with one ranged read, several in flight, checked by its pages' CRCs and its row count.
+
+    Each row holds the version's columns; ``columns`` names others of the shards' to add after them (``path``: an
+    image's place in its source).
     """
 
     def __init__(
-        self, store: Store, manifest: Manifest, *, cache: ContentCache | None = None, zero_copy: bool = False
+        self,
+        store: Store,
+        manifest: Manifest,
+        *,
+        cache: ContentCache | None = None,
+        zero_copy: bool = False,
+        columns: Sequence[str] = (),
     ) -> None:
         self.store = store
         self.manifest = manifest
@@ -78,7 +87,7 @@ class ShardRows:
         self.split = ""
         self.layout = "row-groups"
         self.cache = cache
-        self._columns = list(manifest.columns)
+        self._columns = [*manifest.columns, *columns]
         self._starts = list(itertools.accumulate((s.rows for s in manifest.shards), initial=0))
         self._footers: dict[str, pq.FileMetaData] = {}
         self._heads: dict[str, memoryview] = {}  # a shard's bytes from its magic on, fetched with its footer
