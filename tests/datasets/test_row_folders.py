@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from datamount.datasets import catalog, copy_version, export, public
+from datamount.datasets import catalog, copy_version, export, locks, public
 from datamount.datasets.public import PublicDataset, PublicWriter
 from datamount.datasets.row_folders import plan_row_files
 from datamount.readers import reader
@@ -101,7 +101,8 @@ def test_a_dataset_of_no_declared_form_shows_the_default_one(local_store: Store,
         images.start_split(split)
         for number in range(count):
             images.add(bytes([number]) * 5, f"c{number % 2}", path=f"x/{number}.raw")
-    images.commit()
+    with locks.writing(local_store, "public/shapes"):  # as an install holds it
+        images.commit()
     export("shapes", tmp_path / "images", store=local_store)
     assert tree_of(tmp_path / "images") == {
         **{f"train/c{n % 2}/{n:02d}": bytes([n]) * 5 for n in range(11)},
@@ -112,7 +113,8 @@ def test_a_dataset_of_no_declared_form_shows_the_default_one(local_store: Store,
     for split in ("train", "test"):
         texts.start_split(split)
         texts.add(f"{split} one", "un")
-    texts.commit()
+    with locks.writing(local_store, "public/pairs"):
+        texts.commit()
     export("pairs", tmp_path / "texts", store=local_store)
     assert tree_of(tmp_path / "texts") == {"train/0.txt": b"train one\tun\n", "test/0.txt": b"test one\tun\n"}
 
@@ -125,7 +127,8 @@ def test_a_label_that_would_leave_its_folder_is_refused(label: str, local_store:
     writer.add(b"bad", label, path="b.jpg")
     writer.start_split("test")
     writer.add(b"fine", "ok", path="c.jpg")
-    writer.commit()
+    with locks.writing(local_store, "public/odd"):
+        writer.commit()
     with pytest.raises(UnsafePathError, match=r"public/odd@1, row 1: .* cannot name a file or folder"):
         export("odd", tmp_path / "out", store=local_store)
     assert not (tmp_path / "up").exists() and not (tmp_path / "out" / "b.jpg").exists()
