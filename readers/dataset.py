@@ -18,7 +18,7 @@ from typing import Any
 
 from datamount.datasets import catalog
 from datamount.datasets.manifest import Manifest
-from datamount.datasets.rows import DEFAULT_ROWS_PER_SPAN, Piece, RowSource, open_rows
+from datamount.datasets.rows import DEFAULT_ROWS_PER_SPAN, Piece, RowSource, open_rows, removed_or_missing
 from datamount.readers.errors import ReaderStateError
 from datamount.readers.resume import ReaderState, Resume, Segment, WorkerProgress, plan_resume
 from datamount.readers.sharding import (
@@ -156,11 +156,12 @@ class DatasetReader(EpochLock):
     @contextlib.contextmanager
     def _missing_explained(self) -> Iterator[None]:
         """A part of the version not found while it is read is raised as ``catalog.removed_while_read`` explains
-        it (the version removed since this reader opened it)."""
+        it (the version removed since this reader opened it); else as the row source named it (the version, the
+        rows, the part and what puts it back: ``rows/missing.py``)."""
         try:
             yield
         except ObjectNotFoundError as missing:
-            explanation = catalog.removed_while_read(self.store, self.manifest, missing)
+            explanation = removed_or_missing(self.store, self.manifest, missing)
             if explanation is missing:
                 raise
             raise explanation from missing
@@ -399,7 +400,7 @@ class DatasetReader(EpochLock):
 
     def rows(self, start: int, stop: int) -> Iterator[tuple[Any, ...]]:
         """Rows ``start`` to ``stop - 1`` of the version, in order, as :meth:`__call__` yields them."""
-        return self.source.rows(start, stop)
+        return _explained(self.source.rows(start, stop), self._missing_explained)
 
 
 def _state_list(state: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
@@ -461,6 +462,17 @@ def _taken(numbers: deque[Sequence[int]]) -> Iterator[Sequence[int]]:
 
 def _numbered(sample: tuple[Any, ...], number: int) -> tuple[Any, ...]:
     return (number, *sample)
+
+
+def _explained(
+    rows: Iterator[tuple[Any, ...]], missing_explained: Callable[[], AbstractContextManager[None]]
+) -> Iterator[tuple[Any, ...]]:
+    """``rows``, a part of the version not found raised as ``missing_explained`` explains it."""
+    try:
+        with missing_explained():
+            yield from rows
+    finally:
+        close_iterator(rows)
 
 
 def _counted(

@@ -26,6 +26,7 @@ from datamount.datasets.rows.listed import (
     parse_lines,
     read_lines,
 )
+from datamount.datasets.rows.missing import missing_list, missing_object, missing_shard, removed_or_missing
 from datamount.datasets.rows.shards import ShardRows, decoded_rows
 from datamount.datasets.rows.source import DEFAULT_ROWS_PER_SPAN, Piece, Row, RowSource, closing
 from datamount.datasets.rows.split import RowSplitRows, SplitRows, open_split, split_bounds
@@ -47,10 +48,14 @@ __all__ = [
     "check_object",
     "closing",
     "decoded_rows",
+    "missing_list",
+    "missing_object",
+    "missing_shard",
     "object_locations",
     "open_rows",
     "parse_lines",
     "read_lines",
+    "removed_or_missing",
     "shard_cache",
     "split_bounds",
 ]

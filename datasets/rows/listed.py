@@ -5,17 +5,19 @@ from __future__ import annotations
 import functools
 import itertools
 from collections.abc import Iterable, Iterator
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from datamount.datasets import layout
-from datamount.datasets.errors import DatasetNotFoundError
+from datamount.datasets.errors import DatasetNotFoundError, MissingPartError
 from datamount.datasets.manifest import FileEntry, Manifest, collector_paused
+from datamount.datasets.rows.missing import missing_list, missing_object
 from datamount.datasets.rows.source import DEFAULT_ROWS_PER_SPAN, Piece, Row, clip, line_spans, out_of_range
-from datamount.storage import IntegrityError, Store
+from datamount.storage import IntegrityError, ObjectNotFoundError, Store
 from datamount.storage.checksums import matches
 from datamount.storage.store import DEFAULT_MAX_BYTES_IN_FLIGHT
 
 Line = tuple[str, ...]
+T = TypeVar("T")
 
 
 def list_rows(raw: bytes) -> list[Line]:
@@ -109,7 +111,10 @@ class ListRows:
     @functools.cached_property
     def _lines(self) -> list[Line]:
         """The list's lines, read on first use (spans and lengths need only the manifest)."""
-        return read_lines(self.store, self.manifest)
+        try:
+            return read_lines(self.store, self.manifest)
+        except ObjectNotFoundError as missing:
+            raise missing_list(self.store, self.manifest, missing) from missing
 
     def __len__(self) -> int:
         return self.manifest.rows
@@ -165,7 +170,11 @@ class ObjectRows(ListRows):
     def row(self, index: int) -> Row:
         labels = super().row(index)[1:]
         location = object_location(self.manifest, self._files[index])
-        return (check_object(self.store, self.manifest, index, location, self.store.read(location.path)), *labels)
+        try:
+            data = self.store.read(location.path)
+        except ObjectNotFoundError as missing:
+            raise missing_object(self.store, self.manifest, index, location.path, missing) from missing
+        return (check_object(self.store, self.manifest, index, location, data), *labels)
 
     def pieces(self, pieces: Iterable[Piece]) -> Iterator[Row]:
         return self._read(row for piece in pieces for row in piece.rows)
@@ -186,12 +195,26 @@ class ObjectRows(ListRows):
         sizes = (location.size for _, location in for_sizes)
         if not (self.verify and self._sha256_only):
             blobs = self.store.read_many(paths, sizes=sizes, max_requests=self.max_requests, max_bytes=self.max_bytes)
-            for (row, location), data in zip(for_checks, blobs, strict=True):
+            for row, location, data in self._arrived(for_checks, blobs):
                 checked = check_object(self.store, manifest, row, location, data, hashed=self.verify)
                 yield (checked, *lines[row][1:])
             return
         hashed = self.store.read_many_hashed(
             paths, sizes=sizes, max_requests=self.max_requests, max_bytes=self.max_bytes
         )
-        for (row, location), (data, digest) in zip(for_checks, hashed, strict=True):
+        for row, location, (data, digest) in self._arrived(for_checks, hashed):
             yield (check_object(self.store, manifest, row, location, data, digest=digest), *lines[row][1:])
+
+    def _arrived(
+        self, located: Iterator[tuple[int, ObjectLocation]], reads: Iterator[T]
+    ) -> Iterator[tuple[int, ObjectLocation, T]]:
+        """Each row and its object's location with what was read of it; reads fail in order, so an object not
+        found is the one of the row waiting for it, and is named with that row."""
+        for row, location in located:
+            try:
+                read = next(reads)
+            except MissingPartError:
+                raise
+            except ObjectNotFoundError as missing:
+                raise missing_object(self.store, self.manifest, row, location.path, missing) from missing
+            yield row, location, read
