@@ -310,6 +310,8 @@ class DatasetReader(EpochLock):
             layout=self.source.layout,
             shuffle=self.shuffle,
             shuffle_block=self.shuffle_block,
+            with_row=self.with_row,
+            zero_copy=self.source.zero_copy,
             seed=self.seed,
             remainder=self.remainder,
             rank=self.rank,
@@ -361,15 +363,18 @@ class DatasetReader(EpochLock):
     def from_state_dict(
         cls, state: Mapping[str, Any] | Sequence[Mapping[str, Any]], store: Store | str | None = None, **options: Any
     ) -> DatasetReader:
-        """A reader that continues from ``state``: the same dataset version, layout and order settings, read from
-        ``store`` (the default store unless given; the state records the URL it was saved from, not its
-        credentials). ``options`` are those of :func:`reader` (rank, world size, cache, ...)."""
+        """A reader that continues from ``state``: the same dataset version, layout, order settings and samples
+        (``with_row``, ``zero_copy``), read from ``store`` (the default store unless given; the state records the URL
+        it was saved from, not its credentials). ``options`` are those of :func:`reader` (rank, world size, cache,
+        ...), over the state's; how it reads (``cache``, ``max_requests``, ``verify``...) is not in the state."""
         saved = ReaderState.from_dict(_state_list(state)[0])
         layout: dict[str, Any] = {
             "shuffle": saved.shuffle,
             "shuffle_block": saved.shuffle_block,
             "seed": saved.seed,
             "remainder": saved.remainder,
+            "with_row": saved.with_row,
+            "zero_copy": saved.zero_copy,
         }
         if saved.split:
             layout["split"] = saved.split

@@ -106,6 +106,7 @@ class ListRows:
         self.manifest = manifest
         self.split = ""
         self.layout = f"lines:{rows_per_span}"
+        self.zero_copy = False  # each read's own bytes: copied by no one, and not views
         self.rows_per_span = rows_per_span
 
     @functools.cached_property
