@@ -29,16 +29,24 @@ def parse_option(text: str) -> tuple[str, Any]:
     return key.strip(), value
 
 
-def backend_options(function: F) -> F:
-    """Add ``-o KEY=VALUE`` (repeatable): backend options for the store, over its profile's."""
+def _backend_option(*declarations: str, dest: str, store: str) -> Callable[[F], F]:
+    """A repeatable ``KEY=VALUE`` option, handed to the command as ``dest``: backend options for ``store``."""
+    example = f"{declarations[0]} endpoint_url=http://127.0.0.1:9000"
     return click.option(
-        "-o",
-        "--option",
-        "options",
+        *declarations,
+        dest,
         multiple=True,
         metavar="KEY=VALUE",
-        help="A backend option for the store (e.g. -o endpoint_url=http://127.0.0.1:9000); repeatable.",
-    )(function)
+        help=f"A backend option for {store} (e.g. {example}); repeatable.",
+    )
+
+
+#: ``-o KEY=VALUE`` (repeatable): backend options for the command's store, over its profile's.
+backend_options = _backend_option("-o", "--option", dest="options", store="the store")
+#: ``-o`` of a command that reads one store and writes another (``cp``): for the store read (``--from``).
+source_backend_options = _backend_option("-o", "--option", dest="options", store="the --from store")
+#: ``--to-option KEY=VALUE`` (repeatable): for the store such a command writes to (``--to``), handed as ``to_options``.
+target_backend_options = _backend_option("--to-option", dest="to_options", store="the --to store")
 
 
 def options_dict(options: tuple[str, ...]) -> dict[str, Any]:
