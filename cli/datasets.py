@@ -444,6 +444,6 @@ def rm(name: str, yes: bool, store: Store) -> None:
     if not found:
         raise DatasetNotFoundError(f"no dataset named {ref.name!r} in {catalog.store_named(store)}")
     what = f"version {ref.version} of {ref.name}" if ref.version else f"{ref.name} (versions {found})"
-    if not yes:
-        confirm_removal(what, store)
+    if not yes and not confirm_removal(what, store):
+        return
     echo_removed(ref.name, catalog.remove(store, name))

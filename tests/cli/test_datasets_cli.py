@@ -14,6 +14,7 @@ from click.testing import CliRunner, Result
 from datamount.cli.formatting import format_size
 from datamount.cli.main import cli
 from datamount.storage import open_store
+from tests.cli.terminal import answered_at_a_terminal
 from tests.generated import MakeImageList
 
 
@@ -99,6 +100,26 @@ def test_rm_asks_unless_yes(store_dir: str, make_image_list: MakeImageList) -> N
     removed = run("rm", "cats", "--yes", "--store", store_dir)
     assert removed.exit_code == 0 and "removed cats version(s) 1" in removed.output
     assert "no datasets" in run("ls", "--store", store_dir).output
+
+
+@pytest.mark.parametrize(
+    ("answer", "code", "said", "kept"),
+    [
+        (b"n\n", 0, "nothing removed: cats (versions [1]) is kept\n", True),
+        (b"\n", 0, "nothing removed: cats (versions [1]) is kept\n", True),  # the default is no
+        (b"y\n", 0, "removed cats version(s) 1\n", False),
+        (b"\x04", 130, "datamount: interrupted\n", True),  # end of input (Ctrl-D): not an answer
+    ],
+    ids=["no", "default", "yes", "end-of-input"],
+)
+def test_rm_at_a_terminal_removes_only_on_yes(
+    store_dir: str, make_image_list: MakeImageList, answer: bytes, code: int, said: str, kept: bool
+) -> None:
+    """Declining is an answer, not a failure: status 0 and a line saying nothing was removed."""
+    run("upload", str(make_image_list(2)), "cats", "--store", store_dir)
+    status, output = answered_at_a_terminal(answer, "rm", "cats", "--store", store_dir)
+    assert status == code and "? [y/N]: " in output and output.endswith(said), output
+    assert ("cats" in run("ls", "--store", store_dir).output) == kept
 
 
 def test_ls_of_an_empty_store(store_dir: str) -> None:
