@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 import click
 
 from datamount.cli.completion import complete_stores
+from datamount.datasets.shard_writer import DEFAULT_ROW_GROUP_BYTES, check_sizes
 from datamount.storage import open_store
 from datamount.storage.arguments import parse_size
 
@@ -78,10 +79,20 @@ def store_options(command: Callable[..., R]) -> Callable[..., R]:
 
 
 def shard_size_option(description: str) -> Callable[[F], F]:
-    """``--shard-size SIZE`` (default 256MB), handed to the command in bytes as ``shard_bytes``."""
+    """``--shard-size SIZE`` (default 256MB), handed to the command in bytes as ``shard_bytes``; checked as the
+    command line is read against the row groups the commands cut (``DEFAULT_ROW_GROUP_BYTES``)."""
     return click.option(
-        "--shard-size", "shard_bytes", default="256MB", show_default=True, callback=_size_value, help=description
+        "--shard-size", "shard_bytes", default="256MB", show_default=True, callback=_shard_size_value, help=description
     )
+
+
+def _shard_size_value(ctx: click.Context, param: click.Parameter, value: str) -> int:
+    size = _size_value(ctx, param, value)
+    try:
+        check_sizes(size, DEFAULT_ROW_GROUP_BYTES)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx=ctx, param=param) from exc
+    return size
 
 
 def _size_value(ctx: click.Context, param: click.Parameter, value: str) -> int:

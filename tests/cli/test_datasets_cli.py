@@ -226,8 +226,18 @@ def test_an_unreachable_store_fails_fast_naming_it(files: Path) -> None:
         (["upload", "LIST", "d", "--pack", "--shard-size", "12XB"], "'12XB' is not a size; write e.g. 256MB"),
         (["pack", "d", "--shard-size", "0"], "the size must be at least one byte"),
         (["ls", "-o", "no-value"], "expected KEY=VALUE, got 'no-value'"),
+        (
+            ["upload", "LIST", "d", "--pack", "--shard-size", "4MiB"],
+            "a shard size of 4,194,304 bytes is less than one row group of 8,388,608 bytes",
+        ),
+        (
+            ["pack", "d", "--shard-size", "1MB"],
+            "a shard size of 1,000,000 bytes is less than one row group of 8,388,608 bytes: a shard holds whole row "
+            "groups, so it cannot be that small; ask for shards of at least 8,388,608 bytes",
+        ),
+        (["import", "d", "--shard-size", "100KB"], "a shard size of 100,000 bytes is less than one row group"),
     ],
-    ids=["upload-size", "pack-size", "option"],
+    ids=["upload-size", "pack-size", "option", "upload-below-a-row-group", "pack-below-a-row-group", "import"],
 )
 def test_usage_errors_come_before_the_store_is_opened(files: Path, args: list[str], fragment: str) -> None:
     args = [write_list(files, "a.jpg\t1\n") if arg == "LIST" else arg for arg in args]
