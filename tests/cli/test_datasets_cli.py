@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -132,6 +133,13 @@ def test_demo_runs_offline_on_the_default_store() -> None:
     assert "uploaded demo-images@1 (image, 200 rows)" in result.output
     assert "uploaded demo-translation@1 (text, 16 rows)" in result.output
     assert "(<PNG " in result.output and "samples/s" in result.output
+    # Each rate is measured over a quarter of a second at least, whole passes read again as often as it takes (one
+    # pass of the 16 pairs alone takes a few hundredths of a millisecond).
+    rates = re.findall(
+        r"([\d,]+) pass\(es\) of (\d+) samples \([^)]+\) in (\d+\.\d\d) s: [\d,]+ samples/s", result.output
+    )
+    assert [int(rows) for _, rows, _ in rates] == [200, 16], result.output
+    assert all(float(seconds) >= 0.25 for _, _, seconds in rates), result.output
     assert "Le chat dort sur le canapé." in result.output
     again = run("demo", "--quiet")
     assert "already up to date: demo-images@1" in again.output
