@@ -5,19 +5,18 @@ from __future__ import annotations
 import functools
 import itertools
 from collections.abc import Iterable, Iterator
-from typing import NamedTuple, TypeVar
+from typing import NamedTuple
 
 from datamount.datasets import layout
-from datamount.datasets.errors import DatasetNotFoundError, MissingPartError
+from datamount.datasets.errors import DatasetNotFoundError
 from datamount.datasets.manifest import FileEntry, Manifest, collector_paused
-from datamount.datasets.rows.missing import missing_list, missing_object
+from datamount.datasets.rows.missing import missing_list, missing_object, objects_read
 from datamount.datasets.rows.source import DEFAULT_ROWS_PER_SPAN, Piece, Row, clip, line_spans, out_of_range
 from datamount.storage import IntegrityError, ObjectNotFoundError, Store
 from datamount.storage.checksums import matches
 from datamount.storage.store import DEFAULT_MAX_BYTES_IN_FLIGHT
 
 Line = tuple[str, ...]
-T = TypeVar("T")
 
 
 def list_rows(raw: bytes) -> list[Line]:
@@ -196,26 +195,12 @@ class ObjectRows(ListRows):
         sizes = (location.size for _, location in for_sizes)
         if not (self.verify and self._sha256_only):
             blobs = self.store.read_many(paths, sizes=sizes, max_requests=self.max_requests, max_bytes=self.max_bytes)
-            for row, location, data in self._arrived(for_checks, blobs):
+            for row, location, data in objects_read(self.store, manifest, for_checks, blobs):
                 checked = check_object(self.store, manifest, row, location, data, hashed=self.verify)
                 yield (checked, *lines[row][1:])
             return
         hashed = self.store.read_many_hashed(
             paths, sizes=sizes, max_requests=self.max_requests, max_bytes=self.max_bytes
         )
-        for row, location, (data, digest) in self._arrived(for_checks, hashed):
+        for row, location, (data, digest) in objects_read(self.store, manifest, for_checks, hashed):
             yield (check_object(self.store, manifest, row, location, data, digest=digest), *lines[row][1:])
-
-    def _arrived(
-        self, located: Iterator[tuple[int, ObjectLocation]], reads: Iterator[T]
-    ) -> Iterator[tuple[int, ObjectLocation, T]]:
-        """Each row and its object's location with what was read of it; reads fail in order, so an object not
-        found is the one of the row waiting for it, and is named with that row."""
-        for row, location in located:
-            try:
-                read = next(reads)
-            except MissingPartError:
-                raise
-            except ObjectNotFoundError as missing:
-                raise missing_object(self.store, self.manifest, row, location.path, missing) from missing
-            yield row, location, read

@@ -9,11 +9,18 @@ lost by the store.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, TypeVar
 
 from datamount.datasets import catalog, layout
 from datamount.datasets.errors import MissingPartError
 from datamount.datasets.manifest import Manifest, ShardEntry
 from datamount.storage import ObjectNotFoundError, Store
+
+if TYPE_CHECKING:
+    from datamount.datasets.rows.listed import ObjectLocation
+
+T = TypeVar("T")
 
 
 def missing_object(
@@ -25,6 +32,22 @@ def missing_object(
         f"({_from_list(manifest)})",
         missing,
     )
+
+
+def objects_read(
+    store: Store, manifest: Manifest, located: Iterable[tuple[int, ObjectLocation]], reads: Iterator[T]
+) -> Iterator[tuple[int, ObjectLocation, T]]:
+    """Each row and its object's location with what was read of it (``reads``: one per object, in order, as
+    ``Store.read_many`` gives them). Reads fail in order, so an object not found is the one of the row waiting for
+    it, and is named with that row."""
+    for row, location in located:
+        try:
+            read = next(reads)
+        except MissingPartError:
+            raise
+        except ObjectNotFoundError as missing:
+            raise missing_object(store, manifest, row, location.path, missing) from missing
+        yield row, location, read
 
 
 def missing_list(store: Store, manifest: Manifest, missing: ObjectNotFoundError) -> MissingPartError:

@@ -56,6 +56,15 @@ def test_a_missing_object_is_named_with_its_row_and_repair(
     assert list(reader("d", store)()) == image_rows(list_file)
 
 
+def test_pack_names_a_missing_object_as_a_reader_does(local_store: Store, make_image_list: MakeImageList) -> None:
+    manifest = upload(make_image_list(ROWS, size=2000), "d", store=local_store).manifest
+    lost = layout.object_path("d", manifest.files[23].sha256)
+    local_store.remove(lost)
+    with pytest.raises(MissingPartError, match=object_missing("d@1", 23, local_store.url_for(lost))):
+        pack("d", store=local_store, shard_bytes=30_000, row_group_bytes=10_000)
+    assert catalog.resolve(local_store, "d").shards == []
+
+
 @pytest.mark.parametrize("mode", READ_MODES)
 @pytest.mark.parametrize(
     ("backend", "cached"), [("local", False), ("s3", False), ("s3", True)], ids=["local", "s3", "s3-cache"]
