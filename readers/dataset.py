@@ -259,8 +259,8 @@ class DatasetReader(EpochLock):
 
     def state_dict(self, consumed: int | None = None) -> dict[str, Any]:
         """Where this reader stands, as a small JSON-able dict for :meth:`load_state_dict` or
-        :meth:`from_state_dict`: the dataset version, the settings that decide the order, the epoch and the
-        position in this rank's share.
+        :meth:`from_state_dict`: the dataset version, the settings that decide the order and what the samples are
+        (``with_row``, ``zero_copy``), the epoch and the position in this rank's share.
 
         Parameters
         ----------
