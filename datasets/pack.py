@@ -17,7 +17,7 @@ from datamount.datasets.errors import ManifestError
 from datamount.datasets.manifest import Kind, Manifest, ShardEntry
 from datamount.datasets.names import parse_ref
 from datamount.datasets.progress import Progress, Silent
-from datamount.datasets.rows import ObjectLocation, check_object, object_locations, parse_lines
+from datamount.datasets.rows import ObjectLocation, check_object, object_locations, objects_read, parse_lines
 from datamount.datasets.shard_writer import (
     COMPRESSION,
     DEFAULT_ROW_GROUP_BYTES,
@@ -214,5 +214,6 @@ def _samples(
         yield from rows
         return
     blobs = store.read_many((o.path for o in unit.objects), sizes=(o.size for o in unit.objects))
-    for index, (row, location, data) in enumerate(zip(rows, unit.objects, blobs, strict=True), start=unit.start):
+    located = enumerate(unit.objects, start=unit.start)
+    for (index, location, data), row in zip(objects_read(store, manifest, located, blobs), rows, strict=True):
         yield (check_object(store, manifest, index, location, data), *row[1:])

@@ -73,9 +73,15 @@ def numbered(first: int, count: int) -> pa.Array:
 
 
 def check_sizes(shard_bytes: int, row_group_bytes: int) -> None:
-    """Refuse shard and row-group sizes that are not positive whole numbers of bytes."""
+    """Refuse shard and row-group sizes that are not positive whole numbers of bytes, and shards smaller than a row
+    group: a shard holds whole row groups, so it would be a row group's size (or more), not the size asked for."""
     arguments.whole_number(shard_bytes, "shard_bytes", minimum=1)
     arguments.whole_number(row_group_bytes, "row_group_bytes", minimum=1)
+    if shard_bytes < row_group_bytes:
+        raise ValueError(
+            f"a shard size of {shard_bytes:,} bytes is less than one row group of {row_group_bytes:,} bytes: a shard "
+            f"holds whole row groups, so it cannot be that small; ask for shards of at least {row_group_bytes:,} bytes"
+        )
 
 
 def list_schema(name: str, kind: Kind, columns: Sequence[str]) -> pa.Schema:

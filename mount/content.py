@@ -29,11 +29,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from datamount.datasets import layout
+from datamount.datasets.errors import MissingPartError
 from datamount.datasets.manifest import FileEntry, Kind, Manifest
 from datamount.datasets.row_folders import encoder_of, shows_rows
-from datamount.datasets.rows import ShardRows, closing
+from datamount.datasets.rows import ShardRows, closing, missing_list, missing_object, missing_shard
 from datamount.mount.tree import Content, group_of
-from datamount.storage import IntegrityError, Store
+from datamount.storage import IntegrityError, ObjectNotFoundError, Store
 from datamount.storage.cache import ContentCache
 from datamount.storage.checksums import matches
 
@@ -265,6 +266,15 @@ class Contents:
         kind = unit[0]
         if kind == "group":
             return self._fetch_group(unit[1])
+        try:
+            return self._fetch_part(kind, content)
+        except MissingPartError:
+            raise
+        except ObjectNotFoundError as missing:
+            raise self._missing(content, missing) from missing
+
+    def _fetch_part(self, kind: str, content: Content) -> bytes:
+        """A unit of one part (an object, a shard, the list), checked."""
         if kind == "object":
             assert content.entry is not None
             entry = content.entry
@@ -277,6 +287,15 @@ class Contents:
         if kind == "rows":
             return self._fetch_rows(content)
         return self._checked(layout.list_path(self.manifest), self.manifest.list_size, self.manifest.list_sha256)
+
+    def _missing(self, content: Content, missing: ObjectNotFoundError) -> MissingPartError:
+        """The part of ``content`` not found, named as a reader names it (``datasets/rows/missing.py``)."""
+        if content.kind == "shard" and content.shard is not None:
+            return missing_shard(self.store, self.manifest, content.shard, missing)
+        if content.entry is not None:
+            path = layout.object_path(self.manifest.name, content.entry.sha256)
+            return missing_object(self.store, self.manifest, content.row, path, missing)
+        return missing_list(self.store, self.manifest, missing)
 
     def _fetch_objects(self, together: list[tuple[Unit, Content, Future[Any]]]) -> None:
         """Fetch the objects of ``together`` with one window of reads, each checked and handed to its future as it
@@ -301,7 +320,10 @@ class Contents:
                         self._keep(entry, path, data)
             except Exception as exc:
                 if done < len(together):
-                    together[done][2].set_exception(exc)
+                    failed = exc
+                    if isinstance(exc, ObjectNotFoundError) and not isinstance(exc, MissingPartError):
+                        failed = self._missing(together[done][1], exc)
+                    together[done][2].set_exception(failed)
                 done += 1
             together = together[done:]
 

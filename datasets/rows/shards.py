@@ -20,8 +20,10 @@ import pyarrow.parquet as pq
 
 from datamount.datasets import layout
 from datamount.datasets.arrow_codec import batch_rows, column_decoder
+from datamount.datasets.errors import MissingPartError
 from datamount.datasets.manifest import Manifest, ShardEntry
 from datamount.datasets.rows.chain import ClosingChain, close_iterator
+from datamount.datasets.rows.missing import missing_shard
 from datamount.datasets.rows.source import Piece, Row, clip, out_of_range
 from datamount.storage import DatamountError, IntegrityError, ObjectNotFoundError, Store
 from datamount.storage.cache import ContentCache
@@ -276,7 +278,21 @@ class ShardRows:
                 f"{where}shard {url} of {self.manifest.ref} is damaged: {str(exc).splitlines()[0]}"
             ) from exc
 
+    @contextlib.contextmanager
+    def _missing(self, shard: ShardEntry) -> Iterator[None]:
+        """A shard not found is named with the rows it holds and what puts it back."""
+        try:
+            yield
+        except MissingPartError:
+            raise
+        except ObjectNotFoundError as missing:
+            raise missing_shard(self.store, self.manifest, shard, missing) from missing
+
     def _open(self, shard: ShardEntry) -> _OpenShard:
+        with self._missing(shard):
+            return self._opened(shard)
+
+    def _opened(self, shard: ShardEntry) -> _OpenShard:
         path = layout.shard_path(self.manifest.name, shard)
         local = self.store.local_path(path)
         if local is not None:
@@ -378,11 +394,12 @@ class ShardRows:
             with self._open(shard) as source:
                 yield self._parquet(shard, source)
             return
-        footer = self._footer(path, shard, with_first_group=group == 0)
-        start, end = _group_range(footer, group)
-        fetched = self._head(path, start, end) if group == 0 else None
-        if fetched is None:
-            fetched = self.store.read_range_buffer(path, start, end)
+        with self._missing(shard):
+            footer = self._footer(path, shard, with_first_group=group == 0)
+            start, end = _group_range(footer, group)
+            fetched = self._head(path, start, end) if group == 0 else None
+            if fetched is None:
+                fetched = self.store.read_range_buffer(path, start, end)
         yield self._parquet(shard, SparseFile(shard.size, {start: fetched}, name=self.store.url_for(path)), footer)
 
     def _footer(self, path: str, shard: ShardEntry, *, with_first_group: bool = False) -> pq.FileMetaData:

@@ -107,7 +107,15 @@ def test_a_missing_config_named_by_the_environment_is_an_error(tmp_path: Path, m
 
 @pytest.mark.parametrize(
     ("protocol", "expected"),
-    [("file", LocalStore), ("memory", MemoryStore), ("s3", S3Store), ("s3a", S3Store), ("ftp", Store)],
+    [
+        ("file", LocalStore),
+        ("memory", MemoryStore),
+        ("s3", S3Store),
+        ("s3a", S3Store),
+        ("ftp", Store),
+        ("http", Store),
+        ("https", Store),
+    ],
 )
 def test_protocols_map_to_store_classes(protocol: str, expected: type[Store]) -> None:
     assert store_class_for(protocol) is expected
