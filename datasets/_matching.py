@@ -17,68 +17,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from datamount.datasets.errors import ManifestError
-from datamount.datasets.manifest import FileEntry, collector_paused
-
 # What became of a row.
 UNCHANGED, CHANGED, REMOVED, ADDED = 0, 1, 2, 3
 
 Columns = Sequence[pa.ChunkedArray]
-
-
-@dataclass(frozen=True)
-class FileSide:
-    """One version's files (its manifest's paths and sha256s as string arrays), and the version's name for
-    messages."""
-
-    ref: str
-    paths: pa.ChunkedArray
-    shas: pa.ChunkedArray
-
-    @classmethod
-    def of(cls, ref: str, files: Sequence[FileEntry]) -> FileSide:
-        with collector_paused():  # a million strings, no cycles: see collector_paused
-            paths = pa.array([entry[0] for entry in files], pa.string())
-            shas = pa.array([entry[2] for entry in files], pa.string())
-        return cls(ref, pa.chunked_array([paths]), pa.chunked_array([shas]))
-
-
-@dataclass(frozen=True)
-class Files:
-    """The files of two versions by path (a code shared with the rows' keys where the rows are image rows): the file
-    of each path in A and in B (its place in the manifest's files; ``-1``: none), and whether both have it with other
-    bytes (sha256)."""
-
-    at_a: np.ndarray
-    at_b: np.ndarray
-    differ: np.ndarray
-
-    @classmethod
-    def of(cls, a: FileSide, b: FileSide, codes_a: np.ndarray, codes_b: np.ndarray, size: int) -> Files:
-        """``codes_a``, ``codes_b``: the code of each file's path, out of ``size``."""
-        at_a, at_b = np.full(size, -1, np.int64), np.full(size, -1, np.int64)
-        at_a[codes_a], at_b[codes_b] = np.arange(len(codes_a)), np.arange(len(codes_b))
-        both = np.flatnonzero((at_a >= 0) & (at_b >= 0))
-        differ = np.zeros(size, bool)
-        differ[both] = ~_equal(a.shas.take(at_a[both]), b.shas.take(at_b[both]))
-        return cls(at_a, at_b, differ)
-
-    @classmethod
-    def compared(cls, a: FileSide, b: FileSide) -> Files:
-        (codes_a, codes_b), paths = codes(a.paths, b.paths)
-        return cls.of(a, b, codes_a, codes_b, len(paths))
-
-    def counts(self) -> tuple[int, int, int, int]:
-        """Files ``(added, removed, changed, unchanged)``."""
-        there_a, there_b = self.at_a >= 0, self.at_b >= 0
-        changed = int(np.count_nonzero(self.differ))
-        both = int(np.count_nonzero(there_a & there_b))
-        return (
-            int(np.count_nonzero(there_b & ~there_a)),
-            int(np.count_nonzero(there_a & ~there_b)),
-            changed,
-            both - changed,
-        )
 
 
 @dataclass(frozen=True)
@@ -94,19 +36,15 @@ class Matched:
     labels_differ_a: np.ndarray
 
 
-def match_lists(a: Columns, b: Columns, files: tuple[FileSide, FileSide] | None) -> tuple[Matched, Files | None]:
-    """Match the rows of two lists (their columns, the first the key) by key; with ``files`` (image rows: the key is
-    the file's path), their files' bytes are compared too, and the files are returned compared by path."""
-    if files is None:
-        (keys_a, keys_b), keys = codes(a[0], b[0])
-        compared = None
-        differ = np.zeros(len(keys), bool)
-    else:
-        (keys_a, keys_b, paths_a, paths_b), keys = codes(a[0], b[0], files[0].paths, files[1].paths)
-        compared = Files.of(*files, paths_a, paths_b, len(keys))
-        _check_files(compared.at_a, keys_a, keys, files[0].ref)
-        _check_files(compared.at_b, keys_b, keys, files[1].ref)
-        differ = compared.differ
+def match_lists(a: Columns, b: Columns, changed_paths: pa.Array | None = None) -> tuple[Matched, tuple[int, int]]:
+    """Match the rows of two lists (their columns, the first the key) by key; for image rows (whose key is their
+    file's path), ``changed_paths`` are the paths whose files have other bytes in B. Return the matching and how
+    many distinct keys each list has."""
+    extra = [changed_paths] if changed_paths is not None else []
+    (keys_a, keys_b, *changed), keys = codes(a[0], b[0], *(pa.chunked_array([paths]) for paths in extra))
+    differ = np.zeros(len(keys), bool)
+    if changed:
+        differ[changed[0]] = True
     per_key_a = np.bincount(keys_a, minlength=len(keys))
     per_key_b = np.bincount(keys_b, minlength=len(keys))
     if per_key_a.max(initial=0) <= 1 and per_key_b.max(initial=0) <= 1:
@@ -114,19 +52,12 @@ def match_lists(a: Columns, b: Columns, files: tuple[FileSide, FileSide] | None)
     else:
         rows_a, rows_b = _row_codes(a, b, keys_b, differ)
         status_a, status_b, partner_a = match_codes(keys_a, keys_b, rows_a, rows_b)
-    changed = np.flatnonzero(partner_a >= 0)
+    paired = np.flatnonzero(partner_a >= 0)
     labels_differ = np.zeros(len(keys_a), bool)
-    labels_differ[changed] = ~_labels_equal(a, b, changed, partner_a[changed])
+    labels_differ[paired] = ~_labels_equal(a, b, paired, partner_a[paired])
     bytes_differ = differ[keys_a] & (partner_a >= 0)
-    return Matched(status_a, status_b, partner_a, bytes_differ, labels_differ), compared
-
-
-def _check_files(at: np.ndarray, keys: np.ndarray, dictionary: pa.Array, ref: str) -> None:
-    """A :class:`ManifestError` when a row's path (its key) has no file in its manifest."""
-    missing = np.flatnonzero(at[keys] < 0)
-    if len(missing):
-        path = dictionary[int(keys[missing[0]])].as_py()
-        raise ManifestError(f"{ref}: the manifest has no file for {path!r}, a path its list names")
+    distinct = (int(np.count_nonzero(per_key_a)), int(np.count_nonzero(per_key_b)))
+    return Matched(status_a, status_b, partner_a, bytes_differ, labels_differ), distinct
 
 
 def _match_unique_keys(
@@ -164,13 +95,14 @@ def _labels_equal(a: Columns, b: Columns, rows_a: np.ndarray, rows_b: np.ndarray
     B; never, when the lists have different columns."""
     if len(a) != len(b):
         return np.zeros(len(rows_a), bool)
-    equal = np.ones(len(rows_a), bool)
+    alike = np.ones(len(rows_a), bool)
     for column_a, column_b in zip(a[1:], b[1:], strict=True):
-        equal &= _equal(column_a.take(rows_a), column_b.take(rows_b))
-    return equal
+        alike &= equal(column_a.take(rows_a), column_b.take(rows_b))
+    return alike
 
 
-def _equal(first: pa.ChunkedArray, second: pa.ChunkedArray) -> np.ndarray:
+def equal(first: pa.ChunkedArray, second: pa.ChunkedArray) -> np.ndarray:
+    """Whether each string of ``first`` equals the one at its place in ``second``."""
     return np.asarray(pc.equal(first, second).to_numpy(zero_copy_only=False), bool) if len(first) else np.zeros(0, bool)
 
 

@@ -15,8 +15,9 @@ both versions hold (the same sha256) are unchanged, every other row counts as re
 :attr:`VersionDiff.notes` says so. The manifests' files (an image version's files, a public dataset's attached
 files) are compared by path and sha256 in every case.
 
-The work is done on Arrow and numpy arrays (:mod:`._matching`): the lists parsed by Arrow's CSV reader, keys and
-rows replaced by dictionary codes shared by both versions (``benchmarks/bench_diff.py`` measures pairs of a million
+The work is done on Arrow and numpy arrays: the lists parsed by Arrow's CSV reader, keys and rows replaced by
+dictionary codes shared by both versions (:mod:`._matching`), the manifests' files compared as their JSON text
+holds them (:mod:`._file_changes`) (``benchmarks/bench_diff.py`` measures pairs of a million
 rows).
 """
 
@@ -36,13 +37,16 @@ import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
 from datamount.datasets import catalog, layout
-from datamount.datasets._matching import ADDED, CHANGED, REMOVED, UNCHANGED, Files, FileSide, Matched, match_lists
+from datamount.datasets._file_changes import FileChanges, compare_files
+from datamount.datasets._matching import ADDED, CHANGED, REMOVED, UNCHANGED, Matched, match_lists
 from datamount.datasets.errors import ManifestError
 from datamount.datasets.manifest import Kind, Manifest
 from datamount.datasets.names import PUBLIC_NAMESPACE
 from datamount.datasets.rows.listed import list_rows
 from datamount.storage import IntegrityError, Store
 from datamount.storage.arguments import one_of, whole_number
+
+__all__ = ["CATEGORIES", "DIFF_FORMAT", "DiffRow", "FileCounts", "VersionDiff", "diff_versions", "label_order"]
 
 #: The version of :meth:`VersionDiff.to_json`'s document: keys are only added within one; a key removed or changed
 #: in meaning makes the next.
@@ -133,7 +137,7 @@ class VersionDiff:
         *,
         listed: tuple[_Listed, _Listed] | None,
         matched: Matched | None,
-        files: FileCounts,
+        files: FileChanges,
         notes: list[str],
     ) -> None:
         self._a, self._b = a, b
@@ -143,7 +147,8 @@ class VersionDiff:
         self.kind_a, self.kind_b = str(a.kind), str(b.kind)
         self.columns_a, self.columns_b = list(a.columns), list(b.columns)
         self.rows_a, self.rows_b = a.rows, b.rows
-        self.files = files
+        self.files = FileCounts(files.added, files.removed, files.changed, files.unchanged)
+        self._file_entries = files.entries
         self.notes = notes
         self.compared: Compared = "rows" if matched is not None else "shards"
         if matched is not None:
@@ -218,8 +223,8 @@ class VersionDiff:
             labels = {"a": self.label_counts_a, "b": self.label_counts_b}
         return {
             "format": DIFF_FORMAT,
-            "a": _version_json(self._a),
-            "b": _version_json(self._b),
+            "a": _version_json(self._a, self._file_entries[0]),
+            "b": _version_json(self._b, self._file_entries[1]),
             "compared": self.compared,
             "rows": {
                 "added": self.added,
@@ -248,16 +253,22 @@ def diff_versions(store: Store, a: str, b: str) -> VersionDiff:
     dataset), read from their manifests and lists alone. The rules are in this module's docstring."""
     first, second = catalog.resolve(store, a), catalog.resolve(store, b)
     notes = _kind_notes(first, second)
-    sides = FileSide.of(first.ref, first.files), FileSide.of(second.ref, second.files)
     if not (first.has_list and second.has_list):
         notes.append(_shards_note(first, second))
-        files = FileCounts(*Files.compared(*sides).counts())
+        files = compare_files(first.files, second.files, decode=True)  # the text's cut is checked by a list's paths
         return VersionDiff(first, second, listed=None, matched=None, files=files, notes=notes)
     listed = _read_lists(store, first, second)
-    images = first.kind is Kind.IMAGE and second.kind is Kind.IMAGE
-    matched, compared = match_lists(listed[0].columns, listed[1].columns, sides if images else None)
-    files = FileCounts(*(compared or Files.compared(*sides)).counts())
-    return VersionDiff(first, second, listed=listed, matched=matched, files=files, notes=notes)
+    columns = listed[0].columns, listed[1].columns
+    if not (first.kind is Kind.IMAGE and second.kind is Kind.IMAGE):
+        matched, _ = match_lists(*columns)
+        files = compare_files(first.files, second.files, decode=True)
+        return VersionDiff(first, second, listed=listed, matched=matched, files=files, notes=notes)
+    changes = compare_files(first.files, second.files)
+    matched, distinct = match_lists(*columns, changes.changed_paths)
+    if changes.entries != distinct:  # not one file per path of the list: the manifests' text was not cut right
+        changes = compare_files(first.files, second.files, decode=True)
+        matched, _ = match_lists(*columns, changes.changed_paths)
+    return VersionDiff(first, second, listed=listed, matched=matched, files=changes, notes=notes)
 
 
 # --------------------------------------------------------------------------------------------- the lists
@@ -362,7 +373,7 @@ def _kind_notes(a: Manifest, b: Manifest) -> list[str]:
     return notes
 
 
-def _version_json(m: Manifest) -> dict[str, Any]:
+def _version_json(m: Manifest, files: int) -> dict[str, Any]:
     return {
         "ref": m.ref,
         "dataset": m.name,
@@ -370,7 +381,7 @@ def _version_json(m: Manifest) -> dict[str, Any]:
         "kind": str(m.kind),
         "columns": list(m.columns),
         "rows": m.rows,
-        "files": len(m.files),
+        "files": files,
         "shards": len(m.shards),
         "list": m.has_list,
         "splits": m.splits,
