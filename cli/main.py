@@ -13,6 +13,7 @@ import click
 from datamount.cli.completion import completion
 from datamount.cli.datasets import cp, export, head, info, list_datasets, pack, rm, upload, verify
 from datamount.cli.demo import demo
+from datamount.cli.diff import diff
 from datamount.cli.errors import ErrorHandlingGroup, show_library_logs, show_waits
 from datamount.cli.ledger import ledger
 from datamount.cli.master import master, tasks
@@ -52,6 +53,7 @@ for command in (
     list_datasets,
     info,
     head,
+    diff,
     verify,
     rm,
     cat,

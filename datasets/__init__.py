@@ -5,12 +5,13 @@ The core: :mod:`.names`, :mod:`.listfile` (checking a ``.list``), :mod:`.manifes
 lives in a store), :mod:`.catalog` (committing, finding and removing versions), :mod:`.verify`. Writing versions:
 :mod:`.upload`, :mod:`.pack` (and :mod:`.pack_ray`), :mod:`.importing`, all through :mod:`.shard_writer` for
 shards. Reading them: :mod:`.rows`; getting them back out as files: :mod:`.export`; to another store:
-:mod:`.copying`. The public area: :mod:`.public`.
+:mod:`.copying`; comparing two: :mod:`.diff`. The public area: :mod:`.public`.
 """
 
 from datamount.datasets import catalog, layout, public
 from datamount.datasets.catalog import commit, dataset_names, latest, remove, resolve, versions
 from datamount.datasets.copying import CopyResult, copy_version
+from datamount.datasets.diff import DiffRow, VersionDiff, diff_versions
 from datamount.datasets.errors import (
     CommitConflictError,
     DatasetNotFoundError,
@@ -49,6 +50,7 @@ __all__ = [
     "CopyResult",
     "DatasetNotFoundError",
     "DatasetRef",
+    "DiffRow",
     "DownloadError",
     "DownloadNotFoundError",
     "ExportResult",
@@ -76,10 +78,12 @@ __all__ = [
     "StreamFormatError",
     "UploadResult",
     "VerifyReport",
+    "VersionDiff",
     "catalog",
     "commit",
     "copy_version",
     "dataset_names",
+    "diff_versions",
     "export",
     "imagenet",
     "imdb",

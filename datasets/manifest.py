@@ -78,6 +78,11 @@ class FileList(Sequence[FileEntry]):
             self._raw = b""
         return self._entries
 
+    def stored_json(self) -> bytes | None:
+        """The files as the manifest's JSON holds them (an array of ``[path, size, sha256, xxh3]`` arrays) while they
+        are not decoded, for a reader that parses them its own way; ``None`` once they are decoded."""
+        return self._raw if self._entries is None else None
+
     def __len__(self) -> int:
         return len(self.entries)
 

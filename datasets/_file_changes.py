@@ -1,0 +1,97 @@
+"""Two versions' files compared by path and sha256, from their manifests (for :mod:`datamount.datasets.diff`).
+
+A manifest of a million files is a hundred megabytes of JSON; decoding both into Python objects costs more than the
+rest of a diff. So the entries are compared as the JSON text holds them first: an entry is an array whose first item
+is a string, and no JSON string holds an unquoted ``"``, so ``],["`` occurs only between two entries, and the text
+is cut there (in Arrow, without decoding it). Entries with the same text in both versions are the same file; only
+the others are decoded and compared by path. Where the files are decoded already, or their text is laid out
+otherwise (datamount writes it without spaces), they are compared decoded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import msgspec
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from datamount.datasets._matching import codes, equal
+from datamount.datasets.manifest import FileEntry, FileList, collector_paused
+
+#: What the JSON text holds between two entries, and around all of them.
+_BETWEEN, _OPENING, _CLOSING = b'],["', b'[["', b'"]]'
+
+
+@dataclass(frozen=True)
+class FileChanges:
+    """The files of two versions by path: in B only (added), in A only (removed), in both with another sha256
+    (changed: their paths in ``changed_paths``) or the same (unchanged); and how many entries each manifest was
+    found to have (when cut from the JSON text: one per piece of text, which the caller checks)."""
+
+    added: int
+    removed: int
+    changed: int
+    unchanged: int
+    changed_paths: pa.Array
+    entries: tuple[int, int]
+
+
+def compare_files(first: Sequence[FileEntry], second: Sequence[FileEntry], *, decode: bool = False) -> FileChanges:
+    """Compare the files of two manifests by path; ``decode`` the entries of both rather than cut their text."""
+    texts = (None, None) if decode else (_entry_texts(first), _entry_texts(second))
+    if texts[0] is None or texts[1] is None:
+        return _by_path(list(first), list(second), alike=0, entries=(len(first), len(second)))
+    (codes_a, codes_b), dictionary = codes(texts[0], texts[1])
+    in_a = np.bincount(codes_a, minlength=len(dictionary)) > 0
+    in_b = np.bincount(codes_b, minlength=len(dictionary)) > 0
+    alike_a, alike_b = in_b[codes_a], in_a[codes_b]
+    rest_a = _decoded(texts[0].filter(pa.array(~alike_a)))
+    rest_b = _decoded(texts[1].filter(pa.array(~alike_b)))
+    return _by_path(rest_a, rest_b, alike=int(np.count_nonzero(alike_a)), entries=(len(codes_a), len(codes_b)))
+
+
+def _entry_texts(files: Sequence[FileEntry]) -> pa.ChunkedArray | None:
+    """Each file's entry as the manifest's JSON text holds it, less the brackets around it (``path",size,"sha256"``,
+    and the xxh3-64 after); ``None`` when the files are decoded already or their text is laid out otherwise."""
+    raw = files.stored_json() if isinstance(files, FileList) else None
+    if raw is None or not (raw.startswith(_OPENING) and raw.endswith(_CLOSING)):
+        return None
+    # One binary value over the stored bytes, no copy: from the first entry's path to the last entry's closing quote.
+    bounds = pa.py_buffer(np.array([len(_OPENING), len(raw) - 2], np.int64))
+    inner = pa.Array.from_buffers(pa.large_binary(), 1, [None, bounds, pa.py_buffer(raw)])
+    return pa.chunked_array([pc.split_pattern(inner, _BETWEEN).flatten()])
+
+
+def _decoded(texts: pa.ChunkedArray) -> list[FileEntry]:
+    """The entries whose texts (as :func:`_entry_texts` cut them) are ``texts``."""
+    if not len(texts):
+        return []
+    with collector_paused():
+        joined = _OPENING + _BETWEEN.join(texts.to_pylist()) + b"]]"
+        return msgspec.json.decode(joined, type=list[FileEntry])
+
+
+def _by_path(first: list[FileEntry], second: list[FileEntry], *, alike: int, entries: tuple[int, int]) -> FileChanges:
+    """Compare decoded entries by path; ``alike`` more files were found the same already."""
+    with collector_paused():  # a million strings, no cycles: see collector_paused
+        paths_a = pa.chunked_array([pa.array([entry[0] for entry in first], pa.string())])
+        paths_b = pa.chunked_array([pa.array([entry[0] for entry in second], pa.string())])
+        shas_a = pa.chunked_array([pa.array([entry[2] for entry in first], pa.string())])
+        shas_b = pa.chunked_array([pa.array([entry[2] for entry in second], pa.string())])
+    (codes_a, codes_b), paths = codes(paths_a, paths_b)
+    at_a, at_b = np.full(len(paths), -1, np.int64), np.full(len(paths), -1, np.int64)
+    at_a[codes_a], at_b[codes_b] = np.arange(len(codes_a)), np.arange(len(codes_b))
+    both = np.flatnonzero((at_a >= 0) & (at_b >= 0))
+    differ = ~equal(shas_a.take(at_a[both]), shas_b.take(at_b[both]))
+    changed = int(np.count_nonzero(differ))
+    return FileChanges(
+        added=int(np.count_nonzero(at_a < 0)),
+        removed=int(np.count_nonzero(at_b < 0)),
+        changed=changed,
+        unchanged=alike + len(both) - changed,
+        changed_paths=paths.take(pa.array(both[differ])) if len(paths) else pa.array([], pa.string()),
+        entries=entries,
+    )
