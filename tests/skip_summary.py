@@ -3,7 +3,8 @@ runs them all.
 
 A test skips, with its reason, where something it needs is missing here: a server (GlusterFS, Ceph, HDFS and their
 Debian packages), a device (``/dev/fuse``, root for a tmpfs) or an optional package (PyTorch, pyfuse3, Node.js).
-``.ci/run``, run as root on Debian, installs all of them and runs every test.
+``.ci/run``, run as root on Debian, installs all of them (PyTorch only from a CPU build pip's configured find-links
+hold: the registry's is a several-GB CUDA build) and runs every test.
 """
 
 from __future__ import annotations
@@ -32,6 +33,6 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     for reason, count in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
         terminalreporter.line(f"{count:6d}  {reason}")
     terminalreporter.line(
-        f"To run them all: `{RUN_EVERYTHING}` as root on Debian 12 installs every server and optional package, then "
-        "runs every test."
+        f"To run them all: `{RUN_EVERYTHING}` as root on Debian 12 installs every server and optional package "
+        "(PyTorch from a CPU build pip finds on the machine), then runs every test."
     )
