@@ -21,8 +21,8 @@ from datamount.storage import Store, open_store  # noqa: E402
 from tests.servers.moto import S3_TEST_KEY, S3_TEST_SECRET  # noqa: E402
 from tests.stores import STORE_BACKENDS  # noqa: E402
 
-#: Fixtures that start real servers, one module per server (each skips, with its reason, where it cannot run), and
-#: the generated datasets.
+#: Fixtures that start real servers, one module per server (each skips, with its reason, where it cannot run), the
+#: generated datasets, the closing summary of what was skipped, and pytest's own ``pytester`` (to test that summary).
 pytest_plugins: list[str] = [
     "tests.servers.moto",
     "tests.servers.gluster",
@@ -32,6 +32,8 @@ pytest_plugins: list[str] = [
     "tests.servers.fault_proxy",
     "tests.servers.ray_cluster",
     "tests.generated",
+    "tests.skip_summary",
+    "pytester",
 ]
 
 

@@ -42,6 +42,8 @@ log = logging.getLogger("datamount.mount")
 
 #: Bytes of checked files the mount keeps in memory by default.
 DEFAULT_MEMORY = 256 << 20
+#: Bytes fetched ahead of each reader, at most (half of it at least, once it reads on).
+DEFAULT_READ_AHEAD = 32 << 20
 #: Requests in flight at most: to a remote store, and to local disk.
 REMOTE_REQUESTS = 32
 LOCAL_REQUESTS = 4

@@ -31,7 +31,7 @@ import pyfuse3
 import trio
 
 from datamount.datasets.rows import removed_or_missing
-from datamount.mount.content import Contents
+from datamount.mount.content import DEFAULT_READ_AHEAD, Contents
 from datamount.mount.push import PageCacheFiller, RunSoon
 from datamount.mount.tree import Node, Tree
 from datamount.storage import DatamountError, ObjectNotFoundError
@@ -39,8 +39,6 @@ from datamount.storage.redact import redact_url
 
 log = logging.getLogger("datamount.mount")
 
-#: Bytes fetched ahead of each reader, at most (half of it at least, once it reads on).
-DEFAULT_READ_AHEAD = 32 << 20
 #: Files in one read-ahead window, at most.
 WINDOW_FILES = 256
 #: Files offered to the kernel after a file that a reader opened before it was pushed (a reader caught up with them).

@@ -31,7 +31,7 @@ from datamount.datasets.manifest import Kind, Manifest
 from datamount.datasets.progress import Progress
 from datamount.datasets.row_folders import plan_row_files, shows_rows
 from datamount.datasets.rows import read_lines
-from datamount.mount.content import DEFAULT_MEMORY, Contents
+from datamount.mount.content import DEFAULT_MEMORY, DEFAULT_READ_AHEAD, Contents
 from datamount.storage import MountError, Store, arguments, open_store
 from datamount.storage.cache import ContentCache
 from datamount.storage.mounts import read_mounts
@@ -95,8 +95,6 @@ def mount(
     SIGTERM, SIGINT); otherwise a process of its own serves it, logging to ``log_file`` (by default a file in the
     user's state folder), and this returns once it answers.
     """
-    from datamount.mount.filesystem import DEFAULT_READ_AHEAD
-
     arguments.whole_number(memory, "memory", minimum=1)
     if read_ahead is None:
         read_ahead = max(min(DEFAULT_READ_AHEAD, memory // READERS_IN_MEMORY), 1)

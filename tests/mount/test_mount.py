@@ -567,3 +567,20 @@ def test_a_machine_without_fuse_gets_one_line_naming_what_is_missing(tmp_path: P
         "and the SYS_ADMIN capability; on a machine, install FUSE 3: apt-get install fuse3 (Debian, Ubuntu), dnf "
         "install fuse3 (Fedora))"
     ]
+
+
+@pytest.mark.skipif(not os.access("/dev/fuse", os.R_OK | os.W_OK), reason="needs /dev/fuse, to get as far as pyfuse3")
+def test_a_machine_without_pyfuse3_gets_one_line_naming_the_extra(tmp_path: Path) -> None:
+    # As where the mount extra is not installed: a None in sys.modules makes every import of pyfuse3 fail.
+    (tmp_path / "mnt").mkdir()
+    code = "import sys; sys.modules['pyfuse3'] = None; from datamount.cli.main import main; main()"
+    result = subprocess.run(
+        [sys.executable, "-c", code, "mount", "pets", str(tmp_path / "mnt")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 6, result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("datamount: error: FUSE is not available: ") and "pyfuse3" in line, line
+    assert line.endswith("pip install 'datamount[mount]')"), line

@@ -41,6 +41,8 @@ S3_TEST_SECRET = "datamount-test-secret-value"
 #: The bucket of :func:`s3_bucket`.
 BUCKET = "datamount-test"
 START_TIMEOUT = 30.0
+#: Why the S3 tests skip where moto's server cannot be imported.
+MOTO_MISSING = "moto's S3 server is not installed (moto[s3], flask and flask-cors: the test extra)"
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,7 @@ def s3_test_store(server: S3Server, bucket: str, **options: str) -> Store:
 @pytest.fixture(scope="session")
 def moto_server() -> Iterator[S3Server]:
     """moto's S3 server in a thread of this process, on a free loopback port, for the whole session."""
-    moto_server_module = pytest.importorskip("moto.server", reason="moto[server] is not installed")
+    moto_server_module = pytest.importorskip("moto.server", reason=MOTO_MISSING)
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one access-log line per request otherwise
     server = moto_server_module.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
@@ -140,8 +142,8 @@ class MotoProcess(S3Server):
 
 def why_moto_cannot_run() -> str | None:
     """Why moto's server cannot run here, or ``None`` when it can."""
-    if importlib.util.find_spec("moto") is None or importlib.util.find_spec("werkzeug") is None:
-        return "moto[server] is not installed"
+    if any(importlib.util.find_spec(module) is None for module in ("moto", "flask", "flask_cors")):
+        return MOTO_MISSING
     return None
 
 

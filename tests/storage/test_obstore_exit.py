@@ -47,6 +47,13 @@ store = open_store(sys.argv[1], endpoint_url=sys.argv[2])
 print(store.read("blobs/00").decode())
 """
 
+#: Ctrl-C as in a terminal: a process started with SIGINT ignored (as a shell starts a background job, which pytest
+#: may be) passes that on to its children, whose Python then never turns SIGINT into a KeyboardInterrupt.
+_CTRL_C_AS_IN_A_TERMINAL = """
+import signal
+signal.signal(signal.SIGINT, signal.default_int_handler)
+"""
+
 #: Reads the first of several objects and ends while the others are still on their way.
 _READ_THE_FIRST_OF_MANY = """
 import sys
@@ -112,7 +119,7 @@ def test_an_end_waiting_for_stalled_reads_says_so_and_ctrl_c_stops_it(
     blobs: Store, s3_server: S3Server, fault_proxy: FaultProxyFactory
 ) -> None:
     proxy = _all_but_the_first_blob(fault_proxy(s3_server.endpoint_url), Fault.stall())
-    command = [sys.executable, "-c", _READ_THE_FIRST_OF_MANY, blobs.url, proxy.endpoint_url]
+    command = [sys.executable, "-c", _CTRL_C_AS_IN_A_TERMINAL + _READ_THE_FIRST_OF_MANY, blobs.url, proxy.endpoint_url]
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as child:
         assert child.stdout is not None and child.stderr is not None
         assert child.stdout.readline() == "payload 0\n"
