@@ -20,6 +20,7 @@ from urllib.parse import urlencode
 
 import jinja2
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
@@ -54,6 +55,8 @@ CONTENT_SECURITY_POLICY = (
 #: its own that resolves to 127.0.0.1: DNS rebinding).
 LOOPBACK_NAMES = ["127.0.0.1", "localhost", "::1", "[::1]"]
 _FILENAME_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+#: How long a browser may keep a value: a version's rows never change.
+_KEEP = {"Cache-Control": "private, max-age=86400"}
 
 
 class ReadOnly:
@@ -121,6 +124,8 @@ def _environment() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     environment.globals.update(href=href, size=format_size, PUBLIC=PUBLIC_NAMESPACE + "/")
+    for name in environment.list_templates():  # compiled now rather than on the first page that needs each
+        environment.get_template(name)
     return environment
 
 
@@ -214,14 +219,17 @@ class _Pages:
         return ref
 
     @staticmethod
-    def number(request: Request, name: str, default: int | None = None, *, low: int = 0, high: int = 1 << 62) -> int:
+    def number(
+        request: Request, name: str, default: int | None = None, *, low: int = 0, high: int | None = None
+    ) -> int:
         text = request.query_params.get(name)
         if text is None or text == "":
             if default is None:
                 raise ValueError(f"?{name}= is needed")
             return default
-        if not text.isdigit() or not low <= int(text) <= high:
-            raise ValueError(f"?{name}= must be a whole number from {low} to {high}, not {text!r}")
+        if not (text.isascii() and text.isdigit()) or not low <= int(text) <= (int(text) if high is None else high):
+            allowed = f"at least {low}" if high is None else f"from {low} to {high}"
+            raise ValueError(f"?{name}= must be a whole number {allowed}, not {text!r}")
         return int(text)
 
     # -- pages ---------------------------------------------------------------------------------------------------
@@ -280,13 +288,30 @@ class _Pages:
             crumbs=crumbs(key, manifest.name, manifest.version, "samples"),
         )
 
+    async def value(self, request: Request) -> Response:
+        """A value's bytes: a thumbnail made already is answered at once, anything else on a worker thread."""
+        made = self.made_thumbnail(request)
+        return made if made is not None else await run_in_threadpool(self.read_value, request)
+
+    def made_thumbnail(self, request: Request) -> Response | None:
+        if not request.query_params.get("thumbnail"):
+            return None
+        try:
+            key, ref = self.store_key(request), self.ref(request)
+            found = self.browser.made_thumbnail(
+                key, ref, self.number(request, "row"), self.number(request, "column", 0)
+            )
+        except (HTTPException, ValueError):
+            return None  # answered by read_value, with why
+        return None if found is None else Response(found[0], media_type=found[1], headers=dict(_KEEP))
+
     @_answered
-    def value(self, request: Request) -> Response:
+    def read_value(self, request: Request) -> Response:
         key = self.store_key(request)
         ref = self.ref(request)
         row = self.number(request, "row")
         column = self.number(request, "column", 0)
-        cache = {"Cache-Control": "private, max-age=86400"}  # a version's rows never change
+        cache = dict(_KEEP)
         if request.query_params.get("thumbnail"):
             found = self.browser.thumbnail(key, ref, row, column)
             if found is None:

@@ -11,8 +11,10 @@ cache. A version never changes, so what is read of it is kept for the next reque
 from __future__ import annotations
 
 import collections
+import os
 import threading
 from collections.abc import Callable, Hashable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -31,6 +33,10 @@ OPEN_SOURCES = 4
 HISTOGRAM_ROWS = 200_000
 #: Labels a histogram shows one by one; the rest are counted together.
 HISTOGRAM_BARS = 60
+#: Threads making a page's thumbnails.
+THUMBNAIL_THREADS = max(1, min(4, os.cpu_count() or 1))
+#: What the thumbnail cache holds for a value that is not an image Pillow reads.
+_NO_THUMBNAIL = (b"", "")
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -160,7 +166,25 @@ class Browser:
                 except (IntegrityError, ObjectNotFoundError) as exc:
                     rows.append(PageRow(position, problem=str(exc)))
                     position += 1  # the rest of the page is read again from the next row
+        self._make_thumbnails(key, manifest, rows)
         return Page(manifest, start, stop, rows)
+
+    def _make_thumbnails(self, key: str, manifest: Manifest, rows: list[PageRow]) -> None:
+        """Make the thumbnails of the images of ``rows`` now, on several cores at once (Pillow lets go of the GIL),
+        rather than one by one as the browser asks for them (each then answered at once: :meth:`made_thumbnail`)."""
+        wanted = [
+            (key, manifest.ref, row.index, column)
+            for row in rows
+            for column, shown in enumerate(row.cells)
+            if shown.kind == "image" and self._thumbnails.get((key, manifest.ref, row.index, column)) is None
+        ]
+        found = [(where, self._values.get(where)) for where in wanted]
+        found = [(where, value) for where, value in found if isinstance(value, bytes)]
+        if not found:
+            return
+        with ThreadPoolExecutor(THUMBNAIL_THREADS, thread_name_prefix="datamount-thumbnails") as making:
+            for (where, _), made in zip(found, making.map(thumbnail, (value for _, value in found)), strict=True):
+                self._thumbnails.put(where, made or _NO_THUMBNAIL)
 
     def _page_row(self, key: str, manifest: Manifest, index: int, values: tuple[Any, ...]) -> PageRow:
         for column, value in enumerate(values):
@@ -186,12 +210,16 @@ class Browser:
         an image Pillow reads)."""
         manifest = self.manifest(key, ref)
         cached = self._thumbnails.get((key, manifest.ref, row, column))
-        if cached is not None:
-            return cached
-        value = self.value(key, ref, row, column)
-        if not isinstance(value, bytes):
-            return None
-        return self._thumbnails.put((key, manifest.ref, row, column), thumbnail(value))
+        if cached is None:
+            value = self.value(key, ref, row, column)
+            made = thumbnail(value) if isinstance(value, bytes) else None
+            cached = self._thumbnails.put((key, manifest.ref, row, column), made or _NO_THUMBNAIL)
+        return None if cached is _NO_THUMBNAIL else cached
+
+    def made_thumbnail(self, key: str, ref: DatasetRef, row: int, column: int) -> tuple[bytes, str] | None:
+        """The thumbnail :meth:`thumbnail` gives, if it was made already (nothing is read)."""
+        cached = self._thumbnails.get((key, str(ref), row, column))
+        return None if cached is _NO_THUMBNAIL else cached
 
     def histogram(self, key: str, ref: DatasetRef, column: int) -> Histogram:
         """How many rows have each value of column ``column`` of version ``ref`` (from its list when it has one,

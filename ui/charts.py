@@ -55,7 +55,7 @@ def line_chart(
     height: int = 260,
 ) -> Markup:
     """Lines of ``series`` on common axes, with a legend when there is more than one."""
-    left, right, top, bottom = 56, 16, 28, 40
+    left, right, top, bottom = 56, 110 if len(series) > 1 else 16, 28, 40  # room for the legend on the right
     xs = [x for one in series for x in one.xs]
     ys = [y for one in series for y in one.ys if y is not None]
     x_ticks = nice_ticks(max(xs, default=1.0))
@@ -93,7 +93,7 @@ def line_chart(
             else:
                 parts.append(f'<polyline points="{points}" fill="none" stroke="{colour}" stroke-width="1.5"/>')
     if len(series) > 1:
-        parts.extend(_legend([one.name for one in series], width - right, top))
+        parts.extend(_legend([one.name for one in series], width - 8, top))
     parts.append("</svg>")
     return Markup("".join(parts))
 

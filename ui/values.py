@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from PIL import Image, UnidentifiedImageError
 
 #: Raster formats browsers show, by their first bytes. (BMP's two-byte mark is weak, but the bytes are an image
 #: column's: a wrong guess shows a broken image, never anything else.)
@@ -26,7 +27,9 @@ BROWSER_IMAGES: tuple[tuple[bytes, int, str], ...] = (
 )
 #: An image this small is its own thumbnail; a larger one is scaled to fit :data:`THUMBNAIL_PIXELS` square.
 THUMBNAIL_FROM_BYTES = 48 << 10
-THUMBNAIL_PIXELS = 192
+THUMBNAIL_PIXELS = 160
+#: A thumbnail may be made from a JPEG decoded this much smaller than the thumbnail's size (then it is that size).
+DRAFT_SHARE = 0.75
 #: Characters of a text value shown on a page (the whole value is one click away).
 TEXT_SHOWN = 500
 
@@ -79,12 +82,13 @@ def thumbnail(data: bytes) -> tuple[bytes, str] | None:
     found = image_type(data)
     if found is not None and len(data) <= THUMBNAIL_FROM_BYTES:
         return data, found
-    from PIL import Image, UnidentifiedImageError
-
     try:
         with Image.open(io.BytesIO(data)) as image:
-            image.draft("RGB", (THUMBNAIL_PIXELS, THUMBNAIL_PIXELS))  # JPEG: decoded at 1/2 to 1/8 scale, far faster
-            image.thumbnail((THUMBNAIL_PIXELS, THUMBNAIL_PIXELS))
+            # A JPEG is decoded at a reduced scale (1/2 to 1/8: the smallest that keeps 3/4 of the thumbnail's size),
+            # then scaled to the thumbnail: a 500x375 one in 4.7 ms rather than 15 decoded whole.
+            scale = min(1.0, THUMBNAIL_PIXELS / max(image.size)) * DRAFT_SHARE
+            image.draft("RGB", (max(1, round(image.width * scale)), max(1, round(image.height * scale))))
+            image.thumbnail((THUMBNAIL_PIXELS, THUMBNAIL_PIXELS), reducing_gap=None)
             keep_alpha = image.mode in ("RGBA", "LA", "PA") or "transparency" in image.info
             small = image.convert("RGBA" if keep_alpha else "RGB")
             out = io.BytesIO()

@@ -112,7 +112,9 @@ def write_stats_file(path: Path) -> None:
 class UiServer:
     """``datamount ui`` serving ``stores`` (``--store`` values) on a free loopback port, its output in ``log``."""
 
-    def __init__(self, stores: list[str], log: Path, *, stats_file: Path | None = None) -> None:
+    def __init__(
+        self, stores: list[str], log: Path, *, stats_file: Path | None = None, cwd: Path | None = None
+    ) -> None:
         command = [sys.executable, "-m", "datamount.cli.main", "ui", "--port", "0"]
         for store in stores:
             command += ["--store", store]
@@ -120,7 +122,9 @@ class UiServer:
             command += ["--stats", str(stats_file)]
         self.log = log
         with open(log, "ab") as out:
-            self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+            self.process = subprocess.Popen(
+                command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=cwd
+            )
         self.url = ""
         try:
             wait_until(self._ready, timeout=60, failed=lambda: exit_report(self.process, log), what="datamount ui")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from datamount.ui.values import THUMBNAIL_PIXELS
 from tests.ui.showcase import (
     EXPECTED_DIFF,
     IMAGES,
@@ -111,7 +112,7 @@ def test_a_walk_from_the_stores_to_the_training_page(server: UiServer, browser, 
     with pytest.raises(NoAlertPresentException):
         driver.switch_to.alert.text  # noqa: B018
     large = driver.find_element(By.CSS_SELECTOR, "#row-198 img")
-    assert 0 < decoded_width(driver, large) <= 192
+    assert 0 < decoded_width(driver, large) <= THUMBNAIL_PIXELS
     shot("5-samples-v2")
     large.click()  # the stored bytes, as the image they are
     assert decoded_width(driver, driver.find_element(By.TAG_NAME, "img")) == LARGE_IMAGE[0]

@@ -21,6 +21,7 @@ from datamount.datasets import catalog, import_batches, layout, upload
 from datamount.datasets.demo import png_bytes
 from datamount.storage import Store, open_store
 from datamount.ui.app import CONTENT_SECURITY_POLICY
+from datamount.ui.values import THUMBNAIL_PIXELS
 from tests.ui.showcase import UiServer
 
 MARKUP = ["<script>alert(1)</script>", "<img src=x onerror=alert(2)>", "\"quoted\" & 'single'"]
@@ -144,7 +145,7 @@ def test_a_large_image_is_shown_as_a_thumbnail_a_small_one_as_itself(server: UiS
     thumbnail = get(server, f"/stores/store-1/value?ref=pictures@1&row={LARGE_ROW}&column=0&thumbnail=1")
     assert thumbnail.status == 200 and thumbnail.headers["Content-Type"] == "image/jpeg"
     with Image.open(io.BytesIO(thumbnail.body)) as small:  # type: ignore[attr-defined]
-        assert max(small.size) == 192 and small.size[0] > small.size[1]
+        assert max(small.size) == THUMBNAIL_PIXELS and small.size[0] > small.size[1]
     small_one = get(server, "/stores/store-1/value?ref=pictures@1&row=0&column=0&thumbnail=1")
     assert small_one.body == stored_file(built, 0)  # type: ignore[attr-defined]
 
