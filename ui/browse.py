@@ -163,8 +163,8 @@ class Browser:
                         for values in reading:
                             rows.append(self._page_row(key, manifest, position, values))
                             position += 1
-                except (IntegrityError, ObjectNotFoundError) as exc:
-                    rows.append(PageRow(position, problem=str(exc)))
+                except (IntegrityError, ObjectNotFoundError):
+                    rows.append(self._row_alone(key, manifest, opened.source, position))
                     position += 1  # the rest of the page is read again from the next row
         self._make_thumbnails(key, manifest, rows)
         return Page(manifest, start, stop, rows)
@@ -185,6 +185,14 @@ class Browser:
         with ThreadPoolExecutor(THUMBNAIL_THREADS, thread_name_prefix="datamount-thumbnails") as making:
             for (where, _), made in zip(found, making.map(thumbnail, (value for _, value in found)), strict=True):
                 self._thumbnails.put(where, made or _NO_THUMBNAIL)
+
+    def _row_alone(self, key: str, manifest: Manifest, source: RowSource, index: int) -> PageRow:
+        """Row ``index`` read by itself, after reading from it failed: the failure may have been a row read ahead of
+        it, which is then read (and named) in its turn."""
+        try:
+            return self._page_row(key, manifest, index, source.row(index))
+        except (IntegrityError, ObjectNotFoundError) as exc:
+            return PageRow(index, problem=str(exc))
 
     def _page_row(self, key: str, manifest: Manifest, index: int, values: tuple[Any, ...]) -> PageRow:
         for column, value in enumerate(values):

@@ -49,6 +49,15 @@ def browser() -> Iterator[object]:
     driver.quit()
 
 
+def arrive(driver, css: str) -> None:  # type: ignore[no-untyped-def]
+    """Wait until the page the browser was sent to shows ``css``."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    WebDriverWait(driver, 30).until(expected_conditions.presence_of_element_located((By.CSS_SELECTOR, css)))
+
+
 def decoded_width(driver, image) -> int:  # type: ignore[no-untyped-def]
     """The natural width of ``image`` once the browser has decoded it (0 when it could not)."""
     from selenium.webdriver.support.ui import WebDriverWait
@@ -74,6 +83,7 @@ def test_a_walk_from_the_stores_to_the_training_page(server: UiServer, browser, 
     assert len(stores) == 1
     shot("1-stores")
     stores[0].find_element(By.TAG_NAME, "a").click()
+    arrive(driver, "#own")
 
     own = driver.find_elements(By.CSS_SELECTOR, "#own tbody tr")
     assert sorted(row.find_element(By.TAG_NAME, "a").text for row in own) == [IMAGES, TEXT]
@@ -81,12 +91,14 @@ def test_a_walk_from_the_stores_to_the_training_page(server: UiServer, browser, 
     assert " 199 " in by_name[IMAGES] and " 16 " in by_name[TEXT]  # the latest versions' rows
     shot("2-datasets")
     driver.find_element(By.LINK_TEXT, IMAGES).click()
+    arrive(driver, "#versions")
 
     versions = driver.find_elements(By.CSS_SELECTOR, "#versions tbody tr")
     assert [row.find_element(By.TAG_NAME, "a").text for row in versions] == ["@2", "@1"]
     assert "200" in versions[1].text and "not verified here" in versions[1].text
     shot("3-versions")
     versions[1].find_element(By.LINK_TEXT, "samples").click()
+    arrive(driver, "#samples")
 
     cards = driver.find_elements(By.CSS_SELECTOR, "#samples figure.card")
     assert len(cards) == 100
@@ -100,6 +112,7 @@ def test_a_walk_from_the_stores_to_the_training_page(server: UiServer, browser, 
     jump = driver.find_element(By.CSS_SELECTOR, "#jump input[name=row]")
     jump.send_keys("150")
     jump.submit()
+    arrive(driver, "#row-150")
     target = driver.find_element(By.ID, "row-150")
     assert "target" in target.get_attribute("class")
     assert target.find_element(By.CLASS_NAME, "label").text == str(150 % 4)
@@ -115,10 +128,13 @@ def test_a_walk_from_the_stores_to_the_training_page(server: UiServer, browser, 
     assert 0 < decoded_width(driver, large) <= THUMBNAIL_PIXELS
     shot("5-samples-v2")
     large.click()  # the stored bytes, as the image they are
+    arrive(driver, "body > img")
     assert decoded_width(driver, driver.find_element(By.TAG_NAME, "img")) == LARGE_IMAGE[0]
     driver.back()
+    arrive(driver, "#labels-link")
 
     driver.find_element(By.ID, "labels-link").click()
+    arrive(driver, "#histogram")
     histogram = {
         row.find_elements(By.TAG_NAME, "td")[0].text: row.find_elements(By.TAG_NAME, "td")[1].text
         for row in driver.find_elements(By.CSS_SELECTOR, "#histogram tbody tr")
@@ -133,6 +149,7 @@ def test_a_walk_from_the_stores_to_the_training_page(server: UiServer, browser, 
     assert Select(form.find_element(By.NAME, "a")).first_selected_option.text == "@1"
     assert Select(form.find_element(By.NAME, "b")).first_selected_option.text == "@2"
     form.submit()
+    arrive(driver, "#counts, #message")
     if HAS_DIFF:
         for category, count in EXPECTED_DIFF.items():
             assert driver.find_element(By.ID, category).text == str(count)
@@ -142,6 +159,7 @@ def test_a_walk_from_the_stores_to_the_training_page(server: UiServer, browser, 
         shot("7-diff")
 
     driver.find_element(By.LINK_TEXT, "training").click()
+    arrive(driver, "#ranks")
     ranks = driver.find_elements(By.CSS_SELECTOR, "#ranks tbody tr")
     assert [row.find_element(By.TAG_NAME, "td").text for row in ranks] == [str(rank) for rank in range(STATS_RANKS)]
     assert len(driver.find_elements(By.CSS_SELECTOR, "svg.chart")) == 3
