@@ -22,8 +22,16 @@ UI_PACKAGES = ("starlette", "uvicorn", "jinja2", "PIL")
     shell_complete=complete_stores,
 )
 @backend_options
-@click.option("--host", default="127.0.0.1", show_default=True, help="The address to serve on (this machine only).")
-@click.option("--port", default=8765, show_default=True, type=click.IntRange(0, 65535), help="0: any free port.")
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    metavar="ADDRESS",
+    help="The address to serve on (the default: this machine only).",
+)
+@click.option(
+    "--port", default=8765, show_default=True, metavar="N", type=click.IntRange(0, 65535), help="0: any free port."
+)
 @click.option(
     "--stats",
     "stats_file",
@@ -40,7 +48,7 @@ def ui(stores: tuple[str, ...], options: tuple[str, ...], host: str, port: int, 
 
     shelf = StoreShelf.from_command(stores, options_dict(options))
     local = is_loopback(host)
-    app = create_app(shelf, stats_file=stats_file, allowed_hosts=LOOPBACK_NAMES if local else None)
+    app = create_app(shelf, stats_file=stats_file, allowed_hosts=[*LOOPBACK_NAMES, host] if local else None)
     listening = bind(host, port)
     if not local:
         click.echo(f"datamount ui: serving to {host}: whoever reaches it can read these stores' datasets", err=True)
@@ -50,8 +58,13 @@ def ui(stores: tuple[str, ...], options: tuple[str, ...], host: str, port: int, 
 
 def _check_installed() -> None:
     """A one-line error naming the extra when a package the app needs is missing."""
-    import importlib.util
+    import importlib
 
-    missing = [name for name in UI_PACKAGES if importlib.util.find_spec(name) is None]
+    missing = []
+    for name in UI_PACKAGES:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
     if missing:
         raise MissingDependencyError(f"datamount ui needs {', '.join(missing)}: pip install 'datamount[ui]'")

@@ -273,3 +273,10 @@ def test_a_statistics_file_that_is_not_there_is_a_usage_error(tmp_path: Path) ->
     )
     assert done.returncode == 2
     assert "none.jsonl" in done.stderr and "does not exist" in done.stderr
+
+
+def test_a_missing_package_of_the_extra_is_named_with_the_extra() -> None:
+    code = "import sys; sys.modules['starlette'] = None; from datamount.cli.main import main; main(['ui'])"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert done.stderr.strip() == "datamount: error: datamount ui needs starlette: pip install 'datamount[ui]'"
