@@ -20,6 +20,8 @@ from pathlib import Path
 FORMAT = 1
 #: Points each line of a plot has at most.
 MAX_BINS = 240
+#: A count this little below zero is a difference of rounded times (``compute_s``), taken as zero.
+ROUNDING = 1e-6
 #: Problems named one by one; past them only counted.
 MAX_PROBLEMS = 20
 _COUNTERS = (
@@ -105,7 +107,7 @@ def parse_line(text: str) -> StatsLine:
     worker = record.get("worker")
     if worker is not None and (not isinstance(worker, int) or isinstance(worker, bool)):
         raise ValueError("'worker' is neither a number nor null")
-    if record["interval_s"] < 0 or any(record[key] < 0 for key in _COUNTERS):
+    if record["interval_s"] < 0 or any(record[key] < -ROUNDING for key in _COUNTERS):
         raise ValueError("a negative count")
     return StatsLine(
         time=float(record["time"]),
@@ -115,7 +117,7 @@ def parse_line(text: str) -> StatsLine:
         pass_number=record["pass"],
         interval_s=float(record["interval_s"]),
         final=bool(record.get("final", False)),
-        counters={key: float(record[key]) for key in _COUNTERS},
+        counters={key: max(float(record[key]), 0.0) for key in _COUNTERS},
     )
 
 

@@ -64,13 +64,14 @@ def test_a_line_that_is_no_record_is_named_and_left_out(tmp_path: Path) -> None:
         line(rank=True),
         "",
         "[1, 2]",
-        line(time=1010.0, rank=1),
+        line(time=1010.0, rank=1, compute_s=-1e-9),  # a difference of rounded times: zero
     ]
     report = read_stats(write(tmp_path / "s.jsonl", lines))
     assert report.lines == 8 and report.problem_count == 6
     assert [problem.split(":")[0] for problem in report.problems] == [f"line {n}" for n in (2, 3, 4, 5, 6, 8)]
     assert "format 2, not 1" in report.problems[1] and "'samples' is missing" in report.problems[2]
     assert [summary.rank for summary in report.ranks] == [0, 1]
+    assert report.ranks[1].totals["compute_s"] == 0.0 and report.ranks[1].wait_share_total == 1.0
 
 
 def test_a_long_file_is_drawn_in_wider_bins(tmp_path: Path) -> None:
