@@ -19,7 +19,13 @@ from datamount.cli.formatting import (
     plain_table,
     print_table,
 )
-from datamount.cli.options import shard_size_option, store_options
+from datamount.cli.options import (
+    options_dict,
+    shard_size_option,
+    source_backend_options,
+    store_options,
+    target_backend_options,
+)
 from datamount.cli.progress import ProgressBar
 from datamount.cli.removal import confirm_removal, echo_removed, wait_option, yes_option
 from datamount.datasets import DatasetNotFoundError, Manifest, catalog, copy_version, layout, pack_ray, parse_ref
@@ -31,7 +37,7 @@ from datamount.datasets import verify as verify_version
 from datamount.datasets.rows.split import parse_fractions, row_splits
 from datamount.datasets.transform import load_function, map_version
 from datamount.readers import reader
-from datamount.storage import Store
+from datamount.storage import Store, open_store
 from datamount.storage.redact import redact_url
 
 
@@ -382,12 +388,22 @@ def verify(
 @click.option(
     "--from", "source", metavar="STORE", help="The store to copy from (default: the default store).", default=None
 )
+@source_backend_options
+@target_backend_options
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
-def cp(name: str, target: str, source: str | None, quiet: bool) -> None:
+def cp(
+    name: str, target: str, source: str | None, options: tuple[str, ...], to_options: tuple[str, ...], quiet: bool
+) -> None:
     """Copy dataset NAME (or NAME@N) to the store --to: only the parts it lacks travel, each checked against the
-    manifest, and the version is committed there last. Running it again after an interruption sends the rest."""
+    manifest, and the version is committed there last. Running it again after an interruption sends the rest.
+
+    -o options are for the store copied from (--from, or the default store), --to-option options for the store
+    copied to.
+    """
+    origin = open_store(source, **options_dict(options))
+    destination = open_store(target, **options_dict(to_options))
     with ProgressBar(quiet=quiet) as bar:
-        result = copy_version(name, source=source, target=target, progress=bar)
+        result = copy_version(name, source=origin, target=destination, progress=bar)
     m, where = result.manifest, redact_url(target)
     if not result.created:
         click.echo(f"{where} already holds {name} as {m.ref}; nothing sent")
@@ -405,8 +421,9 @@ def cp(name: str, target: str, source: str | None, quiet: bool) -> None:
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 def export(name: str, folder: str, store: Store, quiet: bool) -> None:
     """Write dataset NAME (or NAME@N) into FOLDER as it was uploaded: an image version's files at their list paths
-    and the list; a text version's list; a table version's Parquet shards. Every byte is checked as it is read; a
-    file already there with the same bytes is kept, one with other bytes is an error."""
+    and the list; a text version's list; a table version's Parquet shards; a public dataset's rows as files in its
+    dataset's form, as 'datamount mount' shows them. Every byte is checked as it is read; a file already there with
+    the same bytes is kept, one with other bytes is an error."""
     with ProgressBar(quiet=quiet) as bar:
         result = export_version(name, folder, store=store, progress=bar)
     listed = f", the list as {result.list_file.name}" if result.list_file is not None else ""
@@ -429,6 +446,6 @@ def rm(name: str, yes: bool, wait: float, store: Store) -> None:
     if not found:
         raise DatasetNotFoundError(f"no dataset named {ref.name!r} in {catalog.store_named(store)}")
     what = f"version {ref.version} of {ref.name}" if ref.version else f"{ref.name} (versions {found})"
-    if not yes:
-        confirm_removal(what, store)
+    if not yes and not confirm_removal(what, store):
+        return
     echo_removed(ref.name, catalog.remove(store, name, wait=wait))

@@ -1,15 +1,25 @@
-"""How the command reports failures: one line and a non-zero exit status; tracebacks only with ``--debug``."""
+"""How the command reports failures: one line and a non-zero exit status; tracebacks only with ``--debug``.
+
+Whatever it writes about a failure (the line, a traceback, the records of libraries' logs shown with ``--debug``)
+is scrubbed first of URL passwords and of the secrets of every store opened in the run
+(:func:`datamount.storage.redact.given_secrets`): a backend's message may quote its endpoint URL with the password
+in it, or a secret option, and a chained exception in a traceback quotes the backend's message unchanged.
+"""
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
+import traceback
 from typing import Any
 
 import click
 
+from datamount.datasets import locks
 from datamount.datasets.errors import DatasetBusyError
 from datamount.storage import DatamountError, MountError
+from datamount.storage.redact import RedactingFormatter, forget_given_secrets, given_secrets, scrub
 
 #: Exit statuses by error kind, the first match winning. datamount's errors derive from these built-ins.
 EXIT_CODES: list[tuple[type[BaseException], int]] = [
@@ -29,8 +39,49 @@ _NO_ARGS_IS_HELP: type[BaseException] | tuple[()] = getattr(click.exceptions, "N
 
 
 def exit_code_for(exc: BaseException) -> int:
-    """The exit status that reports ``exc``."""
-    return next(code for kind, code in EXIT_CODES if isinstance(exc, kind))
+    """The exit status that reports ``exc`` (1 for an error of no kind in :data:`EXIT_CODES`)."""
+    return next((code for kind, code in EXIT_CODES if isinstance(exc, kind)), 1)
+
+
+def echo_error(message: str) -> None:
+    """Write ``datamount: error: MESSAGE`` to stderr, its secrets masked."""
+    click.echo(f"datamount: error: {scrub(message, given_secrets())}", err=True)
+
+
+def echo_traceback(exc: BaseException) -> None:
+    """Write ``exc``'s traceback, the exceptions it was raised from included, to stderr, its secrets masked."""
+    click.echo(scrub("".join(traceback.format_exception(exc)), given_secrets()).rstrip("\n"), err=True)
+
+
+class _StderrHandler(logging.Handler):
+    """Writes each record to the ``sys.stderr`` of the moment (click's test runner replaces it), secrets masked."""
+
+    def __init__(self, form: str = "%(name)s: %(levelname)s: %(message)s") -> None:
+        super().__init__()
+        self.setFormatter(RedactingFormatter(form))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            sys.stderr.write(self.format(record) + "\n")
+        except Exception:
+            self.handleError(record)
+
+
+def show_library_logs() -> None:
+    """Show the warnings and errors that libraries log (``--debug``), each record's secrets masked."""
+    root = logging.getLogger()
+    if not any(isinstance(handler, _StderrHandler) for handler in root.handlers):
+        root.addHandler(_StderrHandler())
+    root.setLevel(logging.WARNING)
+
+
+def show_waits() -> None:
+    """Say while it lasts that the command waits for another process's hold on a dataset (a removal for an upload
+    to finish: :mod:`datamount.datasets.locks`), as ``datamount: waiting to ...`` lines."""
+    waits = logging.getLogger(locks.__name__)
+    if not any(isinstance(handler, _StderrHandler) for handler in waits.handlers):
+        waits.addHandler(_StderrHandler("datamount: %(message)s"))
+        waits.propagate = False
 
 
 class ErrorHandlingGroup(click.Group):
@@ -38,6 +89,7 @@ class ErrorHandlingGroup(click.Group):
     ``datamount: error: ...`` and an exit status."""
 
     def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        forget_given_secrets()
         if not standalone_mode:
             return super().main(*args, standalone_mode=False, **kwargs)
         try:
@@ -47,14 +99,17 @@ class ErrorHandlingGroup(click.Group):
                 click.echo(exc.ctx.get_help())
                 sys.exit(0)
             command = exc.ctx.command_path if exc.ctx is not None else "datamount"
-            click.echo(f"datamount: error: {_sentence(exc.format_message())} (see '{command} --help')", err=True)
+            echo_error(f"{_sentence(exc.format_message())} (see '{command} --help')")
             sys.exit(exc.exit_code)
         except click.ClickException as exc:
-            click.echo(f"datamount: error: {_sentence(exc.format_message())}", err=True)
+            echo_error(_sentence(exc.format_message()))
             sys.exit(exc.exit_code)
         except click.exceptions.Abort:  # Ctrl-C or end of input at a prompt
             click.echo("datamount: interrupted", err=True)
             sys.exit(130)
+        except Exception as exc:  # with --debug, or a failure none of the above: the traceback Python would print
+            echo_traceback(exc)
+            sys.exit(exit_code_for(exc))
         sys.exit(code if isinstance(code, int) else 0)
 
     def invoke(self, ctx: click.Context) -> Any:
@@ -67,7 +122,7 @@ class ErrorHandlingGroup(click.Group):
         except (DatamountError, OSError) as exc:
             if (ctx.obj or {}).get("debug") or "--debug" in ctx.args:
                 raise
-            click.echo(f"datamount: error: {exc}", err=True)
+            echo_error(str(exc))
             ctx.exit(exit_code_for(exc))
         except KeyboardInterrupt:
             click.echo("datamount: interrupted", err=True)

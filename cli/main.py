@@ -13,7 +13,7 @@ import click
 from datamount.cli.completion import completion
 from datamount.cli.datasets import cp, export, head, info, list_datasets, pack, rm, upload, verify
 from datamount.cli.demo import demo
-from datamount.cli.errors import ErrorHandlingGroup
+from datamount.cli.errors import ErrorHandlingGroup, show_library_logs, show_waits
 from datamount.cli.ledger import ledger
 from datamount.cli.master import master, tasks
 from datamount.cli.mount import mount, unmount
@@ -21,7 +21,6 @@ from datamount.cli.public import public
 from datamount.cli.stores import doctor, stores
 from datamount.cli.stream import cat, import_, pretty_print
 from datamount.cli.ui import ui
-from datamount.datasets import locks
 
 
 @click.group(cls=ErrorHandlingGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -35,16 +34,11 @@ def cli(ctx: click.Context, debug: bool) -> None:
     # Storage libraries log their retries and failures (gcsfs with whole tracebacks); the one-line error says what
     # matters, so their records are shown only with --debug.
     if debug:
-        logging.basicConfig(level=logging.WARNING, format="%(name)s: %(levelname)s: %(message)s")
+        show_library_logs()
         return
     if not any(isinstance(handler, logging.NullHandler) for handler in logging.getLogger().handlers):
         logging.getLogger().addHandler(logging.NullHandler())
-    # Waiting for another process's hold on a dataset (a removal for an upload to finish) is said while it lasts.
-    waits = logging.getLogger(locks.__name__)
-    if not waits.handlers:
-        waits.addHandler(logging.StreamHandler())
-        waits.handlers[0].setFormatter(logging.Formatter("datamount: %(message)s"))
-        waits.propagate = False
+    show_waits()
 
 
 for command in (

@@ -37,8 +37,9 @@ def mount(
     log_file: str | None,
 ) -> None:
     """Mount dataset NAME (or NAME@N, pinned now) read-only at MOUNTPOINT, an empty folder: each image row's file at
-    its list path and the list; a text version's list; a table version's shards. Every byte is checked against the
-    manifest before it is served (a damaged file reads as an I/O error, logged)."""
+    its list path and the list; a text version's list; a table version's shards; a public dataset's rows as files in
+    its dataset's form (mnist: train/7/00015.png). Every byte is checked before it is served (a damaged file reads as
+    an I/O error, logged)."""
     from datamount.mount import mount as mount_version
 
     if cache_dir and no_cache:

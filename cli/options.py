@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 import click
 
 from datamount.cli.completion import complete_stores
+from datamount.datasets.shard_writer import DEFAULT_ROW_GROUP_BYTES, check_sizes
 from datamount.storage import open_store
 from datamount.storage.arguments import parse_size
 
@@ -29,16 +30,24 @@ def parse_option(text: str) -> tuple[str, Any]:
     return key.strip(), value
 
 
-def backend_options(function: F) -> F:
-    """Add ``-o KEY=VALUE`` (repeatable): backend options for the store, over its profile's."""
+def _backend_option(*declarations: str, dest: str, store: str) -> Callable[[F], F]:
+    """A repeatable ``KEY=VALUE`` option, handed to the command as ``dest``: backend options for ``store``."""
+    example = f"{declarations[0]} endpoint_url=http://127.0.0.1:9000"
     return click.option(
-        "-o",
-        "--option",
-        "options",
+        *declarations,
+        dest,
         multiple=True,
         metavar="KEY=VALUE",
-        help="A backend option for the store (e.g. -o endpoint_url=http://127.0.0.1:9000); repeatable.",
-    )(function)
+        help=f"A backend option for {store} (e.g. {example}); repeatable.",
+    )
+
+
+#: ``-o KEY=VALUE`` (repeatable): backend options for the command's store, over its profile's.
+backend_options = _backend_option("-o", "--option", dest="options", store="the store")
+#: ``-o`` of a command that reads one store and writes another (``cp``): for the store read (``--from``).
+source_backend_options = _backend_option("-o", "--option", dest="options", store="the --from store")
+#: ``--to-option KEY=VALUE`` (repeatable): for the store such a command writes to (``--to``), handed as ``to_options``.
+target_backend_options = _backend_option("--to-option", dest="to_options", store="the --to store")
 
 
 def options_dict(options: tuple[str, ...]) -> dict[str, Any]:
@@ -70,10 +79,20 @@ def store_options(command: Callable[..., R]) -> Callable[..., R]:
 
 
 def shard_size_option(description: str) -> Callable[[F], F]:
-    """``--shard-size SIZE`` (default 256MB), handed to the command in bytes as ``shard_bytes``."""
+    """``--shard-size SIZE`` (default 256MB), handed to the command in bytes as ``shard_bytes``; checked as the
+    command line is read against the row groups the commands cut (``DEFAULT_ROW_GROUP_BYTES``)."""
     return click.option(
-        "--shard-size", "shard_bytes", default="256MB", show_default=True, callback=_size_value, help=description
+        "--shard-size", "shard_bytes", default="256MB", show_default=True, callback=_shard_size_value, help=description
     )
+
+
+def _shard_size_value(ctx: click.Context, param: click.Parameter, value: str) -> int:
+    size = _size_value(ctx, param, value)
+    try:
+        check_sizes(size, DEFAULT_ROW_GROUP_BYTES)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx=ctx, param=param) from exc
+    return size
 
 
 def _size_value(ctx: click.Context, param: click.Parameter, value: str) -> int:

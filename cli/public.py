@@ -153,6 +153,6 @@ def install(
 def remove(name: str, yes: bool, wait: float, store: Store) -> None:
     """Remove public dataset NAME from the store's public area (the download cache stays)."""
     dataset_name = public_datasets.dataset_name(name, store)
-    if not yes and catalog.versions(store, dataset_name):
-        confirm_removal(dataset_name, store)
+    if not yes and catalog.versions(store, dataset_name) and not confirm_removal(dataset_name, store):
+        return
     echo_removed(dataset_name, public_datasets.remove(name, store=store, wait=wait))

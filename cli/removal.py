@@ -21,11 +21,17 @@ wait_option = click.option(
 )
 
 
-def confirm_removal(what: str, store: Store) -> None:
-    """Ask before removing ``what`` from ``store``; with no terminal to ask on, refuse and name ``--yes``."""
+def confirm_removal(what: str, store: Store) -> bool:
+    """Ask before removing ``what`` from ``store``: whether the answer was yes. A no is the user's choice, not a
+    failure: it says that nothing was removed, and the command ends with status 0. With no terminal to ask on,
+    refuse and name ``--yes`` (a usage error, status 2); end of input or Ctrl-C at the prompt is an interruption
+    (status 130)."""
     if not sys.stdin.isatty():
         raise click.UsageError(f"refusing to remove {what} without confirmation; pass --yes")
-    click.confirm(f"remove {what} from {store.url}?", abort=True)
+    if click.confirm(f"remove {what} from {store.url}?"):
+        return True
+    click.echo(f"nothing removed: {what} is kept")
+    return False
 
 
 def echo_removed(name: str, versions: Iterable[int]) -> None:

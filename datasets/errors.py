@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from datamount.storage.errors import DatamountError
+from datamount.storage.errors import DatamountError, ObjectNotFoundError
 
 #: How many problems of a ``.list`` file are spelled out in a message; the rest are counted.
 SHOWN_PROBLEMS = 20
@@ -46,6 +46,16 @@ class InvalidDatasetNameError(DatamountError, ValueError):
 
 class DatasetNotFoundError(DatamountError, FileNotFoundError):
     """No committed dataset (or version) of that name is in the store."""
+
+
+class MissingPartError(ObjectNotFoundError):
+    """A part of a committed version (an object, a shard, its list) is not in the store while the version is: the
+    message names the version, the rows that need the part, its URL and how to put it back. :attr:`missing` is the
+    store's own error for the part."""
+
+    def __init__(self, message: str, missing: ObjectNotFoundError | None = None) -> None:
+        super().__init__(message)
+        self.missing = missing
 
 
 class CommitConflictError(DatamountError, RuntimeError):

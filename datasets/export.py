@@ -1,5 +1,7 @@
 """``export``: a version back out as files, as ``dvc pull`` gives them: each image row's file at its list path and the
-list itself; a text version's list; a table version's Parquet shards. Every byte is checked on the way out."""
+list itself; a text version's list; a table version's Parquet shards; the rows of a version without a list (a public
+dataset) in its dataset's form (:mod:`~datamount.datasets.row_folders`), with the files kept with it. Every byte is
+checked on the way out."""
 
 from __future__ import annotations
 
@@ -11,8 +13,10 @@ from pathlib import Path
 from datamount.datasets import catalog, layout
 from datamount.datasets.manifest import Kind, Manifest
 from datamount.datasets.progress import Progress, Silent
+from datamount.datasets.row_folders import row_file_contents, shows_rows
 from datamount.datasets.rows import closing, open_rows, read_lines
 from datamount.storage import IntegrityError, Store, UnsafePathError, open_store
+from datamount.storage.checksums import matches
 
 
 @dataclass(frozen=True)
@@ -34,9 +38,10 @@ def export(
 
     An image version gives each row's file at its path in the list, byte for byte the file uploaded (each checked
     against its sha256 as it is read, packed or not), and the list under its original name; a text version its list;
-    a table version its Parquet shards. A file already in ``folder`` with the same bytes is left as it is (an
-    interrupted export resumes); one with other bytes is an error naming it, never overwritten. Paths are checked:
-    none can climb out of ``folder``.
+    a table version its Parquet shards; a version without a list (a public dataset) its rows as files in its
+    dataset's form, as ``datamount mount`` shows them, and the files kept with it. A file already in ``folder`` with
+    the same bytes is left as it is (an interrupted export resumes); one with other bytes is an error naming it,
+    never overwritten. Paths are checked: none can climb out of ``folder``.
     """
     target = open_store(store)
     manifest = catalog.resolve(target, ref)
@@ -53,6 +58,9 @@ def export(
             counts.put(out, os.path.basename(shard.path), data)
             report.advance(size=len(data))
         report.finish()
+        return ExportResult(manifest, None, counts.written, counts.unchanged, counts.size)
+    if shows_rows(manifest):
+        _export_row_files(target, manifest, out, counts, report)
         return ExportResult(manifest, None, counts.written, counts.unchanged, counts.size)
     listed = target.read(layout.list_path(manifest))
     if hashlib.sha256(listed).hexdigest() != manifest.list_sha256:
@@ -81,6 +89,22 @@ def _export_files(store: Store, manifest: Manifest, out: Path, counts: _Counts, 
                 counts.put(out, path, data)
                 done.add(path)
             report.advance(size=len(data))
+    report.finish()
+
+
+def _export_row_files(store: Store, manifest: Manifest, out: Path, counts: _Counts, report: Progress) -> None:
+    """The rows of a version without a list as files (their rows checked as any reader checks them: pages' CRCs,
+    row counts), then the files kept with it, each checked against its checksum."""
+    report.start("export", items=manifest.rows, size=0)
+    for file, data in row_file_contents(store, manifest):
+        counts.put(out, file.path, data)
+        report.advance(items=file.stop - file.start, size=len(data))
+    for entry in manifest.files:
+        path = layout.object_path(manifest.name, entry.sha256)
+        data = store.read(path)
+        if len(data) != entry.size or not matches(data, entry.sha256, entry.xxh3):
+            raise IntegrityError(f"{store.url_for(path)} ({entry.path} of {manifest.ref}) does not match its checksum")
+        counts.put(out, entry.path, data)
     report.finish()
 
 

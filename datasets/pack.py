@@ -17,7 +17,7 @@ from datamount.datasets.errors import ManifestError
 from datamount.datasets.manifest import Kind, Manifest, ShardEntry
 from datamount.datasets.names import parse_ref
 from datamount.datasets.progress import Progress, Silent
-from datamount.datasets.rows import ObjectLocation, check_object, object_locations, parse_lines
+from datamount.datasets.rows import ObjectLocation, check_object, object_locations, objects_read, parse_lines
 from datamount.datasets.shard_writer import (
     COMPRESSION,
     DEFAULT_ROW_GROUP_BYTES,
@@ -175,8 +175,11 @@ def cut_shards(
     return [plan for plan in plans if plan]
 
 
-def write_unit(store: Store, manifest: Manifest, unit: PackUnit, report: Progress | None = None) -> ShardEntry:
-    """Write the shard ``unit`` plans to the store; return its manifest entry."""
+def write_unit(
+    store: Store, manifest: Manifest, unit: PackUnit, report: Progress | None = None, *, sha256: str | None = None
+) -> ShardEntry:
+    """Write the shard ``unit`` plans to the store; return its manifest entry. With ``sha256`` (a shard made again),
+    a shard whose bytes do not have it is not stored: an :class:`~datamount.storage.IntegrityError`."""
     rows, _ = parse_lines(store.read_range(layout.list_path(manifest), *unit.list_range))
     if len(rows) != unit.stop - unit.start:
         raise ManifestError(
@@ -192,6 +195,7 @@ def write_unit(store: Store, manifest: Manifest, unit: PackUnit, report: Progres
         first_index=unit.start,
         progress=report,
         compression=unit.compression,
+        expected=None if sha256 is None else {layout.shard_key(unit.folder, unit.number): sha256},
     )
     with contextlib.closing(_samples(store, manifest, unit, rows)) as samples:
         for start, stop in unit.row_groups:
@@ -210,5 +214,6 @@ def _samples(
         yield from rows
         return
     blobs = store.read_many((o.path for o in unit.objects), sizes=(o.size for o in unit.objects))
-    for index, (row, location, data) in enumerate(zip(rows, unit.objects, blobs, strict=True), start=unit.start):
+    located = enumerate(unit.objects, start=unit.start)
+    for (index, location, data), row in zip(objects_read(store, manifest, located, blobs), rows, strict=True):
         yield (check_object(store, manifest, index, location, data), *row[1:])

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 from datamount.datasets import layout
 from datamount.datasets.manifest import Kind, ShardEntry
 from datamount.datasets.progress import Progress, Silent
-from datamount.storage import Store, arguments
+from datamount.storage import IntegrityError, Store, arguments
 from datamount.storage.checksums import sha256_file
 
 DEFAULT_SHARD_BYTES = 256 << 20
@@ -73,9 +73,15 @@ def numbered(first: int, count: int) -> pa.Array:
 
 
 def check_sizes(shard_bytes: int, row_group_bytes: int) -> None:
-    """Refuse shard and row-group sizes that are not positive whole numbers of bytes."""
+    """Refuse shard and row-group sizes that are not positive whole numbers of bytes, and shards smaller than a row
+    group: a shard holds whole row groups, so it would be a row group's size (or more), not the size asked for."""
     arguments.whole_number(shard_bytes, "shard_bytes", minimum=1)
     arguments.whole_number(row_group_bytes, "row_group_bytes", minimum=1)
+    if shard_bytes < row_group_bytes:
+        raise ValueError(
+            f"a shard size of {shard_bytes:,} bytes is less than one row group of {row_group_bytes:,} bytes: a shard "
+            f"holds whole row groups, so it cannot be that small; ask for shards of at least {row_group_bytes:,} bytes"
+        )
 
 
 def list_schema(name: str, kind: Kind, columns: Sequence[str]) -> pa.Schema:
@@ -151,10 +157,20 @@ class ShardFile:
         self.rows += batch.num_rows
         self.row_groups.append(batch.num_rows)
 
-    def commit(self, store: Store, dataset: str, key: str) -> ShardEntry:
-        """Close the file, send it to ``key`` in ``dataset``'s folder, remove it; return its manifest entry."""
+    def commit(self, store: Store, dataset: str, key: str, *, sha256: str | None = None) -> ShardEntry:
+        """Close the file, send it to ``key`` in ``dataset``'s folder, remove it; return its manifest entry.
+
+        With ``sha256`` (the bytes a manifest records for the shard), a file without that sha256 is not sent: it is
+        removed and the :class:`~datamount.storage.IntegrityError` names both.
+        """
         self._writer.close()
         digest, size = sha256_file(self.path), self.size
+        if sha256 is not None and digest != sha256:
+            os.remove(self.path)
+            raise IntegrityError(
+                f"shard {key} of {dataset} made again has sha256 {digest}, not the {sha256} its manifest records "
+                "(it was written by another pyarrow or with other settings, or its rows changed): nothing was stored"
+            )
         store.put_file(self.path, f"{layout.dataset_folder(dataset)}/{key}")
         os.remove(self.path)
         return ShardEntry(key, self.rows, size, digest, self.row_groups)
@@ -169,6 +185,8 @@ class ShardWriter:
     :meth:`abort` removes what was sent. Shards are numbered from ``first_shard`` (a pack writes each planned shard
     with a writer of its own, in any process); a writer with a ``run`` name puts it in its shards' file names.
     ``compression`` is the codec of every column but the binary ones (a pack made again uses its first codec).
+    ``expected`` maps shard keys to the sha256 their bytes must have (a shard made again): a shard that does not
+    have it is not sent (:meth:`ShardFile.commit`).
     """
 
     def __init__(
@@ -185,6 +203,7 @@ class ShardWriter:
         run: str = "",
         progress: Progress | None = None,
         compression: str = COMPRESSION,
+        expected: Mapping[str, str] | None = None,
     ) -> None:
         check_sizes(shard_bytes, row_group_bytes)
         self.store = store
@@ -198,6 +217,7 @@ class ShardWriter:
         self._next_index = first_index
         self._run = run
         self._compression = compression
+        self._expected = dict(expected or {})
         self._progress = progress or Silent()
         self._index_position = schema.get_field_index(INDEX_COLUMN)
         self._scratch = tempfile.TemporaryDirectory(prefix="datamount-shards-")
@@ -250,7 +270,7 @@ class ShardWriter:
         self._flush_batches()
         if self._file is not None:
             key = layout.shard_key(self.pack_folder, self._next_shard, self._run)
-            self.shards.append(self._file.commit(self.store, self.dataset, key))
+            self.shards.append(self._file.commit(self.store, self.dataset, key, sha256=self._expected.get(key)))
             self._file = None
             self._next_shard += 1
 

@@ -166,7 +166,9 @@ def _put_back(
 def _put_back_object(store: Store, manifest: Manifest, entry: FileEntry, sources: dict[str, str]) -> str | None:
     path = layout.object_path(manifest.name, entry.sha256)
     if entry.sha256 in sources:
-        store.put_many([(sources[entry.sha256], path, entry.sha256, entry.xxh3)])
+        # Checked against the sha256 (not the xxh3-64) in the read that sends it: the file may have changed since
+        # it was hashed, and what the manifest names an object by is its sha256.
+        store.put_many([(sources[entry.sha256], path, entry.sha256)])
         return None
     data = _from_shards(store, manifest, entry)
     if data is not None:
@@ -200,10 +202,8 @@ def _put_back_shard(store: Store, manifest: Manifest, shard: ShardEntry) -> str 
     shard_bytes, row_group_bytes, first = (int(size) if size else None for size in folder.group(2, 3, 4))
     compression = folder.group(5) or layout.EARLIER_COMPRESSION
     units = plan_pack(store, unbuilt, shard_bytes, row_group_bytes, first or row_group_bytes, compression)
-    unit = next((unit for unit in units if f"{unit.folder}/shard-{unit.number:05d}.parquet" == shard.path), None)
+    unit = next((unit for unit in units if layout.shard_key(unit.folder, unit.number) == shard.path), None)
     if unit is None:
         return f"shard {shard.path} is not one this version's pack makes"
-    made = write_unit(store, unbuilt, unit)
-    if made.sha256 != shard.sha256:
-        return f"shard {shard.path} made again does not have the sha256 recorded for it"
+    write_unit(store, unbuilt, unit, sha256=shard.sha256)  # compared before it is sent: an IntegrityError if not
     return None

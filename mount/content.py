@@ -1,11 +1,14 @@
 """The bytes of a mounted version's files: fetched once, checked, and kept in memory under a byte budget.
 
 A file's bytes are served only after they were checked against the manifest: an object's and a packed row's
-against the file's sha256, the list against the list's, a shard against the shard's. A damaged file is an
-:class:`~datamount.storage.IntegrityError`; the mount turns it into ``EIO`` for that file alone.
+against the file's sha256, the list against the list's, a shard against the shard's. The files of a version without
+a list (rows shown as files) are checked against the size and xxh3-64 of their bytes when the mount was made, their
+rows by the shards' page CRCs as any reader's. A damaged file is an :class:`~datamount.storage.IntegrityError`; the
+mount turns it into ``EIO`` for that file alone.
 
-Files are fetched by *unit*: an object, the list, a shard, or a packed version's row group (whose rows are the files
-of consecutive list rows, decoded together and kept while their neighbours are read). Units are fetched in a pool of
+Files are fetched by *unit*: an object, the list, a shard, a packed version's row group (whose rows are the files
+of consecutive list rows, decoded together and kept while their neighbours are read), or the rows of a file made of
+several (a split's file). Units are fetched in a pool of
 threads, so that the mount reads ahead (:meth:`Contents.prefetch`) while a file is read.
 
 A version packed after its upload has both: on a remote store, a file read on its own comes from its object (one
@@ -26,10 +29,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from datamount.datasets import layout
+from datamount.datasets.errors import MissingPartError
 from datamount.datasets.manifest import FileEntry, Kind, Manifest
-from datamount.datasets.rows import ShardRows, closing
+from datamount.datasets.row_folders import encoder_of, shows_rows
+from datamount.datasets.rows import ShardRows, closing, missing_list, missing_object, missing_shard
 from datamount.mount.tree import Content, group_of
-from datamount.storage import IntegrityError, Store
+from datamount.storage import IntegrityError, ObjectNotFoundError, Store
 from datamount.storage.cache import ContentCache
 from datamount.storage.checksums import matches
 
@@ -74,14 +79,17 @@ class Contents:
         #: Held (or coming) units of one file that was served: the first to leave memory.
         self._spent: set[Unit] = set()
         self._row_files = row_files or []
-        grouped = manifest.shards and manifest.kind is Kind.IMAGE
-        self._rows = ShardRows(store, manifest, cache=cache) if grouped else None
-        spans = self._rows.spans() if self._rows is not None else []
+        #: A row's file's bytes (an image's own, a version without a list's in its dataset's form).
+        self._encode = encoder_of(manifest)
+        by_rows = manifest.shards and (manifest.kind is Kind.IMAGE or shows_rows(manifest))
+        self._rows = ShardRows(store, manifest, cache=cache) if by_rows else None
+        # Row groups are units where each row is a file (not for files of several rows each).
+        spans = self._rows.spans() if self._rows is not None and len(self._row_files) == len(self._rows) else []
         self._group_starts = [span.start for span in spans]
         self._group_bytes = [sum(self._row_files[row].size for row in span) for span in spans]
         #: Whether a file with an object may also come from its row group (a version packed after its upload, on a
         #: remote store: a local store's objects cost no request each).
-        self._either = self._rows is not None and manifest.objects and self._remote
+        self._either = self._rows is not None and manifest.objects and manifest.has_list and self._remote
         self._fits = sum(self._group_bytes) <= memory
         #: Units fetched so far, by kind (``object``, ``group``, ...): what :meth:`summary` reports.
         self.fetched: Counter[str] = Counter()
@@ -123,7 +131,13 @@ class Contents:
 
     def summary(self) -> str:
         """What was fetched, e.g. ``fetched 3 row group(s), 12 object(s)``."""
-        names = {"object": "object(s)", "group": "row group(s)", "shard": "shard(s)", "list": "list"}
+        names = {
+            "object": "object(s)",
+            "group": "row group(s)",
+            "rows": "file(s) of rows",
+            "shard": "shard(s)",
+            "list": "list",
+        }
         return "fetched " + (", ".join(f"{n} {names[kind]}" for kind, n in sorted(self.fetched.items())) or "nothing")
 
     def unit_of(self, content: Content) -> tuple[Unit, int]:
@@ -147,6 +161,8 @@ class Contents:
         if content.kind == "shard":
             assert content.shard is not None
             return ("shard", content.shard.sha256)
+        if content.kind == "rows":
+            return ("rows", content.row)
         return ("list", None)
 
     def _group_unit(self, content: Content) -> Unit:
@@ -250,6 +266,15 @@ class Contents:
         kind = unit[0]
         if kind == "group":
             return self._fetch_group(unit[1])
+        try:
+            return self._fetch_part(kind, content)
+        except MissingPartError:
+            raise
+        except ObjectNotFoundError as missing:
+            raise self._missing(content, missing) from missing
+
+    def _fetch_part(self, kind: str, content: Content) -> bytes:
+        """A unit of one part (an object, a shard, the list), checked."""
         if kind == "object":
             assert content.entry is not None
             entry = content.entry
@@ -259,7 +284,18 @@ class Contents:
             assert content.shard is not None
             shard = content.shard
             return self._checked(layout.shard_path(self.manifest.name, shard), shard.size, shard.sha256)
+        if kind == "rows":
+            return self._fetch_rows(content)
         return self._checked(layout.list_path(self.manifest), self.manifest.list_size, self.manifest.list_sha256)
+
+    def _missing(self, content: Content, missing: ObjectNotFoundError) -> MissingPartError:
+        """The part of ``content`` not found, named as a reader names it (``datasets/rows/missing.py``)."""
+        if content.kind == "shard" and content.shard is not None:
+            return missing_shard(self.store, self.manifest, content.shard, missing)
+        if content.entry is not None:
+            path = layout.object_path(self.manifest.name, content.entry.sha256)
+            return missing_object(self.store, self.manifest, content.row, path, missing)
+        return missing_list(self.store, self.manifest, missing)
 
     def _fetch_objects(self, together: list[tuple[Unit, Content, Future[Any]]]) -> None:
         """Fetch the objects of ``together`` with one window of reads, each checked and handed to its future as it
@@ -284,7 +320,10 @@ class Contents:
                         self._keep(entry, path, data)
             except Exception as exc:
                 if done < len(together):
-                    together[done][2].set_exception(exc)
+                    failed = exc
+                    if isinstance(exc, ObjectNotFoundError) and not isinstance(exc, MissingPartError):
+                        failed = self._missing(together[done][1], exc)
+                    together[done][2].set_exception(failed)
                 done += 1
             together = together[done:]
 
@@ -327,7 +366,7 @@ class Contents:
         assert self._rows is not None
         span = self._rows.spans()[group]
         with closing(self._rows.rows(span.start, span.stop)) as rows:
-            files = [row[0] for row in itertools.islice(rows, len(span))]
+            files = [self._encode(row) for row in itertools.islice(rows, len(span))]
         for row, data in zip(span, files, strict=True):
             entry = self._row_files[row]
             if not matches(data, entry.sha256, entry.xxh3):
@@ -336,6 +375,18 @@ class Contents:
                     "(a damaged shard)"
                 )
         return files
+
+    def _fetch_rows(self, content: Content) -> bytes:
+        """A file made of rows ``content.row`` to ``content.stop - 1``, checked against its size and xxh3-64."""
+        assert self._rows is not None and content.entry is not None
+        with closing(self._rows.rows(content.row, content.stop)) as rows:
+            data = b"".join(map(self._encode, rows))
+        if len(data) != content.size or not matches(data, "", content.entry.xxh3):
+            raise IntegrityError(
+                f"{self.manifest.ref}, rows {content.row} to {content.stop - 1}: their bytes are not those read when "
+                "the version was mounted (a damaged shard)"
+            )
+        return data
 
 
 def _size(value: Any) -> int:

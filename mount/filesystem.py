@@ -30,7 +30,7 @@ from typing import Any
 import pyfuse3
 import trio
 
-from datamount.datasets import catalog
+from datamount.datasets.rows import removed_or_missing
 from datamount.mount.content import Contents
 from datamount.mount.push import PageCacheFiller, RunSoon
 from datamount.mount.tree import Node, Tree
@@ -198,7 +198,7 @@ class DatasetFilesystem(pyfuse3.Operations):
             reason: Exception = exc
             if isinstance(exc, ObjectNotFoundError):  # the version removed since it was mounted? (asks the store)
                 reason = await trio.to_thread.run_sync(
-                    catalog.removed_while_read, self.contents.store, self.contents.manifest, exc
+                    removed_or_missing, self.contents.store, self.contents.manifest, exc
                 )
             log.error("%s: %s", node.path, redact_url(str(reason)))
             raise pyfuse3.FUSEError(errno.EIO) from exc

@@ -28,6 +28,8 @@ import platformdirs
 
 from datamount.datasets import catalog
 from datamount.datasets.manifest import Kind, Manifest
+from datamount.datasets.progress import Progress
+from datamount.datasets.row_folders import plan_row_files, shows_rows
 from datamount.datasets.rows import read_lines
 from datamount.mount.content import DEFAULT_MEMORY, Contents
 from datamount.storage import MountError, Store, arguments, open_store
@@ -38,8 +40,10 @@ from datamount.storage.mounts import read_mounts
 FSTYPE = "fuse.datamount"
 #: Readers whose default read-ahead windows fit in the mount's memory at once.
 READERS_IN_MEMORY = 4
-#: Seconds to wait for a serving process to answer.
+#: Seconds to wait for a serving process to answer (again after each report of its pass over a version's rows).
 READY_TIMEOUT = 120.0
+#: Seconds between a serving process's reports of its pass over the rows of a version without a list, at least.
+PASS_REPORT_SECONDS = 10.0
 
 log = logging.getLogger("datamount.mount")
 
@@ -192,8 +196,14 @@ def _is_dead(target: str) -> bool:
 # ------------------------------------------------------------------------------------------------------ serving
 
 
-def serve(plan: _Plan, manifest: Manifest | None = None, on_ready: Callable[[], None] | None = None) -> None:
-    """Serve ``plan``'s version at its mount point until it is unmounted, SIGTERM or SIGINT (blocking)."""
+def serve(
+    plan: _Plan,
+    manifest: Manifest | None = None,
+    on_ready: Callable[[], None] | None = None,
+    progress: Progress | None = None,
+) -> None:
+    """Serve ``plan``'s version at its mount point until it is unmounted, SIGTERM or SIGINT (blocking). The pass over
+    the rows of a version without a list is reported to ``progress``."""
     import pyfuse3
     import trio
 
@@ -201,9 +211,11 @@ def serve(plan: _Plan, manifest: Manifest | None = None, on_ready: Callable[[], 
     from datamount.mount.tree import Tree
 
     manifest = manifest or catalog.resolve(plan.store, plan.ref)
-    lines = read_lines(plan.store, manifest) if manifest.kind is Kind.IMAGE else None
-    tree = Tree(manifest, lines)
     cache = None if plan.cache is False else ContentCache(None if plan.cache is True else plan.cache)
+    lines = read_lines(plan.store, manifest) if manifest.kind is Kind.IMAGE and manifest.has_list else None
+    # A version without a list: its files' paths and sizes come from a pass over its rows (through the cache).
+    row_files = plan_row_files(plan.store, manifest, cache=cache, progress=progress) if shows_rows(manifest) else None
+    tree = Tree(manifest, lines, row_files)
     contents = Contents(plan.store, manifest, row_files=tree.row_entries, cache=cache, memory=plan.memory)
     filesystem = DatasetFilesystem(tree, contents, read_ahead=plan.read_ahead, created_ns=_created_ns(manifest))
     options = {"ro", "default_permissions", f"fsname=datamount:{manifest.ref}", "subtype=datamount"}
@@ -258,8 +270,13 @@ def _serve_from_pipe() -> None:
         answer.write(json.dumps({"pid": os.getpid()}) + "\n")
         answer.close()
 
+    def rows_read(done: int, rows: int) -> None:
+        log.info("read %s of %s rows to make the tree", f"{done:,}", f"{rows:,}")
+        answer.write(json.dumps({"rows_read": done, "rows": rows}) + "\n")
+        answer.flush()
+
     try:
-        serve(plan, on_ready=ready)
+        serve(plan, on_ready=ready, progress=_PassReport(rows_read))
     except Exception as exc:
         if not answer.closed:
             answer.write(json.dumps({"error": str(exc)}) + "\n")
@@ -293,15 +310,49 @@ def _start_server(plan: _Plan, log_file: Path) -> Mounted:
 
 
 def _read_answer(server: subprocess.Popen[bytes]) -> str:
+    """The serving process's answer (its first line that does not report its pass over a version's rows); an error
+    line when it sends nothing for :data:`READY_TIMEOUT` seconds."""
     import selectors
 
     assert server.stdout is not None
+    source, pending = server.stdout.fileno(), b""
     with selectors.DefaultSelector() as waiting:
-        waiting.register(server.stdout, selectors.EVENT_READ)
-        if not waiting.select(READY_TIMEOUT):
-            server.kill()
-            return json.dumps({"error": f"the mount did not answer within {READY_TIMEOUT:.0f} s"})
-    return server.stdout.readline().decode("utf-8", "replace")
+        waiting.register(source, selectors.EVENT_READ)
+        while True:
+            while b"\n" not in pending:
+                if not waiting.select(READY_TIMEOUT):
+                    server.kill()
+                    return json.dumps({"error": f"the mount did not answer within {READY_TIMEOUT:.0f} s"})
+                chunk = os.read(source, 1 << 16)
+                if not chunk:  # it exited
+                    return pending.decode("utf-8", "replace")
+                pending += chunk
+            line, _, pending = pending.partition(b"\n")
+            if b'"rows_read"' not in line:
+                return line.decode("utf-8", "replace")
+
+
+class _PassReport:
+    """The pass over a version's rows as reports to ``send(done, rows)``: when it starts, then at most every
+    :data:`PASS_REPORT_SECONDS` (each restarts the wait of ``mount()``: a long pass is not a server that hangs)."""
+
+    def __init__(self, send: Callable[[int, int], None]) -> None:
+        self._send = send
+        self._rows = self._done = 0
+        self._sent = 0.0
+
+    def start(self, phase: str, *, items: int, size: int) -> None:
+        self._rows, self._done, self._sent = items, 0, time.monotonic()
+        self._send(0, items)
+
+    def advance(self, *, items: int = 1, size: int = 0) -> None:
+        self._done += items
+        if time.monotonic() - self._sent >= PASS_REPORT_SECONDS:
+            self._sent = time.monotonic()
+            self._send(self._done, self._rows)
+
+    def finish(self) -> None:
+        self._send(self._done, self._rows)
 
 
 def _last_lines(log_file: Path, count: int = 3) -> str:

@@ -1,8 +1,10 @@
 """The folder tree a mounted version shows, built from its manifest and list alone (no store listing).
 
 An image version shows each row's file at its list path and the list itself; a text version its list; a table
-version (and the shards of a packed text version) its Parquet shards. The tree is the one ``datamount export``
-writes, and every path in it is checked: none can climb out of the mount.
+version (and the shards of a packed text version) its Parquet shards. A version without a list (a public dataset)
+shows its rows as files in its dataset's form, and the files kept with it: their paths and sizes come from a pass
+over its rows (:mod:`datamount.datasets.row_folders`, the rule ``export`` follows too). The tree is the one
+``datamount export`` writes, and every path in it is checked: none can climb out of the mount.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any, NamedTuple
 
 from datamount.datasets.export import list_name
 from datamount.datasets.manifest import FileEntry, Kind, Manifest, ShardEntry, collector_paused
+from datamount.datasets.row_folders import RowFile, shows_rows
 from datamount.datasets.rows.listed import Line
 from datamount.storage import UnsafePathError
 
@@ -24,15 +27,18 @@ ROOT_INODE = 1
 
 
 class Content(NamedTuple):
-    """What a file's bytes are: a stored object (``entry``), row ``row`` of a packed version, the version's list, or
-    one of its shards. An image version's file knows its (first) list row either way: a version packed after its
-    upload has both objects and shards. (A tuple: a version has one per file, made when it is mounted.)"""
+    """What a file's bytes are: a stored object (``entry``), row ``row`` of a packed version, rows ``row`` to
+    ``stop - 1`` of a version without a list, the version's list, or one of its shards. An image version's file
+    knows its (first) list row either way: a version packed after its upload has both objects and shards. A row's
+    file of a version without a list has an ``entry`` too, with no sha256: its size and xxh3-64 as its rows were
+    read when it was mounted. (A tuple: a version has one per file, made when it is mounted.)"""
 
-    kind: str  # "object", "row", "list" or "shard"
+    kind: str  # "object", "row", "rows", "list" or "shard"
     size: int
     entry: FileEntry | None = None
     row: int = -1
     shard: ShardEntry | None = None
+    stop: int = -1
 
 
 @dataclass(slots=True, eq=False)
@@ -69,9 +75,10 @@ class Node:
 
 
 class Tree:
-    """Every path of a mounted version, found in one dictionary look-up."""
+    """Every path of a mounted version, found in one dictionary look-up: from its manifest, its list's ``lines`` (an
+    image version's), or the ``row_files`` of a version without a list."""
 
-    def __init__(self, manifest: Manifest, lines: list[Line] | None) -> None:
+    def __init__(self, manifest: Manifest, lines: list[Line] | None, row_files: list[RowFile] | None = None) -> None:
         self.manifest = manifest
         self.root = Node("", None, ROOT_INODE)
         self.nodes: dict[str, Node] = {"/": self.root}
@@ -81,12 +88,16 @@ class Tree:
         self.row_files: list[Node] = []
         self._first_row: dict[int, int] = {}
         self.folders = 1
-        if manifest.kind is Kind.IMAGE and lines is not None:
-            with collector_paused():  # a node per row: 1.28 million of them set off collection after collection
+        with collector_paused():  # a node per row: 1.28 million of them set off collection after collection
+            if manifest.kind is Kind.IMAGE and lines is not None:
                 self._add_row_files(lines)
+            elif shows_rows(manifest):
+                if row_files is None:
+                    raise ValueError(f"{manifest.ref} has no list: its tree needs the files of its rows")
+                self._add_planned_files(row_files)
         if manifest.has_list:
             self._add(list_name(manifest), Content("list", manifest.list_size))
-        if manifest.kind is Kind.TABLE or (manifest.kind is Kind.TEXT and manifest.shards):
+        if manifest.kind is Kind.TABLE or (manifest.kind is Kind.TEXT and manifest.shards and manifest.has_list):
             folder = "" if manifest.kind is Kind.TABLE else SHARDS_FOLDER + "/"
             for shard in manifest.shards:
                 self._add(folder + shard.path.rsplit("/", 1)[-1], Content("shard", shard.size, shard=shard))
@@ -135,6 +146,22 @@ class Tree:
                 node = seen[path] = self._add(path, content)
                 self._first_row[id(node)] = row
             self.row_files.append(node)
+
+    def _add_planned_files(self, files: list[RowFile]) -> None:
+        """The files of a version without a list, and the files kept with it (its manifest's ``files``). Each file
+        of one row is a row's file, fetched with its row group; when some file holds several rows, each file is
+        fetched on its own."""
+        one_row_each = all(file.stop - file.start == 1 for file in files)
+        for file in files:
+            entry = FileEntry(file.path, file.size, "", file.xxh3)
+            if one_row_each:
+                node = self._add(file.path, Content("row", file.size, entry=entry, row=file.start))
+                self._first_row[id(node)] = file.start
+                self.row_files.append(node)
+            else:
+                self._add(file.path, Content("rows", file.size, entry=entry, row=file.start, stop=file.stop))
+        for entry in self.manifest.files:
+            self._add(entry.path, Content("object", entry.size, entry=entry))
 
     def _add(self, path: str, content: Content) -> Node:
         parts = _parts(path, self.manifest)

@@ -18,7 +18,7 @@ from typing import Any
 
 from datamount.datasets import catalog
 from datamount.datasets.manifest import Manifest
-from datamount.datasets.rows import DEFAULT_ROWS_PER_SPAN, Piece, RowSource, open_rows
+from datamount.datasets.rows import DEFAULT_ROWS_PER_SPAN, Piece, RowSource, open_rows, removed_or_missing
 from datamount.readers.errors import ReaderStateError
 from datamount.readers.resume import ReaderState, Resume, Segment, WorkerProgress, plan_resume
 from datamount.readers.sharding import (
@@ -156,11 +156,12 @@ class DatasetReader(EpochLock):
     @contextlib.contextmanager
     def _missing_explained(self) -> Iterator[None]:
         """A part of the version not found while it is read is raised as ``catalog.removed_while_read`` explains
-        it (the version removed since this reader opened it)."""
+        it (the version removed since this reader opened it); else as the row source named it (the version, the
+        rows, the part and what puts it back: ``rows/missing.py``)."""
         try:
             yield
         except ObjectNotFoundError as missing:
-            explanation = catalog.removed_while_read(self.store, self.manifest, missing)
+            explanation = removed_or_missing(self.store, self.manifest, missing)
             if explanation is missing:
                 raise
             raise explanation from missing
@@ -258,8 +259,8 @@ class DatasetReader(EpochLock):
 
     def state_dict(self, consumed: int | None = None) -> dict[str, Any]:
         """Where this reader stands, as a small JSON-able dict for :meth:`load_state_dict` or
-        :meth:`from_state_dict`: the dataset version, the settings that decide the order, the epoch and the
-        position in this rank's share.
+        :meth:`from_state_dict`: the dataset version, the settings that decide the order and what the samples are
+        (``with_row``, ``zero_copy``), the epoch and the position in this rank's share.
 
         Parameters
         ----------
@@ -309,6 +310,8 @@ class DatasetReader(EpochLock):
             layout=self.source.layout,
             shuffle=self.shuffle,
             shuffle_block=self.shuffle_block,
+            with_row=self.with_row,
+            zero_copy=self.source.zero_copy,
             seed=self.seed,
             remainder=self.remainder,
             rank=self.rank,
@@ -360,15 +363,18 @@ class DatasetReader(EpochLock):
     def from_state_dict(
         cls, state: Mapping[str, Any] | Sequence[Mapping[str, Any]], store: Store | str | None = None, **options: Any
     ) -> DatasetReader:
-        """A reader that continues from ``state``: the same dataset version, layout and order settings, read from
-        ``store`` (the default store unless given; the state records the URL it was saved from, not its
-        credentials). ``options`` are those of :func:`reader` (rank, world size, cache, ...)."""
+        """A reader that continues from ``state``: the same dataset version, layout, order settings and samples
+        (``with_row``, ``zero_copy``), read from ``store`` (the default store unless given; the state records the URL
+        it was saved from, not its credentials). ``options`` are those of :func:`reader` (rank, world size, cache,
+        ...), over the state's; how it reads (``cache``, ``max_requests``, ``verify``...) is not in the state."""
         saved = ReaderState.from_dict(_state_list(state)[0])
         layout: dict[str, Any] = {
             "shuffle": saved.shuffle,
             "shuffle_block": saved.shuffle_block,
             "seed": saved.seed,
             "remainder": saved.remainder,
+            "with_row": saved.with_row,
+            "zero_copy": saved.zero_copy,
         }
         if saved.split:
             layout["split"] = saved.split
@@ -399,7 +405,7 @@ class DatasetReader(EpochLock):
 
     def rows(self, start: int, stop: int) -> Iterator[tuple[Any, ...]]:
         """Rows ``start`` to ``stop - 1`` of the version, in order, as :meth:`__call__` yields them."""
-        return self.source.rows(start, stop)
+        return _explained(self.source.rows(start, stop), self._missing_explained)
 
 
 def _state_list(state: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
@@ -461,6 +467,17 @@ def _taken(numbers: deque[Sequence[int]]) -> Iterator[Sequence[int]]:
 
 def _numbered(sample: tuple[Any, ...], number: int) -> tuple[Any, ...]:
     return (number, *sample)
+
+
+def _explained(
+    rows: Iterator[tuple[Any, ...]], missing_explained: Callable[[], AbstractContextManager[None]]
+) -> Iterator[tuple[Any, ...]]:
+    """``rows``, a part of the version not found raised as ``missing_explained`` explains it."""
+    try:
+        with missing_explained():
+            yield from rows
+    finally:
+        close_iterator(rows)
 
 
 def _counted(

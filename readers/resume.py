@@ -162,6 +162,10 @@ class ReaderState:
     epoch: int
     position: int
     shuffle_block: int = 1
+    #: What the reader yields, beside the order: each sample's row number first (``with_row``), binary values as
+    #: memoryviews (``zero_copy``); a reader made from the state yields the same.
+    with_row: bool = False
+    zero_copy: bool = False
     done: tuple[Interval, ...] = ()
     workers: WorkerProgress | None = None
     #: The positions done before the saved segments of later epochs already begun by other workers or ranks.
@@ -221,7 +225,7 @@ _SCALARS: dict[str, type] = {
 
 
 #: Keys a state may lack (saved before they existed), with the value they had then.
-_OPTIONAL = {"shuffle_block": 1}
+_OPTIONAL: dict[str, Any] = {"shuffle_block": 1, "with_row": False, "zero_copy": False}
 
 
 def _parse_ahead(value: Any, rows: int, epoch: int) -> dict[int, tuple[Interval, ...]]:

@@ -7,7 +7,7 @@ from typing import Any
 
 from fsspec.utils import get_protocol
 
-from datamount.storage import profiles
+from datamount.storage import profiles, redact
 from datamount.storage.registry import store_class_for
 from datamount.storage.store import Store
 
@@ -40,8 +40,11 @@ def open_store(target: str | os.PathLike[str] | Store | None = None, *, check: b
         raise TypeError(
             f"a store is a Store, a URL, a path or a profile's name, not {type(target).__name__} {target!r}"
         )
+    # Noted before anything can fail: a message about a profile, a URL or an option then has them masked too.
+    redact.note_secrets(target, options)
     resolved = profiles.resolve(target)
     merged = {**resolved.options, **options}
+    redact.note_secrets(resolved.url, merged)
     store_class = store_class_for(get_protocol(resolved.url))
     store = store_class.from_url(resolved.url, name=resolved.name, **merged)
     if check:

@@ -1,10 +1,19 @@
-"""Keep credentials out of reprs, logs and messages."""
+"""Keep credentials out of reprs, logs and messages.
+
+The one redaction of the project: URLs lose their ``user:password@`` and their secret query parameters
+(:func:`redact_urls`), options their secret values (:func:`redact_options`), and any text the secrets it may quote
+(:func:`scrub`: a store's messages with its own secrets, what the command writes with :func:`given_secrets`, which
+every store notes as it is opened).
+"""
 
 from __future__ import annotations
 
+import logging
+import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
+from urllib.parse import unquote
 
 #: Words that make an option or URL parameter a secret wherever they appear in its name (``key``, ``secret_key``,
 #: ``aws_secret_access_key``, ``secretAccessKey``, ``X-Amz-Signature``, ``sig``), so that a misspelt or unknown one is
@@ -37,6 +46,10 @@ MASK = "***"
 USERINFO = re.compile(r"(?<=://)[^/?#@\s]*@")
 #: A ``name=value`` parameter of a URL's query (after ``?`` or ``&``; the value ends at ``&``, ``#`` or a space).
 QUERY_PARAMETER = re.compile(r"(?<=[?&])([^=&#\s]+)=([^&#\s]*)")
+#: Shorter values are not masked wherever they appear: they would mask common words and numbers, not secrets.
+SHORTEST_SECRET = 4
+#: The secrets of the stores this process opened (see :func:`note_secrets`).
+_GIVEN: set[str] = set()
 
 
 def is_secret_name(name: str) -> bool:
@@ -84,6 +97,26 @@ def _masked_parameter(match: re.Match[str]) -> str:
     return f"{name}={MASK}" if value and is_secret_name(name) else match.group()
 
 
+def note_secrets(url: str | os.PathLike[str] | None, options: Mapping[str, Any]) -> list[str]:
+    """Note the secrets of a store opened with ``url`` and ``options`` (the password of the URL, the secret values
+    of the options: :func:`secret_values`) among :func:`given_secrets`; return them. Every store notes its own."""
+    found = secret_values(options) + ([] if url is None else _userinfo_secrets(os.fspath(url)))
+    _GIVEN.update(found)
+    return found
+
+
+def given_secrets() -> list[str]:
+    """The secrets noted since :func:`forget_given_secrets`: what output that may quote any store's secrets (a
+    traceback, the records of libraries' logs) is scrubbed with."""
+    return list(_GIVEN.copy())
+
+
+def forget_given_secrets() -> None:
+    """Start noting secrets afresh (the datamount command does at each run: in a process that runs it several times,
+    each run masks its own stores' secrets, not words that an earlier run's secrets happened to be)."""
+    _GIVEN.clear()
+
+
 def secret_values(options: Mapping[str, Any]) -> list[str]:
     """The secret strings found in ``options`` (to scrub them out of third-party messages), the userinfo of URLs
     among them included."""
@@ -91,7 +124,7 @@ def secret_values(options: Mapping[str, Any]) -> list[str]:
     for name, value in options.items():
         if isinstance(value, Mapping):
             found.extend(secret_values(value))
-        elif is_secret_name(name) and isinstance(value, str) and len(value) >= 4:
+        elif is_secret_name(name) and isinstance(value, str) and len(value) >= SHORTEST_SECRET:
             found.append(value)
         elif isinstance(value, str):
             found.extend(_userinfo_secrets(value))
@@ -99,17 +132,29 @@ def secret_values(options: Mapping[str, Any]) -> list[str]:
 
 
 def _userinfo_secrets(url: str) -> list[str]:
-    """The ``user:password`` of each URL in ``url``, and each password on its own (a message may quote it alone)."""
+    """The ``user:password`` of each URL in ``url``, and each password on its own (a message may quote it alone),
+    as written and percent-decoded (as a client sends it)."""
     found: list[str] = []
     for match in USERINFO.finditer(url):
         userinfo = match.group()[:-1]
-        found.extend(part for part in (userinfo, userinfo.partition(":")[2]) if len(part) >= 4)
+        password = userinfo.partition(":")[2]
+        parts = {userinfo, password, unquote(userinfo), unquote(password)}
+        found.extend(part for part in sorted(parts) if len(part) >= SHORTEST_SECRET)
     return found
 
 
-def scrub(text: str, secrets: list[str]) -> str:
-    """``text`` with the userinfo of every URL and every occurrence of each secret replaced by ``***``."""
+def scrub(text: str, secrets: Iterable[str] = ()) -> str:
+    """``text`` with the userinfo of every URL, the secret parameters of URL queries, and every occurrence of each
+    of ``secrets`` replaced by ``***``."""
     text = redact_urls(text)
-    for secret in sorted(secrets, key=len, reverse=True):
+    for secret in sorted(set(secrets), key=len, reverse=True):
         text = text.replace(secret, MASK)
     return text
+
+
+class RedactingFormatter(logging.Formatter):
+    """A logging formatter that scrubs every record, the traceback it carries included, of URL passwords and of
+    :func:`given_secrets`: the datamount command formats libraries' logs with it."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return scrub(super().format(record), given_secrets())

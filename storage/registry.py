@@ -18,6 +18,8 @@ _LOCAL = "datamount.storage.backends.local:LocalStore"
 _S3 = "datamount.storage.backends.s3:S3Store"
 _GCS = "datamount.storage.backends.gcs:GCSStore"
 _HDFS = "datamount.storage.backends.hdfs:HDFSStore"
+#: A web server's folder needs nothing beyond the generic store, only fsspec's HTTP client (aiohttp).
+_HTTP = "datamount.storage.store:Store"
 
 #: protocol -> (Store class by dotted path, what to install when its import fails)
 BUILTIN_BACKENDS: dict[str, tuple[str, str]] = {
@@ -30,12 +32,15 @@ BUILTIN_BACKENDS: dict[str, tuple[str, str]] = {
     "gcs": (_GCS, "datamount[gcs]"),
     "hdfs": (_HDFS, "datamount[hdfs]"),
     "viewfs": (_HDFS, "datamount[hdfs]"),
+    "http": (_HTTP, "datamount[http]"),
+    "https": (_HTTP, "datamount[http]"),
 }
 #: The packages of each extra a backend needs (imported only when a store of it is opened).
 EXTRA_PACKAGES = {
     "datamount[s3]": ("obstore", "s3fs", "boto3"),
     "datamount[gcs]": ("gcsfs",),
     "datamount[hdfs]": ("hdfs_native",),
+    "datamount[http]": ("aiohttp",),
 }
 
 

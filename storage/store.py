@@ -181,7 +181,7 @@ class Store:
         self.url = redact.redact_url(url.rstrip("/") or url)
         self.name = name
         self._public_options = redact.redact_options(options or {})
-        self._secrets = redact.secret_values(options or {})
+        self._secrets = redact.note_secrets(url, options or {})
         self._is_async = isinstance(fs, AsyncFileSystem) and getattr(fs, "async_impl", False)
 
     # -- construction ------------------------------------------------------------------------------------------
@@ -914,6 +914,10 @@ def _classify_builtin(exc: BaseException) -> Failure:
     text = short_reason(exc)
     if isinstance(exc, FileNotFoundError):
         return Failure(ObjectNotFoundError, "not found")
+    if isinstance(exc, OSError) and exc.errno == errno.ESTALE:
+        # A network file system (GlusterFS, NFS) says the file named was removed or replaced on its server after the
+        # kernel looked it up again: it is not there any more.
+        return Failure(ObjectNotFoundError, "not found (removed meanwhile: stale file handle)")
     if isinstance(exc, FileExistsError):
         return Failure(ObjectExistsError, "it already exists")
     if isinstance(exc, PermissionError):

@@ -33,6 +33,7 @@ from datamount.datasets.public.archives import ARCHIVE_ERRORS, file_size, member
 from datamount.datasets.public.spec import PublicDataset, RemoteFile, Sources
 from datamount.datasets.public.splits import SplitReader, attached_file, installed
 from datamount.datasets.public.writer import PublicWriter
+from datamount.datasets.row_folders import RowFiles
 from datamount.storage import Store, open_store
 
 NAME = "imagenet"
@@ -260,6 +261,7 @@ SPEC = PublicDataset(
     ),
     needs_source=True,
     pip_extra="imagenet",
+    row_files=RowFiles("{split}/{label}/{name}"),
 )
 
 

@@ -24,6 +24,7 @@ from datamount.datasets.public.archives import file_size, member_bytes, read_tar
 from datamount.datasets.public.spec import PublicDataset, RemoteFile, Sources
 from datamount.datasets.public.splits import SplitReader, attached_file, installed
 from datamount.datasets.public.writer import PublicWriter
+from datamount.datasets.row_folders import RowFiles
 from datamount.storage import Store, open_store
 
 NAME = "imdb"
@@ -104,6 +105,7 @@ SPEC = PublicDataset(
     files=FILES,
     build=_build,
     source_help=f"{ARCHIVE}, or a folder holding it (Paddle's ~/.cache/paddle/dataset/imdb works)",
+    row_files=RowFiles("{split}/{label}/{number}.txt"),
 )
 
 

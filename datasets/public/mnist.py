@@ -5,12 +5,15 @@ row, 0 white to 255 black, as in the IDX files), ``label`` the digit as a string
 then ``test`` (10,000), in the order of the published files.
 
 ``train()`` and ``test()`` yield what ``paddle.dataset.mnist`` yields: ``(float32[784] scaled to [-1, 1], int)``.
+Shown as files (``export``, ``datamount mount``), each image is a grey PNG at ``SPLIT/LABEL/NUMBER.png``.
 """
 
 from __future__ import annotations
 
+import functools
 import gzip
 import itertools
+import struct
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +26,8 @@ from datamount.datasets.progress import Progress
 from datamount.datasets.public.spec import PublicDataset, RemoteFile, Sources
 from datamount.datasets.public.splits import SplitReader
 from datamount.datasets.public.writer import PublicWriter
+from datamount.datasets.row_folders import RowFiles
+from datamount.datasets.rows import Row
 from datamount.storage import Store
 
 NAME = "mnist"
@@ -50,6 +55,11 @@ IDX_UBYTE = 0x08
 _BLOCK_ROWS = 1024
 #: Rows handed to the writer at once while installing.
 _CHUNK_ROWS = 65_536
+#: An MNIST image's width (and height), in pixels.
+WIDTH = 28
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+#: The most bytes a stored (uncompressed) deflate block holds.
+_STORED_BLOCK = 65_535
 
 
 def read_idx(path: str | Path) -> np.ndarray:
@@ -99,6 +109,43 @@ def _binary_rows(pixels: np.ndarray) -> pa.Array:
     return pa.Array.from_buffers(pa.binary(), count, [None, pa.py_buffer(offsets), pa.py_buffer(pixels)])
 
 
+def png_of_row(row: Row) -> bytes:
+    """A row's image as a file: its pixels as an 8-bit grey PNG 28 pixels wide."""
+    return grey_png(row[0], WIDTH)
+
+
+def grey_png(pixels: bytes, width: int) -> bytes:
+    """``pixels`` (row by row, one byte each) as an 8-bit grey PNG ``width`` pixels wide, each grey level the byte as
+    it is (0 black: the IDX values, as torchvision's ``MNIST`` shows them). The image data is stored, not compressed:
+    every encoder writes the same bytes, so that a file's size and checksum do not depend on a zlib version."""
+    if not pixels or len(pixels) % width:
+        raise SourceFormatError(f"an image of {len(pixels)} bytes is not rows of {width} pixels")
+    height = len(pixels) // width
+    lines = np.zeros((height, width + 1), np.uint8)  # each scanline: its filter (0, none), then its pixels
+    lines[:, 1:] = np.frombuffer(pixels, np.uint8).reshape(height, width)
+    scanlines = lines.tobytes()
+    stream = [b"\x78\x01"]  # zlib: deflate, 32 KB window, no dictionary
+    for start in range(0, len(scanlines), _STORED_BLOCK):
+        block = scanlines[start : start + _STORED_BLOCK]
+        final = start + _STORED_BLOCK >= len(scanlines)
+        stream.append(struct.pack("<BHH", final, len(block), 0xFFFF ^ len(block)) + block)  # stored: its length twice
+    stream.append(struct.pack(">I", zlib.adler32(scanlines)))
+    return _png_start(width, height) + _chunk(b"IDAT", b"".join(stream)) + _PNG_END
+
+
+@functools.cache
+def _png_start(width: int, height: int) -> bytes:
+    """A PNG's signature and header: 8-bit grey, not interlaced."""
+    return _PNG_SIGNATURE + _chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0))
+
+
+def _chunk(kind: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+
+_PNG_END = _chunk(b"IEND", b"")
+
+
 SPEC = PublicDataset(
     name=NAME,
     title="MNIST handwritten digits: 28x28 grey images, labels 0-9 (60,000 train, 10,000 test)",
@@ -108,6 +155,7 @@ SPEC = PublicDataset(
     files=FILES,
     build=_build,
     source_help="a folder holding the four IDX .gz files (Paddle's ~/.cache/paddle/dataset/mnist works)",
+    row_files=RowFiles("{split}/{label}/{number}.png", png_of_row),
 )
 
 

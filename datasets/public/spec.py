@@ -15,6 +15,7 @@ from datamount.datasets.errors import (
 )
 from datamount.datasets.names import PUBLIC_NAMESPACE
 from datamount.datasets.progress import Progress
+from datamount.datasets.row_folders import RowFiles
 
 if TYPE_CHECKING:
     from datamount.datasets.public.writer import PublicWriter
@@ -81,6 +82,9 @@ class PublicDataset:
     needs_source: bool = False
     #: The pip extra holding optional packages the build may need (``imagenet``: scipy for the devkit).
     pip_extra: str = ""
+    #: How its rows are shown as files (``export``, ``datamount mount``); ``None``: the default form
+    #: (:mod:`datamount.datasets.row_folders`).
+    row_files: RowFiles | None = None
 
     @property
     def dataset_name(self) -> str:

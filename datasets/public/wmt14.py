@@ -23,6 +23,7 @@ from datamount.datasets.public.archives import file_size, member_bytes, read_tar
 from datamount.datasets.public.spec import PublicDataset, RemoteFile, Sources
 from datamount.datasets.public.splits import SplitReader
 from datamount.datasets.public.writer import PublicWriter
+from datamount.datasets.row_folders import RowFiles, tab_line
 from datamount.storage import Store
 
 NAME = "wmt14"
@@ -85,6 +86,7 @@ SPEC = PublicDataset(
     files=FILES,
     build=_build,
     source_help=f"{ARCHIVE}, or a folder holding it (Paddle's ~/.cache/paddle/dataset/wmt14 works)",
+    row_files=RowFiles("{split}/{split}", tab_line),
 )
 
 

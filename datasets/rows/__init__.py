@@ -26,6 +26,13 @@ from datamount.datasets.rows.listed import (
     parse_lines,
     read_lines,
 )
+from datamount.datasets.rows.missing import (
+    missing_list,
+    missing_object,
+    missing_shard,
+    objects_read,
+    removed_or_missing,
+)
 from datamount.datasets.rows.shards import ShardRows, decoded_rows
 from datamount.datasets.rows.source import DEFAULT_ROWS_PER_SPAN, Piece, Row, RowSource, closing
 from datamount.datasets.rows.split import RowSplitRows, SplitRows, open_split, split_bounds
@@ -47,10 +54,15 @@ __all__ = [
     "check_object",
     "closing",
     "decoded_rows",
+    "missing_list",
+    "missing_object",
+    "missing_shard",
     "object_locations",
+    "objects_read",
     "open_rows",
     "parse_lines",
     "read_lines",
+    "removed_or_missing",
     "shard_cache",
     "split_bounds",
 ]

@@ -10,8 +10,9 @@ from typing import NamedTuple
 from datamount.datasets import layout
 from datamount.datasets.errors import DatasetNotFoundError
 from datamount.datasets.manifest import FileEntry, Manifest, collector_paused
+from datamount.datasets.rows.missing import missing_list, missing_object, objects_read
 from datamount.datasets.rows.source import DEFAULT_ROWS_PER_SPAN, Piece, Row, clip, line_spans, out_of_range
-from datamount.storage import IntegrityError, Store
+from datamount.storage import IntegrityError, ObjectNotFoundError, Store
 from datamount.storage.checksums import matches
 from datamount.storage.store import DEFAULT_MAX_BYTES_IN_FLIGHT
 
@@ -110,12 +111,16 @@ class ListRows:
         self.manifest = manifest
         self.split = ""
         self.layout = f"lines:{rows_per_span}"
+        self.zero_copy = False  # each read's own bytes: copied by no one, and not views
         self.rows_per_span = rows_per_span
 
     @functools.cached_property
     def _lines(self) -> list[Line]:
         """The list's lines, read on first use (spans and lengths need only the manifest)."""
-        return read_lines(self.store, self.manifest)
+        try:
+            return read_lines(self.store, self.manifest)
+        except ObjectNotFoundError as missing:
+            raise missing_list(self.store, self.manifest, missing) from missing
 
     def __len__(self) -> int:
         return self.manifest.rows
@@ -126,7 +131,10 @@ class ListRows:
     @functools.cached_property
     def _head(self) -> list[Line]:
         """The complete lines of the list's first :data:`HEAD_BYTES` (every line, for a list no larger)."""
-        raw = self.store.read_range(layout.list_path(self.manifest), 0, min(HEAD_BYTES, self.manifest.list_size))
+        try:
+            raw = self.store.read_range(layout.list_path(self.manifest), 0, min(HEAD_BYTES, self.manifest.list_size))
+        except ObjectNotFoundError as missing:
+            raise missing_list(self.store, self.manifest, missing) from missing
         return list_rows(raw if len(raw) >= self.manifest.list_size else raw[: raw.rfind(b"\n") + 1])
 
     def _lines_to(self, stop: int) -> list[Line]:
@@ -186,8 +194,11 @@ class ObjectRows(ListRows):
         if not 0 <= index < len(self):
             raise out_of_range(index, self.manifest, len(self))
         location = object_location(self.manifest, self._files[index])  # needs the whole list: its head is not read
-        data = check_object(self.store, self.manifest, index, location, self.store.read(location.path))
-        return (data, *self._lines[index][1:])
+        try:
+            data = self.store.read(location.path)
+        except ObjectNotFoundError as missing:
+            raise missing_object(self.store, self.manifest, index, location.path, missing) from missing
+        return (check_object(self.store, self.manifest, index, location, data), *self._lines[index][1:])
 
     def pieces(self, pieces: Iterable[Piece]) -> Iterator[Row]:
         return self._read(row for piece in pieces for row in piece.rows)
@@ -208,12 +219,12 @@ class ObjectRows(ListRows):
         sizes = (location.size for _, location in for_sizes)
         if not (self.verify and self._sha256_only):
             blobs = self.store.read_many(paths, sizes=sizes, max_requests=self.max_requests, max_bytes=self.max_bytes)
-            for (row, location), data in zip(for_checks, blobs, strict=True):
+            for row, location, data in objects_read(self.store, manifest, for_checks, blobs):
                 checked = check_object(self.store, manifest, row, location, data, hashed=self.verify)
                 yield (checked, *lines[row][1:])
             return
         hashed = self.store.read_many_hashed(
             paths, sizes=sizes, max_requests=self.max_requests, max_bytes=self.max_bytes
         )
-        for (row, location), (data, digest) in zip(for_checks, hashed, strict=True):
+        for row, location, (data, digest) in objects_read(self.store, manifest, for_checks, hashed):
             yield (check_object(self.store, manifest, row, location, data, digest=digest), *lines[row][1:])

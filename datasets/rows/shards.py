@@ -10,7 +10,7 @@ import itertools
 import os
 import threading
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import AbstractContextManager
 from typing import Any, BinaryIO
@@ -20,8 +20,10 @@ import pyarrow.parquet as pq
 
 from datamount.datasets import layout
 from datamount.datasets.arrow_codec import batch_rows, column_decoder
+from datamount.datasets.errors import MissingPartError
 from datamount.datasets.manifest import Manifest, ShardEntry
 from datamount.datasets.rows.chain import ClosingChain, close_iterator
+from datamount.datasets.rows.missing import missing_shard
 from datamount.datasets.rows.source import Piece, Row, clip, out_of_range
 from datamount.storage import DatamountError, IntegrityError, ObjectNotFoundError, Store
 from datamount.storage.cache import ContentCache
@@ -66,10 +68,19 @@ class ShardRows:
     epoch reads locally). Without a cache a remote pass streams row groups, as do parts of shards (random access,
     the pieces of a shuffled or sharded pass, the ends of a range): from the local or cached file, else each group
     with one ranged read, several in flight, checked by its pages' CRCs and its row count.
+
+    Each row holds the version's columns; ``columns`` names others of the shards' to add after them (``path``: an
+    image's place in its source).
     """
 
     def __init__(
-        self, store: Store, manifest: Manifest, *, cache: ContentCache | None = None, zero_copy: bool = False
+        self,
+        store: Store,
+        manifest: Manifest,
+        *,
+        cache: ContentCache | None = None,
+        zero_copy: bool = False,
+        columns: Sequence[str] = (),
     ) -> None:
         self.store = store
         self.manifest = manifest
@@ -78,7 +89,7 @@ class ShardRows:
         self.split = ""
         self.layout = "row-groups"
         self.cache = cache
-        self._columns = list(manifest.columns)
+        self._columns = [*manifest.columns, *columns]
         self._starts = list(itertools.accumulate((s.rows for s in manifest.shards), initial=0))
         self._footers: dict[str, pq.FileMetaData] = {}
         self._heads: dict[str, memoryview] = {}  # a shard's bytes from its magic on, fetched with its footer
@@ -267,7 +278,21 @@ class ShardRows:
                 f"{where}shard {url} of {self.manifest.ref} is damaged: {str(exc).splitlines()[0]}"
             ) from exc
 
+    @contextlib.contextmanager
+    def _missing(self, shard: ShardEntry) -> Iterator[None]:
+        """A shard not found is named with the rows it holds and what puts it back."""
+        try:
+            yield
+        except MissingPartError:
+            raise
+        except ObjectNotFoundError as missing:
+            raise missing_shard(self.store, self.manifest, shard, missing) from missing
+
     def _open(self, shard: ShardEntry) -> _OpenShard:
+        with self._missing(shard):
+            return self._opened(shard)
+
+    def _opened(self, shard: ShardEntry) -> _OpenShard:
         path = layout.shard_path(self.manifest.name, shard)
         local = self.store.local_path(path)
         if local is not None:
@@ -369,11 +394,12 @@ class ShardRows:
             with self._open(shard) as source:
                 yield self._parquet(shard, source)
             return
-        footer = self._footer(path, shard, with_first_group=group == 0)
-        start, end = _group_range(footer, group)
-        fetched = self._head(path, start, end) if group == 0 else None
-        if fetched is None:
-            fetched = self.store.read_range_buffer(path, start, end)
+        with self._missing(shard):
+            footer = self._footer(path, shard, with_first_group=group == 0)
+            start, end = _group_range(footer, group)
+            fetched = self._head(path, start, end) if group == 0 else None
+            if fetched is None:
+                fetched = self.store.read_range_buffer(path, start, end)
         yield self._parquet(shard, SparseFile(shard.size, {start: fetched}, name=self.store.url_for(path)), footer)
 
     def _footer(self, path: str, shard: ShardEntry, *, with_first_group: bool = False) -> pq.FileMetaData:

@@ -40,6 +40,9 @@ class RowSource(Protocol):
     #: How the rows are cut into spans (``"row-groups"``, ``"lines:N"``): a reader's saved position means the same
     #: only under the same layout.
     layout: str
+    #: Whether binary values are read-only memoryviews into decoded data rather than new ``bytes`` (a packed
+    #: version read with ``zero_copy``); what a reader yields, so a reader's saved state records it.
+    zero_copy: bool
 
     def __len__(self) -> int: ...
 

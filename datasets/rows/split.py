@@ -38,6 +38,7 @@ class SplitRows:
         self.store = source.store
         self.split = split
         self.layout = source.layout
+        self.zero_copy = source.zero_copy
         start, stop, self.manifest = split_bounds(source.manifest, split)
         self.start, self.stop = clip(start, stop, len(source))
 
@@ -160,6 +161,7 @@ class RowSplitRows:
         self.store = source.store
         self.split = split
         self.layout = source.layout
+        self.zero_copy = source.zero_copy
         self.manifest = dataclasses.replace(source.manifest, rows=len(self.index))
         self._numbers = self.index.tolist()
         self._source_spans = source.spans()

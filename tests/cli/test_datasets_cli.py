@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from click.testing import CliRunner, Result
 from datamount.cli.formatting import format_size
 from datamount.cli.main import cli
 from datamount.storage import open_store
+from tests.cli.terminal import answered_at_a_terminal
 from tests.generated import MakeImageList
 
 
@@ -101,6 +103,26 @@ def test_rm_asks_unless_yes(store_dir: str, make_image_list: MakeImageList) -> N
     assert "no datasets" in run("ls", "--store", store_dir).output
 
 
+@pytest.mark.parametrize(
+    ("answer", "code", "said", "kept"),
+    [
+        (b"n\n", 0, "nothing removed: cats (versions [1]) is kept\n", True),
+        (b"\n", 0, "nothing removed: cats (versions [1]) is kept\n", True),  # the default is no
+        (b"y\n", 0, "removed cats version(s) 1\n", False),
+        (b"\x04", 130, "datamount: interrupted\n", True),  # end of input (Ctrl-D): not an answer
+    ],
+    ids=["no", "default", "yes", "end-of-input"],
+)
+def test_rm_at_a_terminal_removes_only_on_yes(
+    store_dir: str, make_image_list: MakeImageList, answer: bytes, code: int, said: str, kept: bool
+) -> None:
+    """Declining is an answer, not a failure: status 0 and a line saying nothing was removed."""
+    run("upload", str(make_image_list(2)), "cats", "--store", store_dir)
+    status, output = answered_at_a_terminal(answer, "rm", "cats", "--store", store_dir)
+    assert status == code and "? [y/N]: " in output and output.endswith(said), output
+    assert ("cats" in run("ls", "--store", store_dir).output) == kept
+
+
 def test_ls_of_an_empty_store(store_dir: str) -> None:
     assert "no datasets in" in run("ls", "--store", store_dir).output
 
@@ -111,6 +133,13 @@ def test_demo_runs_offline_on_the_default_store() -> None:
     assert "uploaded demo-images@1 (image, 200 rows)" in result.output
     assert "uploaded demo-translation@1 (text, 16 rows)" in result.output
     assert "(<PNG " in result.output and "samples/s" in result.output
+    # Each rate is measured over a quarter of a second at least, whole passes read again as often as it takes (one
+    # pass of the 16 pairs alone takes a few hundredths of a millisecond).
+    rates = re.findall(
+        r"([\d,]+) pass\(es\) of (\d+) samples \([^)]+\) in (\d+\.\d\d) s: [\d,]+ samples/s", result.output
+    )
+    assert [int(rows) for _, rows, _ in rates] == [200, 16], result.output
+    assert all(float(seconds) >= 0.25 for _, _, seconds in rates), result.output
     assert "Le chat dort sur le canapé." in result.output
     again = run("demo", "--quiet")
     assert "already up to date: demo-images@1" in again.output
@@ -205,8 +234,18 @@ def test_an_unreachable_store_fails_fast_naming_it(files: Path) -> None:
         (["upload", "LIST", "d", "--pack", "--shard-size", "12XB"], "'12XB' is not a size; write e.g. 256MB"),
         (["pack", "d", "--shard-size", "0"], "the size must be at least one byte"),
         (["ls", "-o", "no-value"], "expected KEY=VALUE, got 'no-value'"),
+        (
+            ["upload", "LIST", "d", "--pack", "--shard-size", "4MiB"],
+            "a shard size of 4,194,304 bytes is less than one row group of 8,388,608 bytes",
+        ),
+        (
+            ["pack", "d", "--shard-size", "1MB"],
+            "a shard size of 1,000,000 bytes is less than one row group of 8,388,608 bytes: a shard holds whole row "
+            "groups, so it cannot be that small; ask for shards of at least 8,388,608 bytes",
+        ),
+        (["import", "d", "--shard-size", "100KB"], "a shard size of 100,000 bytes is less than one row group"),
     ],
-    ids=["upload-size", "pack-size", "option"],
+    ids=["upload-size", "pack-size", "option", "upload-below-a-row-group", "pack-below-a-row-group", "import"],
 )
 def test_usage_errors_come_before_the_store_is_opened(files: Path, args: list[str], fragment: str) -> None:
     args = [write_list(files, "a.jpg\t1\n") if arg == "LIST" else arg for arg in args]

@@ -69,12 +69,14 @@ def test_a_mistake_is_one_line_and_its_exit_status(
         (["obstore", "s3fs", "boto3"], "s3://b", "s3"),
         (["gcsfs"], "gs://b", "gcs"),
         (["hdfs_native", "hdfs_native.fsspec"], "hdfs://127.0.0.1:1/x", "hdfs"),
+        (["aiohttp"], "http://127.0.0.1:1/x", "http"),
+        (["aiohttp"], "https://127.0.0.1:1/x", "http"),
     ],
-    ids=["s3", "gcs", "hdfs"],
+    ids=["s3", "gcs", "hdfs", "http", "https"],
 )
 def test_a_missing_extra_is_one_line_naming_it(modules: list[str], url: str, extra: str) -> None:
     """Without hdfs-native, fsspec's fallback to libhdfs printed a hundred dlopen lines; the base install has no
-    S3 or GCS client at all."""
+    S3 or GCS client at all, nor aiohttp for fsspec's HTTP client (whose own message named no extra)."""
     hide = "import sys; " + "".join(f"sys.modules[{module!r}] = None; " for module in modules)
     run = "from datamount.cli.main import main; main()"
     command = [sys.executable, "-c", hide + run, "ls", "--store", url]

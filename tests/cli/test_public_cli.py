@@ -15,6 +15,7 @@ from click.testing import CliRunner, Result
 from datamount.cli.main import cli
 from datamount.datasets import public
 from datamount.readers import reader
+from tests.cli.terminal import answered_at_a_terminal
 from tests.datasets.http_files import FileServer
 from tests.datasets.public_files import make_mnist, make_wmt14, md5, registered, serve, with_checksums_of
 
@@ -119,6 +120,14 @@ def test_rm_asks_unless_yes(store_dir: str, mirror: FileServer) -> None:
     assert removed.exit_code == 0 and removed.output == "removed public/mnist version(s) 1\n"
     gone = run("public", "rm", "mnist", "--yes", "--store", store_dir)
     assert_one_line_error(gone, 3, "the public dataset mnist is not installed")
+
+
+def test_rm_at_a_terminal_keeps_the_dataset_when_the_answer_is_no(store_dir: str, mirror: FileServer) -> None:
+    run("public", "install", "mnist", "--store", store_dir, "--mirror", mirror.url)
+    rows = len(reader("mnist", store_dir))
+    status, output = answered_at_a_terminal(b"n\n", "public", "rm", "mnist", "--store", store_dir)
+    assert status == 0 and output.endswith("? [y/N]: n\nnothing removed: public/mnist is kept\n"), output
+    assert len(reader("mnist", store_dir)) == rows
 
 
 @pytest.mark.parametrize(

@@ -103,7 +103,8 @@ def test_a_broken_config_is_one_line_and_exit_status_2(tmp_path: Path, monkeypat
     assert result.output.startswith(f"datamount: error: {config}: not valid TOML")
     assert len(result.output.strip().splitlines()) == 1
     debug = CliRunner().invoke(cli, ["--debug", "stores"])
-    assert debug.exception is not None and "not valid TOML" in str(debug.exception)
+    assert debug.exit_code == 2 and debug.stderr.startswith("Traceback (most recent call last)")
+    assert "StoreConfigError: " in debug.stderr and "not valid TOML" in debug.stderr
 
 
 def test_a_store_that_is_no_profile_exits_2_and_names_the_closest(

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+
+import pyarrow.parquet as pq
 from click.testing import CliRunner, Result
 
 from datamount.cli.main import cli
@@ -65,3 +69,34 @@ def test_repair_of_a_packed_version_needs_no_source(s3_store: Store, make_image_
     assert verify(s3_store, catalog.resolve(s3_store, "d")).ok
     assert list(reader("d", s3_store)()) == image_rows(list_file)
     assert list(reader("d", s3_store, use_shards=False)()) == image_rows(list_file)
+
+
+def test_a_shard_made_again_with_other_bytes_is_not_stored(local_store: Store, make_image_list: MakeImageList) -> None:
+    """A shard whose recorded bytes today's writer does not make (written with another codec, as by an earlier
+    datamount or pyarrow): repair makes it again, finds another sha256, and stores nothing."""
+    list_file = make_image_list(12, size=2000)
+    upload(list_file, "d", store=local_store)
+    manifest = pack("d", store=local_store, shard_bytes=10_000, row_group_bytes=3_000)
+    shard = manifest.shards[1]
+    where = local_store.local_path(layout.shard_path("d", shard))
+    old = pq.ParquetFile(where)
+    groups = [old.read_row_group(group) for group in range(old.num_row_groups)]
+    with pq.ParquetWriter(where, old.schema_arrow, compression="snappy", write_page_checksum=True) as writer:
+        for group in groups:
+            writer.write_table(group)
+    record_path = layout.pack_record_path("d", manifest.version)
+    record = json.loads(local_store.read(record_path))
+    data = local_store.read(layout.shard_path("d", shard))
+    record["shards"][1].update(sha256=hashlib.sha256(data).hexdigest(), size=len(data))
+    local_store.write(record_path, json.dumps(record).encode())
+    assert verify(local_store, catalog.resolve(local_store, "d")).ok  # a sound version, its shard as recorded
+    local_store.remove(layout.shard_path("d", shard))
+
+    done = run("verify", "d", "--repair", "--store", local_store.url, "-q")
+    assert done.exit_code == 1
+    assert not local_store.exists(layout.shard_path("d", shard))
+    assert f"not repaired: shard {shard.path}: shard {shard.path} of d made again has sha256" in done.output
+    assert "nothing was stored" in done.output
+    assert [damage.path for damage in verify(local_store, catalog.resolve(local_store, "d")).damaged] == [
+        layout.shard_path("d", shard)
+    ]

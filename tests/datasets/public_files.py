@@ -11,6 +11,7 @@ import hashlib
 import io
 import random
 import tarfile
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,8 +19,9 @@ from typing import Literal
 
 import numpy as np
 
-from datamount.datasets import public
+from datamount.datasets import catalog, layout, public
 from datamount.datasets.public.spec import PublicDataset
+from datamount.storage import Store
 from tests.datasets.http_files import FileServer
 
 #: A valid 2x2 baseline JPEG; each generated image is this with a comment segment (COM) of random bytes after the
@@ -284,3 +286,81 @@ def extract_imagenet_tree(source: ImagenetSource, folder: Path) -> None:
         for wnid, name, data in rows:
             (folder / split / wnid).mkdir(parents=True, exist_ok=True)
             (folder / split / wnid / name).write_bytes(data)
+
+
+# -- What a public dataset shows as files (export, the mount) ----------------------------------------------------
+
+
+def png_pixels(data: bytes) -> tuple[int, int, bytes]:
+    """``(width, height, pixels)`` of an 8-bit grey PNG, read here: its chunks' CRCs checked, its image data
+    inflated by zlib, each scanline's filter byte (none) dropped."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    position, chunks = 8, {}
+    while position < len(data):
+        length = int.from_bytes(data[position : position + 4], "big")
+        kind, body = data[position + 4 : position + 8], data[position + 8 : position + 8 + length]
+        assert int.from_bytes(data[position + 8 + length : position + 12 + length], "big") == zlib.crc32(kind + body)
+        chunks[kind] = chunks.get(kind, b"") + body
+        position += 12 + length
+    width, height = int.from_bytes(chunks[b"IHDR"][:4], "big"), int.from_bytes(chunks[b"IHDR"][4:8], "big")
+    assert chunks[b"IHDR"][8:10] == bytes([8, 0]) and chunks[b"IEND"] == b""  # 8-bit grey
+    scanlines = zlib.decompress(chunks[b"IDAT"])
+    assert len(scanlines) == height * (width + 1) and all(scanlines[y * (width + 1)] == 0 for y in range(height))
+    return width, height, b"".join(scanlines[y * (width + 1) + 1 : (y + 1) * (width + 1)] for y in range(height))
+
+
+def shown(path: str, data: bytes) -> bytes:
+    """A shown file's content as the tests compare it: an MNIST PNG's pixels (28 wide), any other file's bytes."""
+    if not path.endswith(".png"):
+        return data
+    width, _, pixels = png_pixels(data)
+    assert width == 28
+    return pixels
+
+
+def _numbered(count: int) -> list[str]:
+    """Row numbers in a split of ``count`` rows as the shown files name them: zero-padded to the last one's width."""
+    return [f"{number:0{len(str(count - 1))}d}" for number in range(count)]
+
+
+def install_generated(name: str, folder: Path, store: Store) -> dict[str, bytes]:
+    """Generate public dataset ``name``'s published files in ``folder``, install them into ``store``, and return what
+    it shows as files, computed here from what was generated (path to content, as :func:`shown` gives it; the
+    files kept with the dataset as stored)."""
+    expected: dict[str, bytes] = {}
+    if name == "mnist":
+        mnist = make_mnist(folder, train=120, test=30, seed=4)
+        spec = with_checksums_of("mnist", folder)
+        for split in ("train", "test"):
+            for number, image, label in zip(
+                _numbered(len(mnist.labels[split])), mnist.images[split], mnist.labels[split], strict=True
+            ):
+                expected[f"{split}/{label}/{number}.png"] = image.tobytes()
+    elif name == "imdb":
+        imdb = make_imdb(folder, per_group=6, seed=2)
+        spec = public.get("imdb").with_checksums({"aclImdb_v1.tar.gz": md5(imdb.path)})
+        for split in ("train", "test"):
+            reviews = [(label, text) for label in ("pos", "neg") for text in imdb.reviews[(split, label)]]
+            for number, (label, text) in zip(_numbered(len(reviews)), reviews, strict=True):
+                expected[f"{split}/{label}/{number}.txt"] = text.encode("utf-8")
+    elif name == "imagenet":
+        imagenet = make_imagenet(folder, classes=3, per_class=4, val=7, seed=9)
+        spec = public.get("imagenet").with_checksums(imagenet.checksums)
+        expected.update({f"train/{wnid}/{file}": data for wnid, file, data in imagenet.train})
+        expected.update({f"val/{wnid}/{file}": data for file, wnid, data in imagenet.val})
+        expected["classes.tsv"] = "".join(f"{w}\t{words}\n" for w, words in sorted(imagenet.classes.items())).encode()
+    else:
+        wmt = make_wmt14(folder, pairs=10, seed=6)
+        spec = public.get("wmt14").with_checksums({"wmt14.tgz": md5(wmt.path)})
+        for split, lines in wmt.lines.items():
+            pairs = [line.split("\t") for line in lines if len(line.split("\t")) == 2]
+            expected[f"{split}/{split}"] = "".join(f"{source}\t{target}\n" for source, target in pairs).encode()
+        expected["src.dict"] = "".join(word + "\n" for word in wmt.source_dict).encode()
+        expected["trg.dict"] = "".join(word + "\n" for word in wmt.target_dict).encode()
+    with registered(spec):
+        public.install(name, store=store, source=folder, row_group_bytes=10_000)
+    if name == "imdb":  # the word counts, kept as stored (their rule is imdb's, tested there)
+        manifest = catalog.resolve(store, "imdb")
+        entry = next(entry for entry in manifest.files if entry.path == "word_freq.tsv")
+        expected["word_freq.tsv"] = store.read(layout.object_path(manifest.name, entry.sha256))
+    return expected

@@ -13,6 +13,7 @@ from datamount.datasets import catalog, copy_version, layout, pack, upload, veri
 from datamount.readers import reader
 from datamount.storage import IntegrityError, Store, open_store
 from tests.generated import write_image_list
+from tests.servers.moto import S3Server
 
 
 @pytest.mark.parametrize("packed", ["objects", "upload --pack", "pack"])
@@ -73,3 +74,22 @@ def test_the_command(tmp_path: Path) -> None:
     assert again.output == f"{target} already holds cats as cats@1; nothing sent\n"
     missing = runner.invoke(cli, ["cp", "dogs", "--from", source, "--to", target])
     assert missing.exit_code == 3 and missing.output.startswith("datamount: error: no dataset named 'dogs'")
+
+
+def test_the_command_takes_backend_options_for_each_store(tmp_path: Path, s3_server: S3Server, s3_bucket: str) -> None:
+    """``-o`` is for the store copied from, ``--to-option`` for the store copied to (an S3 store needs its endpoint
+    here); an option one store does not take is refused, naming it."""
+    local = str(tmp_path / "local")
+    upload(write_image_list(tmp_path / "src", 3), "cats", store=local)
+    remote, endpoint = f"s3://{s3_bucket}/team", f"endpoint_url={s3_server.endpoint_url}"
+    runner = CliRunner()
+    sent = runner.invoke(cli, ["cp", "cats", "--from", local, "--to", remote, "--to-option", endpoint, "-q"])
+    assert sent.exit_code == 0, sent.output
+    assert sent.output.startswith(f"copied cats to cats@1 in {remote}: 4 part(s)")
+    back = str(tmp_path / "back")
+    fetched = runner.invoke(cli, ["cp", "cats", "--from", remote, "-o", endpoint, "--to", back, "-q"])
+    assert fetched.exit_code == 0, fetched.output
+    assert list(reader("cats", back)()) == list(reader("cats", local)())
+    wrong = runner.invoke(cli, ["cp", "cats", "--from", local, "-o", endpoint, "--to", remote])
+    assert wrong.exit_code == 2
+    assert wrong.output == "datamount: error: unknown local store option endpoint_url; the options are mount\n"

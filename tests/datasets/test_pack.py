@@ -221,6 +221,28 @@ def test_a_pack_whose_folder_a_losing_pack_removed_returns_the_winner(store: Sto
     assert list(reader("d", store)()) == image_rows(list_file)
 
 
+@pytest.mark.parametrize("writer", ["pack", "upload --pack"])
+def test_shards_smaller_than_a_row_group_are_refused_naming_both_sizes(
+    local_store: Store, tmp_path: Path, writer: str
+) -> None:
+    """A shard holds whole row groups: asked for less than one, it would be a row group's size (or more), so the
+    sizes are refused before anything is read or written."""
+    list_file = write_image_list(tmp_path / "src", 10, size=1000)
+    named = r"^a shard size of 1,000 bytes is less than one row group of 4,000 bytes: .* at least 4,000 bytes$"
+    if writer == "pack":
+        upload(list_file, "d", store=local_store)
+        with pytest.raises(ValueError, match=named):
+            pack("d", store=local_store, shard_bytes=1_000, row_group_bytes=4_000)
+        assert catalog.resolve(local_store, "d").shards == []
+    else:
+        with pytest.raises(ValueError, match=named):
+            upload(list_file, "d", store=local_store, packed=True, shard_bytes=1_000, row_group_bytes=4_000)
+        assert local_store.list() == {}
+    # Shards of a row group's size are what shards of one row group each are asked for with.
+    manifest = upload(list_file, "e", store=local_store, packed=True, shard_bytes=4_000, row_group_bytes=4_000).manifest
+    assert len(manifest.shards) > 1 and all(len(shard.row_groups) == 1 for shard in manifest.shards)
+
+
 def test_shards_are_plain_parquet(local_store: Store, tmp_path: Path) -> None:
     expected, _ = packed(local_store, tmp_path)
     manifest = catalog.resolve(local_store, "d")

@@ -88,7 +88,7 @@ def test_the_pack_command_takes_ray(make_image_list: MakeImageList, local_store:
     upload(make_image_list(20, size=1000), "d", store=local_store)
     expected = list(reader("d", local_store)())
     runner = CliRunner()
-    done = runner.invoke(cli, ["pack", "d", "--ray", "--shard-size", "8KB", "--store", local_store.url, "-q"])
+    done = runner.invoke(cli, ["pack", "d", "--ray", "--shard-size", "8MiB", "--store", local_store.url, "-q"])
     assert done.exit_code == 0, done.output
     assert "d@1 is packed in 1 shard(s)" in done.output
     assert list(reader("d", local_store)()) == expected

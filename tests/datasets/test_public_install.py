@@ -190,7 +190,7 @@ def small_spec(build: Builder) -> PublicDataset:
 
 def test_a_failing_build_removes_what_it_wrote(local_store: Store, tmp_path: Path) -> None:
     with registered(small_spec(_rows_then_failure)), pytest.raises(SourceFormatError, match="ends too early"):
-        public.install("tiny", store=local_store, source=tmp_path, shard_bytes=1, row_group_bytes=100)
+        public.install("tiny", store=local_store, source=tmp_path, shard_bytes=100, row_group_bytes=100)
     assert nothing_installed(local_store)
 
 
@@ -206,7 +206,7 @@ def test_an_install_whose_files_vanish_commits_nothing(local_store: Store, tmp_p
         registered(small_spec(_rows_then_removed_by_someone_else)),
         pytest.raises(InstallConflictError, match=r"were removed while it ran .* run it again"),
     ):
-        public.install("tiny", store=local_store, source=tmp_path, shard_bytes=1, row_group_bytes=100)
+        public.install("tiny", store=local_store, source=tmp_path, shard_bytes=100, row_group_bytes=100)
     assert nothing_installed(local_store)
 
 
@@ -222,12 +222,12 @@ class RacedBuild:
             writer.add(f"first {number}", "a")
         if not self.nested:
             self.nested = True
-            public.install("tiny", store=self.store, source=self.source, shard_bytes=1, row_group_bytes=100)
+            public.install("tiny", store=self.store, source=self.source, shard_bytes=100, row_group_bytes=100)
 
 
 def test_when_two_installs_race_the_first_to_commit_wins(local_store: Store, tmp_path: Path) -> None:
     with registered(small_spec(RacedBuild(local_store, tmp_path))):
-        result = public.install("tiny", store=local_store, source=tmp_path, shard_bytes=1, row_group_bytes=100)
+        result = public.install("tiny", store=local_store, source=tmp_path, shard_bytes=100, row_group_bytes=100)
     assert not result.created  # the nested install committed first; this one kept it
     assert catalog.versions(local_store, "public/tiny") == [1]
     shards = sorted(f"public/tiny/{shard.path}" for shard in result.manifest.shards)
@@ -248,7 +248,7 @@ KILLED_INSTALL = textwrap.dedent(
         time.sleep(60)
 
     public.register(PublicDataset("tiny", "t", "text", ("text", "label"), ("train",), (), build, "a folder", True))
-    public.install("tiny", store=sys.argv[1], source=sys.argv[2], shard_bytes=1, row_group_bytes=100)
+    public.install("tiny", store=sys.argv[1], source=sys.argv[2], shard_bytes=100, row_group_bytes=100)
     """
 )
 
@@ -275,7 +275,7 @@ def test_a_killed_install_leaves_nothing_visible_and_the_next_one_completes(tmp_
         catalog.resolve(store, "tiny")
 
     with registered(small_spec(_rows)):
-        manifest = public.install("tiny", store=store, source=tmp_path, shard_bytes=1, row_group_bytes=100).manifest
+        manifest = public.install("tiny", store=store, source=tmp_path, shard_bytes=100, row_group_bytes=100).manifest
     assert manifest.version == 1 and manifest.rows == 50
     assert sorted(store.list("public/tiny/packs")) == [f"public/tiny/{shard.path}" for shard in manifest.shards]
 

@@ -4,8 +4,10 @@ killed is found and cleared by the documented step."""
 
 from __future__ import annotations
 
+import bisect
 import errno
 import io
+import itertools
 import os
 import random
 import re
@@ -365,6 +367,36 @@ def test_a_damaged_file_is_an_io_error_for_that_file_only(
         (mountpoint / victim.path).read_bytes()
     assert caught.value.errno == errno.EIO
     assert "data/img0003.jpg" in log_file.read_text()
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["objects", "packed"])
+def test_a_part_the_store_lost_is_named_in_the_log_with_its_repair(
+    local_store: Store, tmp_path: Path, mountpoint: Path, packed: bool
+) -> None:
+    """A file whose object (or shard) the store lost is an I/O error, and the log names the version, the row, the
+    part and the command that puts it back, as a reader does."""
+    list_file = write_image_list(tmp_path / "src", 8, size=3000)
+    sizes = {"shard_bytes": 10_000, "row_group_bytes": 5_000} if packed else {}
+    manifest = upload(list_file, "pets", store=local_store, packed=packed, **sizes).manifest
+    victim = next(entry for entry in manifest.files if entry.path == "data/img0003.jpg")
+    if packed:  # stored only in shards (upload --pack): its files are the rows of its shards
+        starts = list(itertools.accumulate((shard.rows for shard in manifest.shards), initial=0))
+        number = bisect.bisect_right(starts, 3) - 1
+        lost = layout.shard_path("pets", manifest.shards[number])
+        url = re.escape(local_store.url_for(lost))
+        rows = f"rows {starts[number]} to {starts[number + 1] - 1}"
+        named = rf"pets@1, {rows}: the shard {url} is missing from the store \(the store holds its rows nowhere"
+    else:
+        lost = layout.object_path("pets", victim.sha256)
+        url = re.escape(local_store.url_for(lost))
+        named = rf"pets@1, row 3: the object {url} is missing from the store \(datamount verify pets@1 --repair --from"
+    log_file = tmp_path / "mount.log"
+    mount("pets", mountpoint, store=local_store, cache=False, log_file=log_file)
+    local_store.remove(lost)
+    with pytest.raises(OSError) as caught:
+        (mountpoint / victim.path).read_bytes()
+    assert caught.value.errno == errno.EIO
+    assert re.search(rf"data/img0003.jpg: {named}", log_file.read_text()), log_file.read_text()
 
 
 def test_a_version_removed_while_mounted_is_named_in_the_log(

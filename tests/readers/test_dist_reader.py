@@ -232,7 +232,8 @@ def test_a_task_that_always_fails_ends_failed_without_stalling_the_pass(
     assert (status.finished, status.done, status.failed) == (True, 2, 1)
     [report] = status.troubled
     assert (report.task.start, report.task.stop, report.state, report.failed_reads) == (4, 8, "failed", 2)
-    assert "ObjectNotFoundError" in report.reason and broken[0].split("/")[-1] in report.reason
+    assert report.reason.startswith("MissingPartError: pictures@1, row 5: the object ")
+    assert broken[0].split("/")[-1] in report.reason and "datamount verify pictures@1 --repair" in report.reason
     with pytest.raises(MasterFinishedError, match="all its passes"):
         next(iter(dist_reader("pictures", local_store, namespace=namespace)()))
 

@@ -240,7 +240,7 @@ def test_a_ledger_is_compact_and_survives_its_file(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="row 1000000 is not one of the ledger's 1000000 rows"):
         ledger.record(0, [1_000_000])
     (tmp_path / "bad.json").write_text('{"format": 1, "rows": 5, "epochs": {"0": {"seen": "!!"}}}')
-    with pytest.raises(ReaderStateError, match=r"bad\.json: a ledger epoch is damaged"):
+    with pytest.raises(ReaderStateError, match=r"bad\.json: damaged ledger: epoch 0: seen is not base64"):
         Ledger.load(tmp_path / "bad.json")
 
 

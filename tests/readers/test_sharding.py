@@ -36,7 +36,7 @@ from datamount.readers.sharding import (
     worker_runs,
 )
 from datamount.storage import Store, open_store
-from tests.generated import MakeImageList
+from tests.generated import MakeImageList, write_image_list
 from tests.stores import store_backends
 
 ROWS = 97  # prime: every world size leaves a remainder
@@ -437,6 +437,44 @@ def test_the_state_of_one_rank_resumes_every_rank_in_step(local_store: Store, tm
     state = ranks[0].state_dict(consumed=32)
     for rank, whole in enumerate(passes):
         assert list(DatasetReader.from_state_dict(state, local_store, rank=rank, world_size=3)()) == whole[32:]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"with_row": True}, {"zero_copy": True}, {"with_row": True, "zero_copy": True, "shuffle": True}],
+    ids=["with_row", "zero_copy", "both-shuffled"],
+)
+def test_a_reader_built_from_a_state_yields_the_samples_the_saved_one_did(
+    local_store: Store, tmp_path: Path, options: dict[str, Any]
+) -> None:
+    """Options that change what a pass yields (row numbers first, memoryviews) travel in the state: the resumed
+    reader yields the rest of the pass exactly as the saved one would have, values of the same types."""
+    upload(write_image_list(tmp_path / "images", 20), "i", store=local_store)
+    pack("i", store=local_store, shard_bytes=4_000, row_group_bytes=1_000)
+    samples = reader("i", local_store, **options)
+    uninterrupted = list(samples())
+    samples.set_epoch(0)
+    iterator = samples()
+    taken = list(itertools.islice(iterator, 7))
+    state = json.loads(json.dumps(samples.state_dict()))
+    iterator.close()
+    rest = list(DatasetReader.from_state_dict(state, local_store)())
+    assert taken + rest == uninterrupted
+    assert [type(value) for value in rest[0]] == [type(value) for value in uninterrupted[0]]
+    assert isinstance(rest[0][0], int) == options.get("with_row", False)
+    assert any(isinstance(value, memoryview) for value in rest[0]) == options.get("zero_copy", False)
+
+
+def test_a_state_saved_before_it_held_what_the_reader_yields_still_loads(local_store: Store, tmp_path: Path) -> None:
+    """A state without ``with_row`` and ``zero_copy`` (saved by an earlier datamount) resumes a reader without them."""
+    rows = text_dataset(local_store, tmp_path)
+    state = reader("t", local_store).state_dict(consumed=10)
+    older = {key: value for key, value in state.items() if key not in ("with_row", "zero_copy")}
+    resumed = DatasetReader.from_state_dict(older, local_store)
+    assert (resumed.with_row, resumed.source.zero_copy) == (False, False)
+    assert list(resumed()) == rows[10:]
+    numbered = DatasetReader.from_state_dict(older, local_store, with_row=True)
+    assert list(numbered()) == [(number, *row) for number, row in enumerate(rows)][10:]
 
 
 def test_consumed_counts_what_the_loop_took(local_store: Store, tmp_path: Path) -> None:

@@ -24,7 +24,14 @@ from datamount.storage.backends.local import LocalStore
 from datamount.storage.backends.memory import MemoryStore
 from datamount.storage.backends.s3 import S3Store
 from datamount.storage.mounts import mount_of
-from datamount.storage.redact import redact_options, redact_url, scrub, secret_values
+from datamount.storage.redact import (
+    forget_given_secrets,
+    given_secrets,
+    redact_options,
+    redact_url,
+    scrub,
+    secret_values,
+)
 from datamount.storage.registry import store_class_for
 
 
@@ -100,7 +107,15 @@ def test_a_missing_config_named_by_the_environment_is_an_error(tmp_path: Path, m
 
 @pytest.mark.parametrize(
     ("protocol", "expected"),
-    [("file", LocalStore), ("memory", MemoryStore), ("s3", S3Store), ("s3a", S3Store), ("ftp", Store)],
+    [
+        ("file", LocalStore),
+        ("memory", MemoryStore),
+        ("s3", S3Store),
+        ("s3a", S3Store),
+        ("ftp", Store),
+        ("http", Store),
+        ("https", Store),
+    ],
 )
 def test_protocols_map_to_store_classes(protocol: str, expected: type[Store]) -> None:
     assert store_class_for(protocol) is expected
@@ -223,6 +238,18 @@ def test_options_and_third_party_messages_lose_userinfo() -> None:
         scrub(message, secret_values(options))
         == 'Could not connect to the endpoint URL: "http://***@127.0.0.1:9/b?list-type=2"'
     )
+
+
+def test_the_secrets_of_every_store_opened_are_given_for_scrubbing_what_quotes_them_alone() -> None:
+    """A backend's message may quote a password without its URL, percent-decoded, or a secret key."""
+    forget_given_secrets()
+    endpoint = "http://alice:pass%21word@127.0.0.1:9"
+    open_store("s3://bucket/p", check=False, endpoint_url=endpoint, key="AKIAGIVENKEY", secret="given-secret-key")
+    message = "auth failed for alice with pass!word (pass%21word), key AKIAGIVENKEY, secret given-secret-key"
+    assert scrub(message, given_secrets()) == "auth failed for alice with *** (***), key ***, secret ***"
+    assert scrub(message) == message  # a store's own messages are scrubbed with its own secrets only
+    forget_given_secrets()
+    assert given_secrets() == []
 
 
 SECRET_NAMES = [
