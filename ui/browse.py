@@ -73,12 +73,13 @@ class _Recent(Generic[K, V]):
 
 @dataclass(frozen=True)
 class PageRow:
-    """One row of a page: its number, its values as shown, or why it cannot be shown (``problem``: damaged or
-    missing, with the reader's message)."""
+    """One row of a page: its number, its values as shown, or why it cannot be shown (``problem``, the reader's
+    message; ``state``: ``damaged`` or ``missing``)."""
 
     index: int
     cells: list[Cell] = field(default_factory=list)
     problem: str | None = None
+    state: str = ""
 
 
 @dataclass(frozen=True)
@@ -192,7 +193,7 @@ class Browser:
         try:
             return self._page_row(key, manifest, index, source.row(index))
         except (IntegrityError, ObjectNotFoundError) as exc:
-            return PageRow(index, problem=str(exc))
+            return PageRow(index, problem=str(exc), state="damaged" if isinstance(exc, IntegrityError) else "missing")
 
     def _page_row(self, key: str, manifest: Manifest, index: int, values: tuple[Any, ...]) -> PageRow:
         for column, value in enumerate(values):
