@@ -21,6 +21,7 @@ from datamount.cli.mount import mount, unmount
 from datamount.cli.public import public
 from datamount.cli.stores import doctor, stores
 from datamount.cli.stream import cat, import_, pretty_print
+from datamount.cli.ui import ui
 
 
 @click.group(cls=ErrorHandlingGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -60,6 +61,7 @@ for command in (
     pretty_print,
     stores,
     doctor,
+    ui,
     completion,
 ):
     cli.add_command(command)

@@ -19,6 +19,7 @@ PACKAGES = {"storage": "datamount.storage", "datasets": "datamount.datasets", "r
 PACKAGES["cli"] = "datamount.cli"
 PACKAGES["torch_integration"] = "datamount.torch"
 PACKAGES["mount"] = "datamount.mount"
+PACKAGES["ui"] = "datamount.ui"
 #: Source folders whose imports are checked: the product, its tests and its benchmarks.
 SOURCE_FOLDERS = [*PACKAGES, "tests", "benchmarks"]
 

@@ -18,6 +18,11 @@ from datamount.storage.store import DEFAULT_MAX_BYTES_IN_FLIGHT
 
 Line = tuple[str, ...]
 
+#: Bytes read from the start of a list to find the rows a window near its start asks for, while the whole list is not
+#: needed: the first page of a million-row text version (``datamount ui``) in milliseconds rather than the seconds
+#: its whole list takes to decode (2.8 s for 38 MB here).
+HEAD_BYTES = 1 << 20
+
 
 def list_rows(raw: bytes) -> list[Line]:
     """The rows of (part of) a normalised list."""
@@ -96,7 +101,8 @@ def check_object(
 
 
 class ListRows:
-    """The rows of a text version: its list's lines, held in memory."""
+    """The rows of a text version: its list's lines, held in memory (rows near its start are read from its first
+    :data:`HEAD_BYTES` alone while no other row is asked for)."""
 
     def __init__(self, store: Store, manifest: Manifest, *, rows_per_span: int = DEFAULT_ROWS_PER_SPAN) -> None:
         if rows_per_span < 1:
@@ -122,14 +128,31 @@ class ListRows:
     def spans(self) -> list[range]:
         return line_spans(len(self), self.rows_per_span)
 
+    @functools.cached_property
+    def _head(self) -> list[Line]:
+        """The complete lines of the list's first :data:`HEAD_BYTES` (every line, for a list no larger)."""
+        try:
+            raw = self.store.read_range(layout.list_path(self.manifest), 0, min(HEAD_BYTES, self.manifest.list_size))
+        except ObjectNotFoundError as missing:
+            raise missing_list(self.store, self.manifest, missing) from missing
+        return list_rows(raw if len(raw) >= self.manifest.list_size else raw[: raw.rfind(b"\n") + 1])
+
+    def _lines_to(self, stop: int) -> list[Line]:
+        """Lines holding at least the first ``stop``: the list's head while they are in it and the whole list has not
+        been read, else the whole list."""
+        # A line is at least 2 bytes: past HEAD_BYTES // 2 rows, the head cannot hold them.
+        if "_lines" not in self.__dict__ and stop <= HEAD_BYTES // 2 and len(self._head) >= stop:
+            return self._head
+        return self._lines
+
     def rows(self, start: int, stop: int) -> Iterator[Row]:
         start, stop = clip(start, stop, len(self))
-        return iter(self._lines[start:stop])
+        return iter(self._lines_to(stop)[start:stop])
 
     def row(self, index: int) -> Row:
         if not 0 <= index < len(self):
             raise out_of_range(index, self.manifest, len(self))
-        return self._lines[index]
+        return self._lines_to(index + 1)[index]
 
     def pieces(self, pieces: Iterable[Piece]) -> Iterator[Row]:
         return (self._lines[row] for piece in pieces for row in piece.rows)
@@ -168,13 +191,14 @@ class ObjectRows(ListRows):
         return self._read(range(start, stop))
 
     def row(self, index: int) -> Row:
-        labels = super().row(index)[1:]
-        location = object_location(self.manifest, self._files[index])
+        if not 0 <= index < len(self):
+            raise out_of_range(index, self.manifest, len(self))
+        location = object_location(self.manifest, self._files[index])  # needs the whole list: its head is not read
         try:
             data = self.store.read(location.path)
         except ObjectNotFoundError as missing:
             raise missing_object(self.store, self.manifest, index, location.path, missing) from missing
-        return (check_object(self.store, self.manifest, index, location, data), *labels)
+        return (check_object(self.store, self.manifest, index, location, data), *self._lines[index][1:])
 
     def pieces(self, pieces: Iterable[Piece]) -> Iterator[Row]:
         return self._read(row for piece in pieces for row in piece.rows)

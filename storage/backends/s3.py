@@ -9,6 +9,7 @@ import hashlib
 import ipaddress
 import logging
 import os
+import sys
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -118,12 +119,10 @@ class S3Store(ObjectStore):
         return {"ChecksumSHA256": base64.b64encode(bytes.fromhex(sha256)).decode("ascii")}
 
     def _classify(self, exc: BaseException) -> Failure | None:
-        import botocore.exceptions as bex
         from obstore.exceptions import BaseError as ObstoreError
         from obstore.exceptions import PermissionDeniedError, UnauthenticatedError
 
         from datamount.storage.backends import _obstore_s3
-        from datamount.storage.backends._s3_client import is_cut_short
 
         obstore_error = isinstance(exc, ObstoreError) or type(exc).__module__.startswith("obstore")
         if obstore_error:
@@ -134,14 +133,14 @@ class S3Store(ObjectStore):
                 return self._did_not_answer(RequestFailed(_obstore_s3.transport_reason(exc)))
             if transport == "cut":
                 return self._cut_short(RequestFailed(_obstore_s3.transport_reason(exc)))
-        elif isinstance(exc, (bex.ReadTimeoutError, asyncio.TimeoutError, TimeoutError)):
+        elif isinstance(exc, (asyncio.TimeoutError, TimeoutError)) or _botocore_error(exc, "ReadTimeoutError"):
             return self._stopped_answering()
-        elif isinstance(exc, (bex.EndpointConnectionError, bex.ConnectTimeoutError, bex.ConnectionClosedError)):
+        elif _botocore_error(exc, "EndpointConnectionError", "ConnectTimeoutError", "ConnectionClosedError"):
             cause = getattr(exc, "kwargs", {}).get("error")
             return self._did_not_answer(cause if isinstance(cause, BaseException) else exc)
-        elif is_cut_short(exc):
+        elif _cut_short(exc):
             return self._cut_short(exc)
-        if isinstance(exc, bex.NoCredentialsError):
+        if _botocore_error(exc, "NoCredentialsError"):
             return Failure(
                 StorePermissionError,
                 "no S3 credentials found (set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE, "
@@ -169,6 +168,27 @@ class S3Store(ObjectStore):
         if obstore_error:
             return Failure(StoreIOError, _obstore_s3.transport_reason(exc))
         return None
+
+
+def _botocore_error(exc: BaseException, *kinds: str) -> bool:
+    """Whether ``exc`` is one of botocore's errors ``kinds``: never where botocore was not imported (a store of the
+    obstore client with its keys in the environment), as nothing could have raised one; so a fresh process's first
+    "not found" is named without importing botocore, s3fs and aiohttp (1.1 s here, their bytecode cached)."""
+    if "botocore" not in sys.modules:
+        return False
+    import botocore.exceptions as bex
+
+    return isinstance(exc, tuple(getattr(bex, kind) for kind in kinds))
+
+
+def _cut_short(exc: BaseException) -> bool:
+    """Whether ``exc`` ended an answer that had started (``_s3_client.is_cut_short``). Where s3fs (with aiohttp) was
+    never imported, none of its errors can be ``exc``, and that is a ``ConnectionError``."""
+    if "s3fs" not in sys.modules:
+        return isinstance(exc, ConnectionError)
+    from datamount.storage.backends._s3_client import is_cut_short
+
+    return is_cut_short(exc)
 
 
 class RequestFailed(Exception):

@@ -267,6 +267,26 @@ def test_keys_in_the_environment_need_no_credential_chain(
     assert {record.access_key for record in proxy.requests} == {S3_TEST_KEY}
 
 
+_MISS = """
+import sys
+from datamount.storage import ObjectNotFoundError, open_store
+store = open_store(sys.argv[1], endpoint_url=sys.argv[2])
+try:
+    store.read("no-such-object")
+except ObjectNotFoundError:
+    print(store.client, *(name in sys.modules for name in ("botocore", "s3fs", "aiohttp")))
+"""
+
+
+def test_a_missing_object_is_named_without_importing_the_s3fs_client(s3_server: S3Server, s3_bucket: str) -> None:
+    """Through obstore, a "not found" (the first of a web page that finds a version, its removal mark absent) is
+    classified without importing s3fs, aiohttp and botocore: a second of imports in a fresh server."""
+    open_store(f"s3://{s3_bucket}/miss", endpoint_url=s3_server.endpoint_url).write("obj", b"payload")
+    command = [sys.executable, "-c", _MISS, f"s3://{s3_bucket}/miss", s3_server.endpoint_url]
+    done = subprocess.run(command, capture_output=True, text=True, check=True, timeout=120)
+    assert done.stdout.split() == ["obstore", "False", "False", "False"]
+
+
 def test_no_credentials_anywhere_is_one_clear_error(
     s3_server: S3Server, s3_bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

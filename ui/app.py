@@ -1,0 +1,413 @@
+"""The web app of ``datamount ui``: its pages, and the rules every request goes through.
+
+Every request is a GET (or HEAD): anything else is answered 405 before it reaches a page, and no page writes. A
+request names a store by its key and a dataset version by its reference, both checked before anything is read
+(:mod:`datamount.ui.browse`); a name that is not a dataset name is a 400, a store or version that is not there a
+404, a damaged object or manifest a 502 naming it. Pages are rendered on the server with every value escaped; they
+run no script (the Content-Security-Policy forbids any), and stored bytes are served only as the raster image they
+are, else as a download (:mod:`datamount.ui.values`).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import re
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import jinja2
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, PlainTextResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from datamount.datasets import DatasetNotFoundError, Kind, ManifestError
+from datamount.datasets.names import PUBLIC_NAMESPACE, DatasetRef, parse_ref
+from datamount.storage import DatamountError, IntegrityError, ObjectNotFoundError
+from datamount.ui import charts
+from datamount.ui.browse import Browser
+from datamount.ui.stats_file import read_stats
+from datamount.ui.stores import StoreShelf
+from datamount.ui.values import image_type
+
+log = logging.getLogger(__name__)
+
+#: Rows per page: an image grid, and a table of other rows; at most.
+IMAGE_PAGE_ROWS = 100
+TABLE_PAGE_ROWS = 50
+MAX_PAGE_ROWS = 500
+#: Rows of each kind of change the diff page shows.
+DIFF_SAMPLES = 12
+#: What a page may load: its own stylesheet and images, nothing else, and no script at all.
+CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; img-src 'self'; style-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+)
+#: Host names a server bound to a loopback address answers to (a page elsewhere cannot reach it through a name of
+#: its own that resolves to 127.0.0.1: DNS rebinding).
+LOOPBACK_NAMES = ["127.0.0.1", "localhost", "::1", "[::1]"]
+_FILENAME_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+#: How long a browser may keep a value: a version's rows never change.
+_KEEP = {"Cache-Control": "private, max-age=86400"}
+
+
+class ReadOnly:
+    """Answers anything but GET and HEAD with 405, and gives every answer the headers that keep a page to itself."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if scope["method"] not in ("GET", "HEAD"):
+            answer = PlainTextResponse("datamount ui is read-only: GET only", 405, headers={"Allow": "GET, HEAD"})
+            await answer(scope, receive, send)
+            return
+
+        async def with_headers(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                message.setdefault("headers", [])
+                message["headers"] += [
+                    (b"content-security-policy", CONTENT_SECURITY_POLICY.encode()),
+                    (b"x-content-type-options", b"nosniff"),
+                    (b"referrer-policy", b"no-referrer"),
+                    (b"x-frame-options", b"DENY"),
+                ]
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
+
+
+def href(path: str, **params: Any) -> str:
+    """``path`` with ``params`` (those not None) as its query string."""
+    query = urlencode({key: value for key, value in params.items() if value is not None})
+    return f"{path}?{query}" if query else path
+
+
+def crumbs(key: str | None = None, name: str | None = None, version: int | None = None, *more: str) -> list[Any]:
+    """The links above a page: the stores, the store ``key``, dataset ``name``, its ``version``, then ``more``."""
+    found: list[tuple[str, str | None]] = [("stores", "/")]
+    if key is not None:
+        found.append((key, f"/stores/{key}"))
+    if key is not None and name is not None:
+        found.append((name, href(f"/stores/{key}/dataset", name=name)))
+    if key is not None and name is not None and version is not None:
+        found.append((f"@{version}", href(f"/stores/{key}/samples", ref=f"{name}@{version}")))
+    found.extend((text, None) for text in more)
+    return found
+
+
+def format_size(size: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if size < 1000 or unit == "TB":
+            return f"{size:,.0f} {unit}" if unit == "B" else f"{size:,.1f} {unit}"
+        size /= 1000
+    return f"{size} B"
+
+
+def _environment() -> jinja2.Environment:
+    environment = jinja2.Environment(
+        loader=jinja2.PackageLoader("datamount.ui", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    environment.globals.update(href=href, size=format_size, PUBLIC=PUBLIC_NAMESPACE + "/")
+    for name in environment.list_templates():  # compiled now rather than on the first page that needs each
+        environment.get_template(name)
+    return environment
+
+
+def create_app(
+    stores: StoreShelf,
+    *,
+    stats_file: str | Path | None = None,
+    allowed_hosts: Sequence[str] | None = LOOPBACK_NAMES,
+) -> Starlette:
+    """The app serving the stores of ``stores`` (and the statistics file ``stats_file`` on its training page).
+
+    ``allowed_hosts``: the host names requests may name (the loopback names by default; None: any, for a server
+    bound to another address).
+    """
+    pages = _Pages(Browser(stores), _environment(), None if stats_file is None else str(stats_file))
+    routes = [
+        Route("/", pages.stores),
+        Route("/stores/{store}", pages.datasets),
+        Route("/stores/{store}/dataset", pages.versions),
+        Route("/stores/{store}/samples", pages.samples),
+        Route("/stores/{store}/value", pages.value),
+        Route("/stores/{store}/labels", pages.labels),
+        Route("/stores/{store}/diff", pages.diff),
+        Route("/training", pages.training),
+        Mount("/static", StaticFiles(packages=[("datamount.ui", "static")]), name="static"),
+    ]
+    middleware = [Middleware(ReadOnly)]
+    if allowed_hosts is not None:
+        middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts)))
+    return Starlette(routes=routes, middleware=middleware, exception_handlers={HTTPException: pages.http_error})
+
+
+def _answered(page: Callable[[_Pages, Request], Response]) -> Callable[[_Pages, Request], Response]:
+    """``page``, with what goes wrong while it is made answered as an error page with its status."""
+
+    @functools.wraps(page)
+    def answering(self: _Pages, request: Request) -> Response:
+        try:
+            return page(self, request)
+        except HTTPException:
+            raise
+        except (IntegrityError, ManifestError) as exc:
+            return self.error(request, 502, "damaged", str(exc))
+        except (DatasetNotFoundError, ObjectNotFoundError, IndexError) as exc:
+            return self.error(request, 404, "not found", str(exc))
+        except ValueError as exc:
+            return self.error(request, 400, "bad request", str(exc))
+        except (DatamountError, OSError) as exc:
+            return self.error(request, 502, "the store failed", str(exc))
+
+    return answering
+
+
+class _Pages:
+    """The pages, over one :class:`Browser`."""
+
+    def __init__(self, browser: Browser, environment: jinja2.Environment, stats_file: str | None) -> None:
+        self.browser = browser
+        self.environment = environment
+        self.stats_file = stats_file
+
+    def render(self, request: Request, template: str, code: int = 200, **context: Any) -> HTMLResponse:
+        body = self.environment.get_template(template).render(stats_file=self.stats_file, **context)
+        return HTMLResponse(body, code)
+
+    def error(self, request: Request, status: int, title: str, message: str) -> HTMLResponse:
+        return self.render(request, "error.html", status, status=status, title=title, message=message, crumbs=crumbs())
+
+    async def http_error(self, request: Request, exc: Exception) -> Response:
+        status, detail = getattr(exc, "status_code", 500), getattr(exc, "detail", "")
+        return self.error(request, status, "not found" if status == 404 else "error", detail)
+
+    # -- reading a request ---------------------------------------------------------------------------------------
+
+    def store_key(self, request: Request) -> str:
+        key = request.path_params["store"]
+        try:
+            self.browser.shelf.entry(key)
+        except KeyError:
+            raise HTTPException(404, f"this server shows no store named {key!r}") from None
+        return key
+
+    @staticmethod
+    def ref(request: Request, name: str = "ref") -> DatasetRef:
+        text = request.query_params.get(name)
+        if not text:
+            raise ValueError(f"name a version: ?{name}=NAME@N")
+        ref = parse_ref(text)
+        if ref.version is None:
+            raise ValueError(f"name a version: {text}@N")
+        return ref
+
+    @staticmethod
+    def number(
+        request: Request, name: str, default: int | None = None, *, low: int = 0, high: int | None = None
+    ) -> int:
+        text = request.query_params.get(name)
+        if text is None or text == "":
+            if default is None:
+                raise ValueError(f"?{name}= is needed")
+            return default
+        if not (text.isascii() and text.isdigit()) or not low <= int(text) <= (int(text) if high is None else high):
+            allowed = f"at least {low}" if high is None else f"from {low} to {high}"
+            raise ValueError(f"?{name}= must be a whole number {allowed}, not {text!r}")
+        return int(text)
+
+    # -- pages ---------------------------------------------------------------------------------------------------
+
+    @_answered
+    def stores(self, request: Request) -> Response:
+        return self.render(request, "stores.html", entries=self.browser.shelf.entries(), crumbs=crumbs())
+
+    @_answered
+    def datasets(self, request: Request) -> Response:
+        key = self.store_key(request)
+        summaries = self.browser.datasets(key)
+        own = [s for s in summaries if not s.name.startswith(PUBLIC_NAMESPACE + "/")]
+        public = [s for s in summaries if s.name.startswith(PUBLIC_NAMESPACE + "/")]
+        entry = self.browser.shelf.entry(key)
+        return self.render(request, "datasets.html", key=key, entry=entry, own=own, public=public, crumbs=crumbs(key))
+
+    @_answered
+    def versions(self, request: Request) -> Response:
+        key = self.store_key(request)
+        name = request.query_params.get("name") or ""
+        manifests = self.browser.versions(key, name)
+        return self.render(request, "versions.html", key=key, name=name, manifests=manifests, crumbs=crumbs(key, name))
+
+    @_answered
+    def samples(self, request: Request) -> Response:
+        key = self.store_key(request)
+        ref = self.ref(request)
+        manifest = self.browser.manifest(key, ref)
+        default = IMAGE_PAGE_ROWS if manifest.kind is Kind.IMAGE else TABLE_PAGE_ROWS
+        size = self.number(request, "size", default, low=1, high=MAX_PAGE_ROWS)
+        target = request.query_params.get("row")
+        if target:
+            row = self.number(request, "row")
+            if row >= manifest.rows:
+                raise IndexError(f"row {row} is out of range: {manifest.ref} has {manifest.rows:,} rows")
+            number = row // size
+        else:
+            row = None
+            number = self.number(request, "page", 0)
+        last = max(0, (manifest.rows - 1) // size)
+        if number > last:
+            raise IndexError(f"{manifest.ref} has {last + 1:,} pages of {size} rows")
+        page = self.browser.page(key, ref, number * size, size)
+        return self.render(
+            request,
+            "samples.html",
+            key=key,
+            manifest=manifest,
+            page=page,
+            number=number,
+            last=last,
+            size=size,
+            size_param=None if size == default else size,
+            target=row,
+            crumbs=crumbs(key, manifest.name, manifest.version, "samples"),
+        )
+
+    async def value(self, request: Request) -> Response:
+        """A value's bytes: a thumbnail made already is answered at once, anything else on a worker thread."""
+        made = self.made_thumbnail(request)
+        return made if made is not None else await run_in_threadpool(self.read_value, request)
+
+    def made_thumbnail(self, request: Request) -> Response | None:
+        if not request.query_params.get("thumbnail"):
+            return None
+        try:
+            key, ref = self.store_key(request), self.ref(request)
+            found = self.browser.made_thumbnail(
+                key, ref, self.number(request, "row"), self.number(request, "column", 0)
+            )
+        except (HTTPException, ValueError):
+            return None  # answered by read_value, with why
+        return None if found is None else Response(found[0], media_type=found[1], headers=dict(_KEEP))
+
+    @_answered
+    def read_value(self, request: Request) -> Response:
+        key = self.store_key(request)
+        ref = self.ref(request)
+        row = self.number(request, "row")
+        column = self.number(request, "column", 0)
+        cache = dict(_KEEP)
+        if request.query_params.get("thumbnail"):
+            found = self.browser.thumbnail(key, ref, row, column)
+            if found is None:
+                return PlainTextResponse("not an image that can be shown small", 415)
+            return Response(found[0], media_type=found[1], headers=cache)
+        value = self.browser.value(key, ref, row, column)
+        if isinstance(value, str):
+            return PlainTextResponse(value, headers=cache)
+        if not isinstance(value, bytes):
+            return PlainTextResponse(f"column {column} holds {type(value).__name__} values: see the samples page", 415)
+        content_type = image_type(value)
+        if content_type is not None:
+            return Response(value, media_type=content_type, headers=cache)
+        name = _FILENAME_UNSAFE.sub("_", f"{ref.name}-{ref.version}-row-{row}-column-{column}.bin")
+        cache["Content-Disposition"] = f'attachment; filename="{name}"'
+        return Response(value, media_type="application/octet-stream", headers=cache)
+
+    @_answered
+    def labels(self, request: Request) -> Response:
+        key = self.store_key(request)
+        ref = self.ref(request)
+        manifest = self.browser.manifest(key, ref)
+        if manifest.kind is Kind.TABLE or len(manifest.columns) < 2:
+            histogram = None
+        else:
+            column = self.number(request, "column", 1, low=1, high=len(manifest.columns) - 1)
+            histogram = self.browser.histogram(key, ref, column)
+        chart = None
+        if histogram is not None and histogram.bars:
+            bars = [(label, [float(rows)]) for label, rows in histogram.bars]
+            title = f"rows per {manifest.columns[histogram.column]}"
+            chart = charts.bar_chart(bars, parts=["rows"], title=title)
+        crumbs_shown = crumbs(key, manifest.name, manifest.version, "labels")
+        return self.render(
+            request, "labels.html", key=key, manifest=manifest, histogram=histogram, chart=chart, crumbs=crumbs_shown
+        )
+
+    @_answered
+    def diff(self, request: Request) -> Response:
+        key = self.store_key(request)
+        a, b = self.ref(request, "a"), self.ref(request, "b")
+        try:
+            found = self.browser.diff(key, a, b)
+        except ImportError:
+            return self.error(request, 501, "not available", "this datamount has no version diffs")
+        samples = {category: found.sample_rows(category, DIFF_SAMPLES) for category in ("added", "removed", "changed")}
+        labels = sorted(set(found.label_counts_a) | set(found.label_counts_b))
+        manifest_a, manifest_b = self.browser.manifest(key, a), self.browser.manifest(key, b)
+        crumbs_shown = crumbs(key, a.name, a.version, f"diff with {b}")
+        return self.render(
+            request,
+            "diff.html",
+            key=key,
+            a=manifest_a,
+            b=manifest_b,
+            found=found,
+            samples=samples,
+            labels=labels,
+            crumbs=crumbs_shown,
+        )
+
+    @_answered
+    def training(self, request: Request) -> Response:
+        if self.stats_file is None:
+            return self.render(
+                request, "training.html", report=None, charts_shown=[], crumbs=crumbs(None, None, None, "training")
+            )
+        try:
+            report = read_stats(self.stats_file)
+        except OSError as exc:
+            return self.error(
+                request, 500, "cannot read the statistics file", f"{self.stats_file}: {exc.strerror or exc}"
+            )
+        shown = []
+        if report.ranks:
+            named = [f"rank {summary.rank}" for summary in report.ranks]
+            shown.append(
+                charts.line_chart(
+                    [charts.Series(n, s.times, s.wait_share) for n, s in zip(named, report.ranks, strict=True)],
+                    title="share of time waiting for samples (the rest: the training step's own time)",
+                    x_label="seconds",
+                    y_top=1.0,
+                    y_format=lambda share: f"{share:.0%}",
+                )
+            )
+            shown.append(
+                charts.line_chart(
+                    [charts.Series(n, s.times, s.samples_per_s) for n, s in zip(named, report.ranks, strict=True)],
+                    title="samples per second",
+                    x_label="seconds",
+                )
+            )
+            bars = [
+                (n, [s.totals["waited_s"], s.totals["compute_s"]]) for n, s in zip(named, report.ranks, strict=True)
+            ]
+            shown.append(charts.bar_chart(bars, parts=["waited", "training step"], title="seconds per rank", unit=" s"))
+        return self.render(
+            request, "training.html", report=report, charts_shown=shown, crumbs=crumbs(None, None, None, "training")
+        )

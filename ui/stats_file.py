@@ -1,0 +1,169 @@
+"""A reader statistics file (``DATAMOUNT_STATS_FILE``: JSON lines, format 1, documented in ``docs/readers.md``) as
+the training page plots it: per rank, over time.
+
+Each line holds one process's counters for one interval (the deltas since its previous line). The lines of a rank's
+processes (its DataLoader workers) are added up in bins of time, as wide as the usual interval (wider when the file
+spans so long that more than :data:`MAX_BINS` would be drawn); a line counts in the bin of its end. A line that is
+not such a record is named (by its number) and left out; the file is only ever read.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+FORMAT = 1
+#: Points each line of a plot has at most.
+MAX_BINS = 240
+#: A count this little below zero is a difference of rounded times (``compute_s``), taken as zero.
+ROUNDING = 1e-6
+#: Problems named one by one; past them only counted.
+MAX_PROBLEMS = 20
+_COUNTERS = (
+    "samples",
+    "bytes",
+    "waited_s",
+    "compute_s",
+    "requests",
+    "retries",
+    "throttled_s",
+    "cache_hits",
+    "bytes_verified",
+)
+_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "time": (int, float),
+    "rank": int,
+    "world_size": int,
+    "pass": int,
+    "interval_s": (int, float),
+    **dict.fromkeys(("samples", "bytes", "requests", "retries", "cache_hits", "bytes_verified"), int),
+    **dict.fromkeys(("waited_s", "compute_s", "throttled_s"), (int, float)),
+}
+
+
+@dataclass(frozen=True)
+class StatsLine:
+    """One line of the file: ``counters`` are its interval's, by the names of the format."""
+
+    time: float
+    rank: int
+    worker: int | None
+    dataset: str
+    pass_number: int
+    interval_s: float
+    final: bool
+    counters: dict[str, float]
+
+
+@dataclass
+class RankSummary:
+    """One rank over the whole file: its counters added up, and its series in bins (``times`` are the bins' ends,
+    in seconds from the file's first line's start)."""
+
+    rank: int
+    totals: dict[str, float] = field(default_factory=lambda: dict.fromkeys(_COUNTERS, 0.0))
+    datasets: set[str] = field(default_factory=set)
+    passes: set[int] = field(default_factory=set)
+    workers: set[int | None] = field(default_factory=set)
+    times: list[float] = field(default_factory=list)
+    samples_per_s: list[float] = field(default_factory=list)
+    wait_share: list[float | None] = field(default_factory=list)
+
+    @property
+    def wait_share_total(self) -> float | None:
+        """Time waited for samples over that and the time spent between them; None with neither."""
+        busy = self.totals["waited_s"] + self.totals["compute_s"]
+        return self.totals["waited_s"] / busy if busy > 0 else None
+
+
+@dataclass
+class StatsReport:
+    """What the training page shows of a statistics file."""
+
+    path: str
+    lines: int = 0
+    problems: list[str] = field(default_factory=list)
+    problem_count: int = 0
+    ranks: list[RankSummary] = field(default_factory=list)
+    bin_s: float = 0.0
+    span_s: float = 0.0
+
+
+def parse_line(text: str) -> StatsLine:
+    """One line of the file (:class:`ValueError` saying what is wrong with it)."""
+    record = json.loads(text)
+    if not isinstance(record, dict):
+        raise ValueError("not a JSON object")
+    if record.get("format") != FORMAT:
+        raise ValueError(f"format {record.get('format')!r}, not {FORMAT}")
+    for key, kind in _FIELDS.items():
+        if not isinstance(record.get(key), kind) or isinstance(record.get(key), bool):
+            raise ValueError(f"{key!r} is missing or not a number")
+    worker = record.get("worker")
+    if worker is not None and (not isinstance(worker, int) or isinstance(worker, bool)):
+        raise ValueError("'worker' is neither a number nor null")
+    if record["interval_s"] < 0 or any(record[key] < -ROUNDING for key in _COUNTERS):
+        raise ValueError("a negative count")
+    return StatsLine(
+        time=float(record["time"]),
+        rank=record["rank"],
+        worker=worker,
+        dataset=str(record.get("dataset", "")),
+        pass_number=record["pass"],
+        interval_s=float(record["interval_s"]),
+        final=bool(record.get("final", False)),
+        counters={key: max(float(record[key]), 0.0) for key in _COUNTERS},
+    )
+
+
+def read_stats(path: str | os.PathLike[str]) -> StatsReport:
+    """The statistics file at ``path``, per rank (an :class:`OSError` when it cannot be read)."""
+    report = StatsReport(os.fspath(path))
+    parsed: list[StatsLine] = []
+    with Path(path).open("rb") as file:
+        for number, raw in enumerate(file, 1):
+            if not raw.strip():
+                continue
+            report.lines += 1
+            try:
+                parsed.append(parse_line(raw.decode("utf-8")))
+            except (ValueError, UnicodeDecodeError) as exc:
+                report.problem_count += 1
+                if len(report.problems) < MAX_PROBLEMS:
+                    report.problems.append(f"line {number}: {exc}")
+    if parsed:
+        _summarise(report, parsed)
+    return report
+
+
+def _summarise(report: StatsReport, lines: list[StatsLine]) -> None:
+    start = min(line.time - line.interval_s for line in lines)
+    end = max(line.time for line in lines)
+    report.span_s = end - start
+    usual = statistics.median(line.interval_s for line in lines) or 1.0
+    report.bin_s = max(usual, report.span_s / MAX_BINS)
+    bins = max(1, math.ceil(report.span_s / report.bin_s - 1e-9))
+    sums: dict[int, list[list[float]]] = defaultdict(lambda: [[0.0, 0.0, 0.0] for _ in range(bins)])
+    ranks: dict[int, RankSummary] = {}
+    for line in lines:
+        summary = ranks.setdefault(line.rank, RankSummary(line.rank))
+        for key, value in line.counters.items():
+            summary.totals[key] += value
+        summary.datasets.add(line.dataset)
+        summary.workers.add(line.worker)
+        summary.passes.add(line.pass_number)
+        slot = sums[line.rank][min(max(math.ceil((line.time - start) / report.bin_s - 1e-9) - 1, 0), bins - 1)]
+        slot[0] += line.counters["samples"]
+        slot[1] += line.counters["waited_s"]
+        slot[2] += line.counters["compute_s"]
+    for rank, summary in sorted(ranks.items()):
+        for index, (samples, waited, computing) in enumerate(sums[rank]):
+            summary.times.append((index + 1) * report.bin_s)
+            summary.samples_per_s.append(samples / report.bin_s)
+            summary.wait_share.append(waited / (waited + computing) if waited + computing > 0 else None)
+        report.ranks.append(summary)
