@@ -16,40 +16,20 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from datamount.datasets import catalog, layout, pack, upload
 from datamount.datasets.manifest import FileEntry, Kind, Manifest
-from datamount.mount import FSTYPE, check_fuse, mount, unmount
+from datamount.mount import FSTYPE, mount, unmount
 from datamount.mount.tree import Tree
 from datamount.readers.stream import import_stream, write_to
 from datamount.storage import MountError, Store, UnsafePathError
 from datamount.storage.mounts import read_mounts
 from tests.generated import write_image_list
-from tests.servers._launch import cannot_run
 
 pytestmark = pytest.mark.timeout(300)
-
-
-@pytest.fixture(scope="module")
-def fuse() -> None:
-    try:
-        check_fuse()
-    except MountError as exc:
-        cannot_run("FUSE mount", str(exc))
-
-
-@pytest.fixture
-def mountpoint(tmp_path: Path, fuse: None) -> Iterator[Path]:
-    """An empty folder, unmounted at the end whatever the test did."""
-    folder = tmp_path / "mnt"
-    folder.mkdir()
-    yield folder
-    if any(entry.target == str(folder) for entry in read_mounts()):
-        unmount(folder)
 
 
 def class_folders(root: Path, count: int, classes: int = 3) -> Path:

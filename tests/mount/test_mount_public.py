@@ -10,40 +10,19 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 
 from datamount.datasets import catalog, copy_version, export, layout, upload
-from datamount.mount import check_fuse, mount, mounting, unmount
-from datamount.storage import MountError, Store, open_store
-from datamount.storage.mounts import read_mounts
+from datamount.mount import mount, mounting, unmount
+from datamount.storage import Store, open_store
 from tests.datasets.public_files import install_generated, shown
 from tests.datasets.test_row_folders import PUBLIC, files_by_folder, rows_as_files, tree_of
 from tests.generated import write_image_list
-from tests.servers._launch import cannot_run
 
 pytestmark = pytest.mark.timeout(300)
-
-
-@pytest.fixture(scope="module")
-def fuse() -> None:
-    try:
-        check_fuse()
-    except MountError as exc:
-        cannot_run("FUSE mount", str(exc))
-
-
-@pytest.fixture
-def mountpoint(tmp_path: Path, fuse: None) -> Iterator[Path]:
-    """An empty folder, unmounted at the end whatever the test did."""
-    folder = tmp_path / "mnt"
-    folder.mkdir()
-    yield folder
-    if any(entry.target == str(folder) for entry in read_mounts()):
-        unmount(folder)
 
 
 def _needs(name: str) -> None:
