@@ -3,10 +3,12 @@ nothing on stdout, and the documented exit status (2 bad input or configuration,
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -37,6 +39,23 @@ MISTAKES = [
 ]
 
 
+#: Mistakes that only the backend of an optional extra can name: (the package it needs, the extra).
+NEEDS_AN_EXTRA = {"hdfs-option": ("hdfs_native", "datamount[hdfs]")}
+
+
+def mistake_params() -> list[Any]:  # pytest.param's type is not public
+    """The mistakes as parameters, each skipped (with the reason) where the extra that names it is missing."""
+    params = []
+    for name, arguments, code, says in MISTAKES:
+        marks = []
+        if name in NEEDS_AN_EXTRA:
+            module, extra = NEEDS_AN_EXTRA[name]
+            missing = importlib.util.find_spec(module) is None
+            marks.append(pytest.mark.skipif(missing, reason=f"{module} is not installed (pip install '{extra}')"))
+        params.append(pytest.param(arguments, code, says, id=name, marks=marks))
+    return params
+
+
 @pytest.fixture(scope="module")
 def places(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     tmp = tmp_path_factory.mktemp("mistakes")
@@ -46,7 +65,7 @@ def places(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return {"tmp": str(tmp), "store": str(tmp / "store"), "list": str(list_file)}
 
 
-@pytest.mark.parametrize(("arguments", "code", "says"), [m[1:] for m in MISTAKES], ids=[m[0] for m in MISTAKES])
+@pytest.mark.parametrize(("arguments", "code", "says"), mistake_params())
 def test_a_mistake_is_one_line_and_its_exit_status(
     places: dict[str, str], arguments: list[str], code: int, says: str
 ) -> None:

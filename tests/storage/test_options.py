@@ -3,11 +3,17 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import pytest
 
 from datamount.storage import StoreConfigError, open_store
+
+needs_hdfs = pytest.mark.skipif(
+    importlib.util.find_spec("hdfs_native") is None,
+    reason="hdfs-native is not installed (pip install 'datamount[hdfs]')",
+)
 
 
 @pytest.mark.parametrize(
@@ -29,10 +35,11 @@ from datamount.storage import StoreConfigError, open_store
         ),
         ("gs://b", {"endpoint_url": "localhost:4443"}, r"endpoint_url must be a URL"),
         ("memory://m", {"mount": "glusterfs"}, r"unknown memory store option mount; a memory store takes no options"),
-        (
+        pytest.param(
             "hdfs://127.0.0.1:1/x",
             {"replication": 2},
             r"unknown HDFS store option replication: .*Hadoop client settings",
+            marks=needs_hdfs,
         ),
     ],
     ids=["s3", "s3fs", "s3fs-only", "s3-endpoint", "s3fs-endpoint", "gcs", "gcs-endpoint", "memory", "hdfs"],
@@ -54,6 +61,7 @@ def test_the_s3fs_client_takes_its_own_options() -> None:
     assert store.client == "s3fs"
 
 
+@needs_hdfs
 def test_hadoop_settings_reach_the_client_as_text() -> None:
     store = open_store(
         "hdfs://127.0.0.1:1/x", check=False, **{"dfs.replication": 2, "dfs.client.use.datanode.hostname": True}
