@@ -251,8 +251,13 @@ class Lock:
         self.store.remove_empty_folder(layout.dataset_folder(self.name))
 
     def _withdraw(self) -> None:
-        with contextlib.suppress(ObjectNotFoundError):
+        try:
             self.store.remove(self.path, missing_ok=True)
+        except ObjectNotFoundError:
+            pass
+        except DatamountError as exc:  # what the lock guarded is done: its file goes stale once this process ends
+            log.warning("could not remove the lock file %s (%s): it is let go once this process ends",
+                        self.store.url_for(self.path), exc)  # fmt: skip
 
 
 def _pauses() -> Iterator[float]:
