@@ -4,7 +4,8 @@ pipes and the task master.
 ``reader`` and :class:`DatasetReader` are in ``dataset.py`` (their plans in ``sharding.py``); the decorators in
 ``decorators/``; :class:`DataLoader` in ``dataloader/``; the threads and processes behind both in ``workers/``;
 states and elastic resume in ``resume.py``; the visitation ledger in ``ledger.py``; weighted mixtures in
-``mixture.py``; the stream format in ``stream.py``; the task master and :func:`dist_reader` in ``master/``.
+``mixture.py``; statistics (``samples.stats()``, ``DATAMOUNT_STATS``) in ``stats.py``; the stream format in
+``stream.py``; the task master and :func:`dist_reader` in ``master/``.
 """
 
 from datamount.readers.dataloader import DataLoader
@@ -31,6 +32,7 @@ from datamount.readers.errors import (
     NotPicklableError,
     ReaderStateError,
     SharedMemoryError,
+    StatsConfigError,
     StreamFormatError,
     TaskQueueSnapshotError,
     WorkerDiedError,
@@ -55,6 +57,7 @@ __all__ = [
     "NotPicklableError",
     "ReaderStateError",
     "SharedMemoryError",
+    "StatsConfigError",
     "StreamFormatError",
     "TaskQueueSnapshotError",
     "WorkerDiedError",

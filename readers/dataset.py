@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import itertools
 import operator
@@ -33,9 +34,20 @@ from datamount.readers.sharding import (
     torch_worker,
     worker_runs,
 )
+from datamount.readers.stats import (
+    HandOut,
+    Meter,
+    Reading,
+    Timing,
+    Where,
+    measured,
+    report_settings,
+    stored_bytes_per_row,
+)
 from datamount.readers.workers import EpochLock, close_iterator, head_start
 from datamount.storage import ObjectNotFoundError, Store, arguments, open_store
 from datamount.storage.cache import ContentCache
+from datamount.storage.counters import added
 from datamount.storage.store import DEFAULT_MAX_BYTES_IN_FLIGHT
 
 #: The layout of a packed version's row source (its spans are row groups).
@@ -56,12 +68,17 @@ _STATE_FIT = {
 @dataclass
 class _PassProgress:
     """A pass that has begun: its epoch, the segment of the epoch read, the share position it started at, and the
-    samples it has yielded."""
+    samples it has yielded: counted one by one into ``yielded`` (from those a loaded state had taken), or by the
+    ``handout`` of a measured pass on top of them."""
 
     epoch: int
     segment: Segment
     start: int
     yielded: int = 0
+    handout: HandOut | None = None
+
+    def taken(self) -> int:
+        return self.yielded if self.handout is None else self.yielded + self.handout.count()
 
 
 class DatasetReader(EpochLock):
@@ -76,6 +93,7 @@ class DatasetReader(EpochLock):
     :func:`~datamount.readers.multiprocess_reader`, a PyTorch DataLoader worker) that worker's part of it; see
     :func:`reader` for the arguments and ``docs/sharding.md`` for the guarantees. ``epoch`` is the number of the
     next pass; :meth:`state_dict` tells where the reader stands and :meth:`load_state_dict` continues from there.
+    :meth:`stats` tells what the passes' consumer waited for (``docs/readers.md``, "Statistics").
     """
 
     def __init__(
@@ -90,10 +108,13 @@ class DatasetReader(EpochLock):
         worker_chunk: int = 1,
         with_row: bool = False,
         shuffle_block: int = 1,
+        measure: bool = True,
     ) -> None:
         order = _order_options(rank, world_size, shuffle, seed, remainder, worker_chunk, shuffle_block)
         self.source = source
         self.with_row = arguments.boolean(with_row, "with_row")
+        #: Passes are timed (:meth:`stats`); off, samples are handed out one by one and nothing is measured.
+        self.measure = arguments.boolean(measure, "measure")
         self.rank, self.world_size = order["rank"], order["world_size"]
         self.shuffle = order["shuffle"]
         self.seed = order["seed"]
@@ -105,6 +126,7 @@ class DatasetReader(EpochLock):
         self._pass: _PassProgress | None = None
         self._worker: tuple[int, int] | None = None  # set in a multiprocess_reader worker that shares this reader
         self._worker_token = uuid.uuid4().hex  # kept by copies, so that workers can tell it is the same reader
+        self._meter = Meter()
         self._lock = threading.Lock()
 
     @property
@@ -136,9 +158,11 @@ class DatasetReader(EpochLock):
         """One pass: this rank's (and worker's) share of epoch :attr:`epoch`, which then moves on by one."""
         return self._read_pass()
 
-    def _read_pass(self, *, started: bool = False) -> Iterator[tuple[Any, ...]]:
+    def _read_pass(self, *, started: bool = False, timing: Timing | None = None) -> Iterator[tuple[Any, ...]]:
         """One pass (see :meth:`__call__`); if ``started``, its first sample is being read from now on, in a
-        thread (a mixture starts its parts together); a sample counts as yielded when the caller takes it."""
+        thread (a mixture starts its parts together); a sample counts as yielded when the caller takes it. A
+        mixture's part passes the mixture's pass ``timing``: its waits are the mixture's."""
+        reports = report_settings() if self.measure and timing is None else None  # checked before the pass begins
         with self._lock:
             progress = self._begin_pass()
         worker, workers = self._worker_slot()
@@ -149,9 +173,45 @@ class DatasetReader(EpochLock):
                 samples = map(_numbered, samples, itertools.count())
         else:
             samples = self._share_pass(progress, worker, workers)
-        counted = _counted(head_start(samples) if started else samples, progress, self._missing_explained)
+        if started:
+            samples = head_start(samples)
+        if self.measure:
+            where = Where(self.manifest.ref, self.rank, self.world_size, self._worker_index())
+            reading = functools.partial(self._reading, progress)
+            metered = self._meter.begin(where, progress.epoch, reading, timing=timing, reports=reports)
+            progress.handout = metered.handout
+            return measured(samples, metered, self._missing_explained)
+        counted = _counted(samples, progress, self._missing_explained)
         next(counted)  # inside its ``try``: closing the pass closes the source even before a sample is taken
         return counted
+
+    def stats(self) -> dict[str, Any]:
+        """What this reader's passes did in this process, and what their consumer waited for: a dict of the keys
+        ``docs/readers.md`` lists ("Statistics"), for every pass, with ``"pass"``: the same for the current (or
+        last) one. Zero while nothing was measured (``measure=False``, or no pass yet)."""
+        return self._meter.stats()
+
+    @property
+    def meter(self) -> Meter:
+        """What measures the passes in this process (``datamount.readers.stats``), for front ends that gather
+        statistics (``datamount.torch``)."""
+        return self._meter
+
+    def _reading(self, progress: _PassProgress) -> Reading:
+        """A pass's samples taken, their stored bytes, and the counters of the store and the source, now."""
+        taken = progress.taken()
+        return taken, taken * self._bytes_per_row, added([self.store.counts(), self.source.counts()])
+
+    @functools.cached_property
+    def _bytes_per_row(self) -> float:
+        return stored_bytes_per_row(self.manifest, packed=self.source.layout == PACKED_LAYOUT)
+
+    def _worker_index(self) -> int | None:
+        """This process's worker number, if it is a worker (of ``multiprocess_reader``, or a PyTorch DataLoader)."""
+        if self._worker is not None:
+            return self._worker[0]
+        found = torch_worker()
+        return None if found is None else found[0]
 
     @contextlib.contextmanager
     def _missing_explained(self) -> Iterator[None]:
@@ -276,7 +336,7 @@ class DatasetReader(EpochLock):
                 progress = self._next_pass()
                 done = 0
             else:
-                done = progress.yielded
+                done = progress.taken()
         size = self._share_size(progress.segment)
         worker, workers = self._worker_slot()
         if consumed is None and workers > 1:
@@ -568,6 +628,7 @@ def reader(
     worker_chunk: int = 1,
     with_row: bool = False,
     shuffle_block: int = 1,
+    measure: bool = True,
 ) -> DatasetReader:
     """A Paddle-style reader creator over dataset ``name`` (``name@N`` for a given version).
 
@@ -632,6 +693,11 @@ def reader(
     with_row
         Put each sample's row number (``0 .. len(reader) - 1``, its line in the list) first in its tuple: for a
         :class:`~datamount.readers.ledger.Ledger` of what training consumed, or to find a sample again.
+    measure
+        Time each pass: what the consumer waited for and what its own code took, for :meth:`DatasetReader.stats`
+        and the reports of ``DATAMOUNT_STATS`` and ``DATAMOUNT_STATS_FILE`` (``docs/readers.md``, "Statistics").
+        Samples are then handed out a chunk at a time, read ahead of the consumer by at most half a millisecond's
+        worth; False hands them out one by one and measures nothing.
 
     Raises
     ------
@@ -653,4 +719,4 @@ def reader(
     }
     opened, manifest = _opened_version(store, name)
     source = open_rows(opened, manifest, split=split, use_shards=use_shards, cache=cache, **reading)
-    return DatasetReader(source, **order, with_row=with_row)
+    return DatasetReader(source, **order, with_row=with_row, measure=measure)

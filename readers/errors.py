@@ -15,6 +15,7 @@ __all__ = [
     "NotPicklableError",
     "ReaderStateError",
     "SharedMemoryError",
+    "StatsConfigError",
     "StreamFormatError",
     "TaskQueueSnapshotError",
     "WorkerDiedError",
@@ -41,6 +42,11 @@ class SharedMemoryError(DatamountError, OSError):
 class DistributedConfigError(DatamountError, ValueError):
     """The rank, world size or worker settings (arguments or environment variables) are missing, malformed or
     inconsistent; the message names the variable or argument."""
+
+
+class StatsConfigError(DatamountError, ValueError):
+    """``DATAMOUNT_STATS`` or ``DATAMOUNT_STATS_FILE`` cannot be used as set; the message names the variable, its
+    value and the fix."""
 
 
 class ReaderStateError(DatamountError, ValueError):

@@ -21,9 +21,11 @@ from then on follow the new ones.
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 import threading
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -32,8 +34,10 @@ import numpy as np
 from datamount.readers.dataset import DatasetReader, reader
 from datamount.readers.errors import ReaderStateError
 from datamount.readers.sharding import check_worker, torch_worker
+from datamount.readers.stats import Meter, MeteredPass, Reading, ReportSettings, Where, report_settings
 from datamount.readers.workers import ClosingChain, EpochLock, close_iterator
 from datamount.storage import Store, arguments
+from datamount.storage.counters import added
 
 __all__ = ["EPOCH_STRIDE", "STOP_RULES", "Mixture", "mix"]
 
@@ -113,6 +117,7 @@ class Mixture(EpochLock):
         self._resumes = 0
         self._loaded: tuple[int, int, frozenset[str]] | None = None  # (epoch, samples taken, parts run out)
         self._pass: _Pass | None = None
+        self._meter = Meter()
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -147,10 +152,41 @@ class Mixture(EpochLock):
     def _worker_slot(self) -> tuple[int, int]:
         return self._worker or torch_worker() or (0, 1)
 
+    def stats(self) -> dict[str, Any]:
+        """What this mixture's passes did in this process, as :meth:`DatasetReader.stats` says it: the samples
+        handed out, the time its consumer waited for the parts' samples and spent in its own code, and the parts'
+        bytes and counters (each store's requests counted once)."""
+        return self._meter.stats()
+
+    @property
+    def meter(self) -> Meter:
+        """What measures the passes in this process (``datamount.readers.stats``), for front ends that gather
+        statistics (``datamount.torch``)."""
+        return self._meter
+
+    def _begin_metered(self, progress: _Pass, reports: ReportSettings) -> MeteredPass:
+        """The meter's record of a pass that begins: the parts' passes add their waits to its timing."""
+        any_part = next(iter(self.parts.values()))
+        worker = self._worker[0] if self._worker is not None else (torch_worker() or (None,))[0]
+        label = "+".join(part.manifest.ref for part in self.parts.values())
+        where = Where(label, any_part.rank, any_part.world_size, worker)
+        reading = functools.partial(self._reading, progress)
+        return self._meter.begin(where, progress.epoch, reading, reports=reports)
+
+    def _reading(self, progress: _Pass) -> Reading:
+        """The samples taken in ``progress``, the parts' stored bytes read, and the counters of the parts' stores
+        (each once) and sources, now."""
+        now = time.perf_counter_ns()
+        parts = list(self.parts.values())
+        stores = {id(part.store): part.store for part in parts}.values()
+        counts = added([*(store.counts() for store in stores), *(part.source.counts() for part in parts)])
+        return progress.taken, sum(part._meter.figures(now).bytes for part in parts), counts
+
     # --------------------------------------------------------------------------------------------------- passes
 
     def __call__(self) -> Iterator[tuple[Any, ...]]:
         """One pass of the mixture (epoch :attr:`epoch`, which then moves on by one)."""
+        reports = report_settings()  # checked before the pass begins
         with self._lock:
             epoch = self.epoch
             self.epoch += 1
@@ -165,18 +201,32 @@ class Mixture(EpochLock):
         if self.samples is not None:
             left = self.samples - progress.taken
             quota = max(left // workers + (worker < left % workers), 0)
-        return ClosingChain.of(self._blocks(progress, quota))
+        return ClosingChain.of(self._blocks(progress, quota, reports))
 
-    def _blocks(self, progress: _Pass, quota: int | None) -> Iterator[Iterable[tuple[Any, ...]]]:
+    def _blocks(
+        self, progress: _Pass, quota: int | None, reports: ReportSettings
+    ) -> Iterator[Iterable[tuple[Any, ...]]]:
         """The pass's samples, a block of choices at a time (each sample counted into ``progress`` as it is handed
         out), which a :class:`~datamount.readers.workers.ClosingChain` hands out one by one."""
         end = -1 if quota is None else progress.taken + quota
         if progress.taken == end:
             progress.ended = True
             return
+        metered = self._begin_metered(progress, reports)
+        metered.started(time.perf_counter_ns())
+        timing = metered.timing
+        own: tuple[int, int] | None = timing.mark()  # the consumer waits for this code too (None: it does not run)
         # The parts on remote stores ask for their first row groups at once, not one after another as each is first
         # chosen. On a local disk that wait is the CPU's, which a thread would only take from the parts being read.
-        running = {name: part._read_pass(started=part.store.local_path() is None) for name, part in self.parts.items()}
+        running: dict[str, Iterator[tuple[Any, ...]]] = {}
+        try:
+            for name, part in self.parts.items():
+                running[name] = part._read_pass(started=part.store.local_path() is None, timing=timing)
+        except BaseException:
+            for iterator in running.values():
+                close_iterator(iterator)
+            metered.end(time.perf_counter_ns())
+            raise
         names = list(self.parts)  # a part's index in the choices -> its name
         # Each part's pass by index: a block's are picked out by numpy (C code, no dict per sample).
         passes = np.array([running[name] for name in names], dtype=object)
@@ -193,12 +243,15 @@ class Mixture(EpochLock):
                     picked.append(_BLOCK_END)
                     calls = iter(picked)
                     progress.block(calls, len(block))
+                    handed: Iterator[tuple[Any, ...]] = map(next, calls)
                     if self.with_part:
                         parts = [names[index] for index in block.tolist()]
                         # the calls first: their iterator must be the one that ends the map
-                        yield map(_with_part, map(next, calls), parts, map(epochs.__getitem__, parts))
-                    else:
-                        yield map(next, calls)
+                        handed = map(_with_part, handed, parts, map(epochs.__getitem__, parts))
+                    timing.waited_since(own)
+                    own = None
+                    yield handed
+                    own = timing.mark()
                     done = progress.block_done()
                     if done == len(block):
                         break
@@ -209,14 +262,17 @@ class Mixture(EpochLock):
                         progress.ended = True
                         return
                     close_iterator(running[name])
-                    running[name] = iter(self.parts[name]())  # the part's next epoch
+                    running[name] = self.parts[name]._read_pass(timing=timing)  # the part's next epoch
                     passes[index], epochs[name] = running[name], self.parts[name].epoch - 1
                     first = next(running[name], None)
                     if first is None:  # no rows for this rank or worker: never chosen again in this pass
                         progress.empty.add(index)
                         break  # draw the next block without it
                     progress.taken += 1
+                    timing.waited_since(own)
+                    own = None
                     yield ((name, epochs[name], *first) if self.with_part else first,)
+                    own = timing.mark()
                     block = block[1:]
                 if progress.taken == end:
                     progress.ended = True
@@ -226,6 +282,8 @@ class Mixture(EpochLock):
             progress.block_left()
             for iterator in running.values():
                 close_iterator(iterator)
+            timing.waited_since(own)
+            metered.end(time.perf_counter_ns())
 
     def _choices(self, progress: _Pass) -> Iterator[np.ndarray]:
         """Blocks of the parts (by index) of the next samples, drawn by weight, endlessly (until every part is empty

@@ -17,6 +17,7 @@ import platformdirs
 
 from datamount.storage.arguments import parse_size
 from datamount.storage.checksums import sha256_file
+from datamount.storage.counters import Tally
 from datamount.storage.errors import IntegrityError, StoreConfigError, StoreIOError
 
 CACHE_DIR_ENV = "DATAMOUNT_CACHE_DIR"
@@ -65,11 +66,21 @@ class ContentCache:
             raise ValueError(f"the cache size must be positive, got {self.max_bytes}")
         (self.directory / "locks").mkdir(parents=True, exist_ok=True)
         self._verified: set[str] = set()
-        self.hits = 0
-        self.misses = 0
+        #: ``cache_hits``, ``cache_misses`` and ``bytes_verified`` (files hashed: fetched, or first used here).
+        self.tally = Tally()
 
     def __reduce__(self) -> tuple[type[ContentCache], tuple[Path, int]]:
         return (ContentCache, (self.directory, self.max_bytes))
+
+    @property
+    def hits(self) -> int:
+        """Uses that found the file here, in this process."""
+        return int(self.tally.get("cache_hits"))
+
+    @property
+    def misses(self) -> int:
+        """Uses that fetched the file, in this process."""
+        return int(self.tally.get("cache_misses"))
 
     def path_for(self, sha256: str, *, name: str = "") -> Path:
         """Where the content ``sha256`` is kept; a key that is not a digest is an :class:`IntegrityError`."""
@@ -87,14 +98,14 @@ class ContentCache:
         final = self.path_for(sha256, name=name)
         with self._lock(f"{sha256}.use", shared=True):
             if self._present(final, sha256, size):
-                self.hits += 1
+                self.tally.add("cache_hits")
                 os.utime(final)
             else:
                 with self._lock(f"{sha256}.fill"):
                     if self._present(final, sha256, size):
-                        self.hits += 1
+                        self.tally.add("cache_hits")
                     else:
-                        self.misses += 1
+                        self.tally.add("cache_misses")
                         self._fill(final, sha256, size, fill, name or sha256)
             yield final
 
@@ -116,6 +127,7 @@ class ContentCache:
         except FileNotFoundError:
             return False
         if sha256 not in self._verified:
+            self.tally.add("bytes_verified", size)
             if sha256_file(path) != sha256:
                 return False
             self._verified.add(sha256)
@@ -134,6 +146,7 @@ class ContentCache:
                     raise self._no_room(size, name, "filled up while it was fetched") from exc
                 raise
             got = sha256_file(temporary)
+            self.tally.add("bytes_verified", size)
             if got != sha256 or temporary.stat().st_size != size:
                 raise IntegrityError(f"{name}: the bytes fetched do not match the sha256 recorded for them")
             with self._lock(".evict"):

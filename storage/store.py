@@ -26,6 +26,7 @@ from fsspec.asyn import AsyncFileSystem
 from datamount.storage import redact
 from datamount.storage._window import ordered_window
 from datamount.storage.checksums import copy_check, read_checked, require_unchanged
+from datamount.storage.counters import Tally, added
 from datamount.storage.errors import (
     DatamountError,
     ObjectExistsError,
@@ -183,6 +184,8 @@ class Store:
         self._public_options = redact.redact_options(options or {})
         self._secrets = redact.note_secrets(url, options or {})
         self._is_async = isinstance(fs, AsyncFileSystem) and getattr(fs, "async_impl", False)
+        #: Reads sent to the store (``requests``), for readers' statistics (see :meth:`counts`).
+        self.tally = Tally()
 
     # -- construction ------------------------------------------------------------------------------------------
 
@@ -255,6 +258,14 @@ class Store:
     def close(self) -> None:
         """Release what the store holds (connections are pooled by fsspec and closed at exit)."""
 
+    def counts(self) -> dict[str, float]:
+        """What the store did in this process, for readers' statistics: ``requests``, the reads sent to a remote store
+        (a whole object or a byte range each; a local folder's are file reads, not counted), and where the client
+        counts them (obstore's S3 client), ``retries`` (new attempts after a failed request) and ``throttled_s``
+        (seconds every request was paused after a throttling answer)."""
+        client = getattr(self.fs, "tally", None)  # a client that counts its own retries and pauses
+        return added([self.tally.snapshot(), client.snapshot() if isinstance(client, Tally) else {}])
+
     def __enter__(self) -> Store:
         return self
 
@@ -304,6 +315,7 @@ class Store:
     def read(self, path: str) -> bytes:
         """The whole content of the object at ``path``."""
         full = self.full_path(path)
+        self.tally.add("requests")
         with self._errors("read", path):
             return self.fs.cat_file(full)
 
@@ -314,6 +326,7 @@ class Store:
         full = self.full_path(path)
         if start == end:
             return b""
+        self.tally.add("requests")
         with self._errors("read", path):
             return self.fs.cat_file(full, start=start, end=end)
 
@@ -326,6 +339,7 @@ class Store:
         if not 0 <= start <= end:
             raise ValueError(f"byte range must satisfy 0 <= start <= end, got [{start}, {end})")
         full = self.full_path(path)
+        self.tally.add("requests")
         with self._errors("read", path):
             return cat_buffer(full, start=start, end=end)
 
@@ -419,6 +433,7 @@ class Store:
         async def afetch(item: tuple[int, int]) -> bytes:
             if item[0] >= item[1]:
                 return b""  # s3fs turns an empty range into a request for the whole object
+            self.tally.add("requests")
             try:
                 return await self.fs._cat_file(full, start=item[0], end=item[1])
             except Exception as exc:
@@ -438,6 +453,7 @@ class Store:
     async def _aread_one(self, item: tuple[str, int]) -> bytes:
         path, size = item
         full = self.full_path(path)
+        self.tally.add("requests")
         try:
             return await self._cat_object(full, size)
         except Exception as exc:

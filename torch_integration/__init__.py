@@ -6,6 +6,10 @@ this rank's share (the reader finds its rank and worker itself), and its ``state
 worker's batches held. :class:`StatefulDataLoader` (torchdata's, made elastic) loads a state saved with any
 ``num_workers``, and the reader's state resumes on any number of ranks (``docs/sharding.md``). ``RowDataset`` is a
 map-style dataset for random access by index. Importing this module imports torch; nothing else in datamount does.
+
+Statistics (``docs/readers.md``): each DataLoader worker's reader measures its own passes and writes its own lines to
+``DATAMOUNT_STATS_FILE``; ``ReaderDataset.stats()`` in the process that iterates the loader adds the workers' figures
+up (they leave them in shared memory, ``_board.py``), and :func:`gather_stats` adds up every rank's.
 """
 
 from __future__ import annotations
@@ -21,8 +25,10 @@ except ImportError as exc:  # pragma: no cover - exercised only without torch
 from datamount.readers.dataset import DatasetReader
 from datamount.readers.errors import ReaderStateError
 from datamount.readers.mixture import Mixture
+from datamount.readers.stats import combine
+from datamount.torch._board import WorkerBoard
 
-__all__ = ["ReaderDataset", "RowDataset", "StatefulDataLoader", "reader_states"]
+__all__ = ["ReaderDataset", "RowDataset", "StatefulDataLoader", "gather_stats", "reader_states"]
 
 
 class ReaderDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
@@ -37,12 +43,24 @@ class ReaderDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
         if not isinstance(samples, (DatasetReader, Mixture)):
             raise TypeError(f"ReaderDataset takes a reader(...) or a mix(...), not {type(samples).__name__}")
         self.samples = samples
+        self._board = WorkerBoard()
 
     def __repr__(self) -> str:
         return f"ReaderDataset({self.samples!r})"
 
     def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        worker = torch.utils.data.get_worker_info()
+        if worker is not None:
+            self._board.follow(self.samples.meter, int(worker.id))
         return iter(self.samples())
+
+    def stats(self) -> dict[str, Any]:
+        """The reader's statistics (``docs/readers.md``, "Statistics") in the process that iterates the DataLoader:
+        with workers, theirs added up (counts and times added, rates added, ``"pass"``: the latest epoch's); without,
+        its own. Every rank's together: :func:`gather_stats`."""
+        workers = self._board.stats()
+        own = self.samples.stats()
+        return own if workers is None else combine([own, workers])
 
     def __len__(self) -> int:
         """Samples of this rank's share of an epoch (all workers together); a mixture's ``samples``."""
@@ -107,6 +125,18 @@ def reader_states(state: Any) -> list[Mapping[str, Any]]:
     if not found:
         raise ReaderStateError("no datamount reader state in the state given (from a ReaderDataset's DataLoader?)")
     return found
+
+
+def gather_stats(stats: Mapping[str, Any]) -> dict[str, Any]:
+    """Every rank's ``stats`` (a :meth:`ReaderDataset.stats` or ``samples.stats()``) added up, on every rank: a
+    collective call of ``torch.distributed`` that every rank makes. Without an initialised process group, ``stats``
+    itself."""
+    distributed = torch.distributed
+    if not (distributed.is_available() and distributed.is_initialized()):
+        return dict(stats)
+    every: list[Any] = [None] * distributed.get_world_size()
+    distributed.all_gather_object(every, dict(stats))
+    return combine(every)
 
 
 def __getattr__(name: str) -> Any:

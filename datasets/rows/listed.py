@@ -14,9 +14,12 @@ from datamount.datasets.rows.missing import missing_list, missing_object, object
 from datamount.datasets.rows.source import DEFAULT_ROWS_PER_SPAN, Piece, Row, clip, line_spans, out_of_range
 from datamount.storage import IntegrityError, ObjectNotFoundError, Store
 from datamount.storage.checksums import matches
+from datamount.storage.counters import Tally
 from datamount.storage.store import DEFAULT_MAX_BYTES_IN_FLIGHT
 
 Line = tuple[str, ...]
+#: Objects whose checked bytes are counted together (one addition to the source's tally per so many objects).
+COUNTED_AT_ONCE = 256
 
 #: Bytes read from the start of a list to find the rows a window near its start asks for, while the whole list is not
 #: needed: the first page of a million-row text version (``datamount ui``) in milliseconds rather than the seconds
@@ -113,6 +116,7 @@ class ListRows:
         self.layout = f"lines:{rows_per_span}"
         self.zero_copy = False  # each read's own bytes: copied by no one, and not views
         self.rows_per_span = rows_per_span
+        self.tally = Tally()
 
     @functools.cached_property
     def _lines(self) -> list[Line]:
@@ -157,6 +161,9 @@ class ListRows:
     def pieces(self, pieces: Iterable[Piece]) -> Iterator[Row]:
         return (self._lines[row] for piece in pieces for row in piece.rows)
 
+    def counts(self) -> dict[str, float]:
+        return self.tally.snapshot()
+
 
 class ObjectRows(ListRows):
     """The rows of an unpacked image version: each file's bytes, read from its object with many reads in flight
@@ -198,7 +205,9 @@ class ObjectRows(ListRows):
             data = self.store.read(location.path)
         except ObjectNotFoundError as missing:
             raise missing_object(self.store, self.manifest, index, location.path, missing) from missing
-        return (check_object(self.store, self.manifest, index, location, data), *self._lines[index][1:])
+        checked = check_object(self.store, self.manifest, index, location, data)
+        self.tally.add("bytes_verified", len(checked))
+        return (checked, *self._lines[index][1:])
 
     def pieces(self, pieces: Iterable[Piece]) -> Iterator[Row]:
         return self._read(row for piece in pieces for row in piece.rows)
@@ -217,14 +226,46 @@ class ObjectRows(ListRows):
         for_paths, for_sizes, for_checks = itertools.tee(located, 3)
         paths = (location.path for _, location in for_paths)
         sizes = (location.size for _, location in for_sizes)
-        if not (self.verify and self._sha256_only):
-            blobs = self.store.read_many(paths, sizes=sizes, max_requests=self.max_requests, max_bytes=self.max_bytes)
-            for row, location, data in objects_read(self.store, manifest, for_checks, blobs):
-                checked = check_object(self.store, manifest, row, location, data, hashed=self.verify)
+        verified = _Verified(self.tally if self.verify else None)  # objects checked by size alone are not counted
+        try:
+            if not (self.verify and self._sha256_only):
+                blobs = self.store.read_many(
+                    paths, sizes=sizes, max_requests=self.max_requests, max_bytes=self.max_bytes
+                )
+                for row, location, data in objects_read(self.store, manifest, for_checks, blobs):
+                    checked = check_object(self.store, manifest, row, location, data, hashed=self.verify)
+                    verified.count(len(checked))
+                    yield (checked, *lines[row][1:])
+                return
+            hashed = self.store.read_many_hashed(
+                paths, sizes=sizes, max_requests=self.max_requests, max_bytes=self.max_bytes
+            )
+            for row, location, (data, digest) in objects_read(self.store, manifest, for_checks, hashed):
+                checked = check_object(self.store, manifest, row, location, data, digest=digest)
+                verified.count(len(checked))
                 yield (checked, *lines[row][1:])
-            return
-        hashed = self.store.read_many_hashed(
-            paths, sizes=sizes, max_requests=self.max_requests, max_bytes=self.max_bytes
-        )
-        for row, location, (data, digest) in objects_read(self.store, manifest, for_checks, hashed):
-            yield (check_object(self.store, manifest, row, location, data, digest=digest), *lines[row][1:])
+        finally:
+            verified.flush()
+
+
+class _Verified:
+    """Bytes checked against their checksums, added to ``tally`` (as ``bytes_verified``; nowhere if None) a few
+    hundred objects at a time: one object's count costs an addition, not a lock."""
+
+    __slots__ = ("_bytes", "_left", "_tally")
+
+    def __init__(self, tally: Tally | None) -> None:
+        self._tally = tally
+        self._bytes = 0
+        self._left = COUNTED_AT_ONCE
+
+    def count(self, size: int) -> None:
+        self._bytes += size
+        self._left -= 1
+        if not self._left:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._bytes and self._tally is not None:
+            self._tally.add("bytes_verified", self._bytes)
+        self._bytes, self._left = 0, COUNTED_AT_ONCE

@@ -27,6 +27,7 @@ from datamount.datasets.rows.missing import missing_shard
 from datamount.datasets.rows.source import Piece, Row, clip, out_of_range
 from datamount.storage import DatamountError, IntegrityError, ObjectNotFoundError, Store
 from datamount.storage.cache import ContentCache
+from datamount.storage.counters import Tally, added
 from datamount.storage.pools import generator_pool
 
 #: Ranged GETs a remote shard is fetched with, and how large each is; a shard of up to two chunks is one GET.
@@ -96,6 +97,9 @@ class ShardRows:
         self._footer_lock = threading.Lock()
         self._footer_locks: dict[str, threading.Lock] = {}
         self._spans: list[range] | None = None
+        #: ``bytes_verified``: the row groups whose pages' checksums were checked as they were decoded, and the
+        #: shards fetched whole and checked against their sha256.
+        self.tally = Tally()
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -110,6 +114,11 @@ class ShardRows:
 
     def __len__(self) -> int:
         return self._starts[-1]
+
+    def counts(self) -> dict[str, float]:
+        cache = self.cache.tally.snapshot() if self.cache is not None else {}
+        cache.pop("cache_misses", None)  # a miss is a fetch, counted by the store as requests
+        return added([self.tally.snapshot(), cache])
 
     def spans(self) -> list[range]:
         """The row range of every row group, in order."""
@@ -245,6 +254,7 @@ class ShardRows:
                 rows += batch.num_rows
                 yield decoded_rows(pa.Table.from_batches([batch]), views=self.zero_copy)
             _check_rows(rows, expected)
+            self._count_checked(parquet.metadata, 0)
 
     def _parquet(self, shard: ShardEntry, source: Any, metadata: pq.FileMetaData | None = None) -> pq.ParquetFile:
         """The Parquet reader of one shard: every page it reads is checked against its CRC (shards carry them).
@@ -261,7 +271,13 @@ class ShardRows:
         with self._damage(shard, group):
             table = parquet.read_row_group(group, columns=self._columns, use_threads=False)
             _check_rows(table.num_rows, shard.row_groups[group])
-            return table
+        self._count_checked(parquet.metadata, group)
+        return table
+
+    def _count_checked(self, footer: pq.FileMetaData, group: int) -> None:
+        """Count the bytes of row group ``group``, whose pages' checksums were checked as it was decoded."""
+        start, end = _group_range(footer, group)
+        self.tally.add("bytes_verified", end - start)
 
     @contextlib.contextmanager
     def _damage(self, shard: ShardEntry, group: int | None = None) -> Iterator[None]:
@@ -337,6 +353,7 @@ class ShardRows:
         pieces = list(self.store.read_ranges(path, ranges, max_requests=FETCH_REQUESTS))
         for piece in pieces:
             digest.update(piece)
+        self.tally.add("bytes_verified", shard.size)
         if digest.hexdigest() != shard.sha256:
             raise IntegrityError(
                 f"shard {self.store.url_for(path)} does not match the sha256 in {self.manifest.ref}'s manifest"

@@ -64,6 +64,11 @@ class RowSource(Protocol):
         taken."""
         ...
 
+    def counts(self) -> dict[str, float]:
+        """What reading the source has done in this process, beyond its store's requests: ``bytes_verified`` (bytes
+        checked against a checksum as they were read) and, with a cache, ``cache_hits``."""
+        ...
+
 
 def clip(start: int, stop: int, rows: int) -> tuple[int, int]:
     """``[start, stop)`` clipped to ``[0, rows)``: an empty range, never a slice from the end."""

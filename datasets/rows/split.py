@@ -64,6 +64,9 @@ class SplitRows:
     def pieces(self, pieces: Iterable[Piece]) -> Iterator[Row]:
         return self.source.pieces(_shifted(piece, self.start) for piece in pieces)
 
+    def counts(self) -> dict[str, float]:
+        return self.source.counts()
+
 
 def _shifted(piece: Piece, offset: int) -> Piece:
     rows = piece.rows
@@ -191,6 +194,9 @@ class RowSplitRows:
 
     def pieces(self, pieces: Iterable[Piece]) -> Iterator[Row]:
         return self.source.pieces(self._in_source(piece) for piece in pieces)
+
+    def counts(self) -> dict[str, float]:
+        return self.source.counts()
 
     def _in_source(self, piece: Piece) -> Piece:
         numbers = self._numbers

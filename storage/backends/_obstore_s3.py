@@ -27,6 +27,7 @@ from obstore.exceptions import AlreadyExistsError, PreconditionError
 from obstore.store import S3Store as ObstoreS3Store
 
 from datamount.storage.backends._obstore_runtime import answer, each
+from datamount.storage.counters import Tally
 from datamount.storage.errors import StoreConfigError, StorePermissionError
 
 R = TypeVar("R")
@@ -174,6 +175,8 @@ class ObstoreS3FileSystem(AsyncFileSystem):
         )
         self._resume_at = 0.0
         self._throttled = 0
+        #: New attempts (``retries``) and seconds of throttling pauses (``throttled_s``), for ``Store.counts``.
+        self.tally = Tally()
 
     # -- one request, retried ----------------------------------------------------------------------------------------
 
@@ -193,6 +196,7 @@ class ObstoreS3FileSystem(AsyncFileSystem):
                     raise
                 if is_throttling(exc):
                     self._pause_for_throttling(sent)
+                self.tally.add("retries")
                 await asyncio.sleep(FIRST_BACKOFF * 2 ** (attempt - 1) * random.uniform(0.5, 1.0))
                 continue
             if sent >= self._resume_at:
@@ -208,8 +212,9 @@ class ObstoreS3FileSystem(AsyncFileSystem):
         if sent < self._resume_at:
             return
         self._throttled += 1
-        pause = min(THROTTLE_PAUSE * 2 ** (self._throttled - 1), MAX_THROTTLE_PAUSE)
-        self._resume_at = time.monotonic() + pause * random.uniform(0.5, 1.0)
+        pause = min(THROTTLE_PAUSE * 2 ** (self._throttled - 1), MAX_THROTTLE_PAUSE) * random.uniform(0.5, 1.0)
+        self._resume_at = time.monotonic() + pause
+        self.tally.add("throttled_s", pause)
 
     async def probe(self, root: str) -> None:
         """One listing request under ``root`` (``BUCKET/PREFIX``): the bucket exists and the credentials are
