@@ -1,12 +1,16 @@
-"""A one-monitor, one-OSD Ceph cluster with the RADOS Gateway (S3) on loopback, and the ``ceph_server`` /
-``ceph_store`` fixtures.
+"""A Ceph cluster (one monitor, one OSD or more) with the RADOS Gateway (S3) on loopback, and the ``ceph_server``
+/ ``ceph_store`` fixtures.
 
 Built by hand as Ceph's own ``vstart.sh`` does: ``monmaptool`` and ``ceph-mon --mkfs`` for the monitor, ``ceph osd
 new`` and ``ceph-osd --mkfs`` for an OSD on ``memstore`` (objects live in the OSD's memory), then ``radosgw`` with
 the beast frontend on 127.0.0.1 and a user from ``radosgw-admin user create`` with known test keys. Authentication
-between the daemons is off, pools have one replica, and every file — configuration, monitor store, logs, sockets —
+between the daemons is off, pools have one replica per OSD (three OSDs: size 3, min size 2, so that one OSD may
+die without stopping I/O), and every file — configuration, monitor store, logs, sockets —
 is in temporary folders, so the machine's own Ceph state is never read or changed. Needs the Debian packages
 ``ceph-mon``, ``ceph-osd`` and ``radosgw`` (Ceph Pacific, 16.2).
+
+Given a :class:`~tests.servers.netns.CappedHost`, every daemon runs inside its network namespace (the monitor and
+OSDs on the namespace's loopback) and RGW listens on the namespace's address, reached over the capped link.
 
 ``python -m tests.servers.ceph`` runs a cluster until interrupted and prints its endpoint and keys.
 """
@@ -14,6 +18,7 @@ is in temporary folders, so the machine's own Ceph state is never read or change
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import subprocess
 import sys
@@ -44,6 +49,7 @@ from tests.servers._launch import (
     wait_until,
 )
 from tests.servers._lifetime import exit_on_sigterm, tied_to_parent
+from tests.servers.netns import CappedHost
 
 CEPH_TEST_KEY = "DATAMOUNTCEPHTESTKEY"
 CEPH_TEST_SECRET = "datamount-ceph-test-secret-value"
@@ -81,9 +87,9 @@ admin socket = {run}/$name.asok
 crash dir = {workdir}/crash
 log file = {logs}/$name.log
 mon cluster log file = default={logs}/ceph.$channel.log cluster={logs}/ceph.log
-# One OSD: one replica, few placement groups, no warnings about either.
-osd pool default size = 1
-osd pool default min size = 1
+# One replica per OSD, few placement groups, no warnings about either.
+osd pool default size = {size}
+osd pool default min size = {min_size}
 osd pool default pg num = 8
 osd pool default pgp num = 8
 osd pool default pg autoscale mode = off
@@ -95,6 +101,17 @@ mon warn on pool no redundancy = false
 # The monitor stops serving when its disk is nearly full; a CI disk may well be.
 mon data avail warn = 2
 mon data avail crit = 1
+# A killed OSD is refused connections at once, and its peers report it then; the grace bounds the other cases.
+osd heartbeat interval = 1
+osd heartbeat grace = 6
+# Recovery at full speed (a zero sleep falls back to the per-device-kind sleeps, 0.1 s between ops on a "hdd"):
+# the objects are in memory, and a test waits for it.
+osd recovery sleep = 0
+osd recovery sleep hdd = 0
+osd recovery sleep ssd = 0
+osd recovery sleep hybrid = 0
+osd recovery max active = 8
+osd max backfills = 8
 
 [mon]
 mon data = {workdir}/mon
@@ -103,16 +120,18 @@ paxos propose interval = 0.05
 paxos min wait = 0.01
 
 [osd]
-osd data = {workdir}/osd
+osd data = {workdir}/osd-$id
 osd objectstore = memstore
 memstore device bytes = {memstore_bytes}
 
 [{rgw_name}]
 # Without TCP_NODELAY a small GET waits for the client's delayed ACK: ~45 ms per object instead of ~4.
-rgw frontends = beast endpoint=127.0.0.1:{rgw_port} tcp_nodelay=1
+rgw frontends = beast endpoint={rgw_address}:{rgw_port} tcp_nodelay=1
 rgw data = {workdir}/rgw
 """
 MEMSTORE_BYTES = 4 << 30
+#: The Python that has Debian's ``python3-rados`` (a virtual environment's does not).
+SYSTEM_PYTHON = "/usr/bin/python3"
 
 
 def _tool(name: str) -> str | None:
@@ -146,6 +165,9 @@ class CephServer:
     log_dir: Path
     workdir: Path = field(repr=False)
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
+    #: The namespace the daemons run in (``None``: this machine's own, on 127.0.0.1).
+    host: CappedHost | None = field(default=None, repr=False)
+    osds: int = 1
 
     @property
     def conf(self) -> Path:
@@ -210,7 +232,8 @@ class CephServer:
 
     def stop(self, *, keep_logs: bool = False) -> None:
         """Stop RGW, the OSD and the monitor by PID; remove their state (and logs unless ``keep_logs``)."""
-        running = [self.processes[name] for name in ("radosgw", "ceph-osd", "ceph-mon") if name in self.processes]
+        order = ["radosgw", *(f"ceph-osd.{n}" for n in range(self.osds)), "ceph-mon"]
+        running = [self.processes[name] for name in order if name in self.processes]
         for process in running:  # all at once: each takes a moment to shut down
             if process.poll() is None:
                 process.terminate()
@@ -220,13 +243,51 @@ class CephServer:
         if not keep_logs:
             shutil.rmtree(self.log_dir, ignore_errors=True)
 
+    # -- faults ----------------------------------------------------------------------------------------------------
+
+    def kill(self, process_name: str) -> None:
+        """SIGKILL the daemon ``process_name`` (``ceph-osd.1``, ``radosgw``): a machine lost, not a shutdown."""
+        process = self.processes.pop(process_name)
+        process.kill()
+        process.wait(timeout=10)
+
+    def start_osd(self, osd_id: int) -> None:
+        """Start OSD ``osd_id`` again on its folder (a memstore OSD comes back with the objects it held when last
+        stopped cleanly; peering and recovery bring it up to date)."""
+        command = ["ceph-osd", "-c", str(self.conf), "-i", str(osd_id), "-f"]
+        self.processes[f"ceph-osd.{osd_id}"] = _daemon(self, command)
+
+    def start_rgw(self) -> None:
+        """Start RGW (again)."""
+        self.processes["radosgw"] = _daemon(self, ["radosgw", "-c", str(self.conf), "-n", RGW_NAME, "-f"])
+
+    def status(self) -> dict[str, Any]:
+        """``ceph status`` as JSON."""
+        return dict(json.loads(_run(self, ["ceph", "-c", str(self.conf), "status", "--format", "json"])))
+
+    def osds_up(self) -> int:
+        """OSDs the monitor counts as up."""
+        return int(self.status()["osdmap"]["num_up_osds"])
+
+    def pg_states(self) -> dict[str, int]:
+        """How many placement groups are in each state (``{"active+clean": 48}``), from their primary OSDs."""
+        script = str(Path(__file__).with_name("_ceph_pgs.py"))
+        return dict(json.loads(_run(self, [SYSTEM_PYTHON, script, str(self.conf)])))
+
+    def clean(self) -> bool:
+        """Whether every placement group is ``active+clean`` (every object has all its copies)."""
+        return set(self.pg_states()) == {"active+clean"}
+
 
 def _daemon_name(process_name: str) -> str:
-    return {"ceph-mon": f"mon.{MON_ID}", "ceph-osd": "osd.0", "radosgw": RGW_NAME}.get(process_name, process_name)
+    if process_name.startswith("ceph-osd."):
+        return f"osd.{process_name.rpartition('.')[2]}"
+    return {"ceph-mon": f"mon.{MON_ID}", "radosgw": RGW_NAME}.get(process_name, process_name)
 
 
-def start_ceph_server(*, timeout: float = START_TIMEOUT) -> CephServer:
-    """Create and start a monitor, an OSD and RGW on 127.0.0.1; return once a signed S3 round trip works.
+def start_ceph_server(*, timeout: float = START_TIMEOUT, osds: int = 1, host: CappedHost | None = None) -> CephServer:
+    """Create and start a monitor, ``osds`` OSDs and RGW on 127.0.0.1 (inside ``host``'s namespace, RGW on its
+    address, when given); return once a signed S3 round trip works.
 
     Raises
     ------
@@ -238,18 +299,22 @@ def start_ceph_server(*, timeout: float = START_TIMEOUT) -> CephServer:
     workdir = Path(tempfile.mkdtemp(prefix="datamount-ceph-"))
     log_dir = Path(tempfile.mkdtemp(prefix="datamount-ceph-logs-"))
     mon_port, rgw_port = free_port(), free_port()
+    rgw_address = host.address if host is not None else "127.0.0.1"
     server = CephServer(
-        endpoint_url=f"http://127.0.0.1:{rgw_port}",
+        endpoint_url=f"http://{rgw_address}:{rgw_port}",
         key=CEPH_TEST_KEY,
         secret=CEPH_TEST_SECRET,
         log_dir=log_dir,
         workdir=workdir,
+        host=host,
+        osds=osds,
     )
     try:
-        fsid = _write_configuration(server, mon_port, rgw_port)
+        fsid = _write_configuration(server, mon_port, rgw_address, rgw_port)
         _start_monitor(server, fsid, mon_port)
-        _start_osd(server)
-        server.processes["radosgw"] = _daemon(server, ["radosgw", "-c", str(server.conf), "-n", RGW_NAME, "-f"])
+        for _ in range(osds):
+            _start_osd(server)
+        server.start_rgw()
         what = f"Ceph RGW at {server.endpoint_url} (logs: {log_dir})"
         wait_until(server.answers, timeout=_left(deadline), failed=server.exited, what=what)
         _create_user(server)
@@ -270,16 +335,19 @@ def _left(deadline: float) -> float:
     return max(deadline - time.monotonic(), 0.0)
 
 
-def _write_configuration(server: CephServer, mon_port: int, rgw_port: int) -> str:
+def _write_configuration(server: CephServer, mon_port: int, rgw_address: str, rgw_port: int) -> str:
     """Write ``ceph.conf``; the new cluster's fsid."""
     workdir = server.workdir
     fsid = str(uuid.uuid4())
-    for folder in ("run", "crash", "mon", "osd", "rgw"):
+    for folder in ("run", "crash", "mon", "rgw", *(f"osd-{n}" for n in range(server.osds))):
         (workdir / folder).mkdir()
     text = CEPH_CONF.format(
         fsid=fsid,
         mon_port=mon_port,
+        rgw_address=rgw_address,
         rgw_port=rgw_port,
+        size=server.osds,
+        min_size=max(server.osds - 1, 1),
         rgw_name=RGW_NAME,
         workdir=workdir,
         run=workdir / "run",
@@ -306,18 +374,23 @@ def _start_osd(server: CephServer) -> None:
     osd_id = _run(server, ["ceph", "-c", conf, "--connect-timeout", f"{COMMAND_TIMEOUT:.0f}", "osd", "new", osd_uuid])
     osd_id = osd_id.strip()
     _run(server, ["ceph-osd", "-c", conf, "-i", osd_id, "--mkfs", "--osd-uuid", osd_uuid])
-    server.processes["ceph-osd"] = _daemon(server, ["ceph-osd", "-c", conf, "-i", osd_id, "-f"])
+    server.start_osd(int(osd_id))
 
 
 def _daemon(server: CephServer, command: list[str]) -> subprocess.Popen[bytes]:
     name = command[0]
     full = [_tool(name) or name, *command[1:]]
-    return start_daemon(tied_to_parent(full), server.log_dir / f"{name}.out", cwd=server.workdir)
+    log = server.log_dir / f"{name}.out"
+    if server.host is not None:
+        return server.host.netns.start(full, log, cwd=server.workdir)
+    return start_daemon(tied_to_parent(full), log, cwd=server.workdir)
 
 
 def _run(server: CephServer, command: list[str]) -> str:
     """Run a Ceph tool to completion; its standard output. Raises :class:`ServerStartError` naming the logs."""
     full = [_tool(command[0]) or command[0], *command[1:]]
+    if server.host is not None:
+        full = server.host.netns.command(full)
     shown = " ".join(word for word in command if not word.startswith("--secret-key="))
     try:
         done = subprocess.run(full, capture_output=True, text=True, timeout=COMMAND_TIMEOUT, cwd=server.workdir)
