@@ -36,7 +36,7 @@ from tests.servers._lifetime import tied_to_parent
 #: Every namespace made here starts with this, then the PID of the process that made it.
 PREFIX = "datamount-"
 #: Addresses of the links: RFC 2544's benchmarking range, carved into /30s.
-LINK_RANGE = ipaddress.ip_network("198.18.0.0/15")
+LINK_RANGE = ipaddress.IPv4Network("198.18.0.0/15")
 #: The default cap on each direction of a link.
 DEFAULT_RATE = "1gbit"
 #: Bits per second of :data:`DEFAULT_RATE`.
@@ -209,7 +209,7 @@ def _free_subnet() -> ipaddress.IPv4Network:
                 used.add(ipaddress.ip_interface(word).network)
     subnets = LINK_RANGE.num_addresses // 4
     for _ in range(64):
-        subnet = ipaddress.ip_network((int(LINK_RANGE.network_address) + 4 * random.randrange(subnets), 30))
+        subnet = ipaddress.IPv4Network((int(LINK_RANGE.network_address) + 4 * random.randrange(subnets), 30))
         if subnet not in used:
             return subnet
     raise NetnsError(f"no free /30 left in {LINK_RANGE}")
