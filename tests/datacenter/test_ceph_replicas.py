@@ -38,8 +38,8 @@ pytestmark = [pytest.mark.datacenter, pytest.mark.ceph, pytest.mark.timeout(300)
 VICTIM = 1
 #: Samples of a pass read before the kill: early, so that most of the pass's requests are still to come.
 KILL_AT = 40
-#: Bytes a pass reads ahead: 16 MB, so that most of its requests are sent after the kill (the default 256 MB window
-#: holds this whole 44 MB dataset).
+#: Bytes an unpacked pass reads ahead (``max_bytes``, which bounds object reads, not shards): 16 MB, so that most of
+#: its requests are sent after the kill (the default 256 MB window holds this whole 44 MB dataset).
 READ_AHEAD = 16 << 20
 #: Seconds the cluster gets to bring a returned OSD up to date (measured: ~10 s for ~150 MB).
 RECOVERY_TIMEOUT = 120.0
@@ -105,7 +105,7 @@ def test_a_pass_survives_a_killed_osd_and_the_osd_recovers(
     ceph: CephServer, store: Store, images: SourceImages, capped: CappedHost, packed: bool
 ) -> None:
     link = LinkBytes(capped.link.device_a)
-    samples = reader("images", store, use_shards=packed, max_bytes=READ_AHEAD)
+    samples = reader("images", store, use_shards=packed, max_bytes=READ_AHEAD)  # max_bytes: unpacked only
     timed_pass(samples)  # the manifest and the shards' footers are read once per reader: not in the comparison
     before, link_before = counts(store), link.read()[0]
     clean = timed_pass(samples)
@@ -126,7 +126,7 @@ def test_a_pass_survives_a_killed_osd_and_the_osd_recovers(
         "ceph 3 OSDs",
         f"{'packed' if packed else 'unpacked'} pass",
         "ceph-osd (SIGKILL)",
-        f"after {KILL_AT} of {len(images.rows)} samples (16 MB read ahead)",
+        f"after {KILL_AT} of {len(images.rows)} samples",
         "completed",
         stall_s=faulty.stall_after_fault(),
         recovery_s=recovery,
@@ -204,7 +204,7 @@ def test_an_upload_and_a_copy_survive_a_killed_osd(
 def test_a_killed_rgw_fails_the_pass_within_its_retry_budget_and_the_pass_resumes(
     ceph: CephServer, store: Store, images: SourceImages
 ) -> None:
-    samples = reader("images", store, max_bytes=READ_AHEAD)
+    samples = reader("images", store, use_shards=False, max_bytes=READ_AHEAD)
     got: list[tuple[bytes, str]] = []
     killed_at = 0.0
     with pytest.raises(StoreUnreachableError) as failure:
@@ -224,11 +224,12 @@ def test_a_killed_rgw_fails_the_pass_within_its_retry_budget_and_the_pass_resume
     while not ceph.answers():
         time.sleep(0.2)
     back_after = time.monotonic() - restarted
-    rest = [(bytes(row[0]), str(row[1])) for row in DatasetReader.from_state_dict(state, store, max_bytes=READ_AHEAD)()]
+    resumed = DatasetReader.from_state_dict(state, store, use_shards=False, max_bytes=READ_AHEAD)
+    rest = [(bytes(row[0]), str(row[1])) for row in resumed()]
     assert got + rest == images.rows
     FaultRecord(
         "ceph 3 OSDs",
-        "packed pass",
+        "unpacked pass",
         "radosgw (SIGKILL)",
         f"after {KILL_AT} of {len(images.rows)} samples (16 MB read ahead)",
         f"{type(failure.value).__name__} after {failed_after:.1f} s; resumed from its state",

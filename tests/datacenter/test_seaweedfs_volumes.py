@@ -66,7 +66,7 @@ def test_a_pass_survives_a_lost_volume_server_which_comes_back(
     weed: SeaweedCluster, store: Store, images: SourceImages, capped: CappedHost, packed: bool
 ) -> None:
     link = LinkBytes(capped.link.device_a)
-    samples = reader("images", store, use_shards=packed, max_bytes=16 << 20)  # most requests after the kill
+    samples = reader("images", store, use_shards=packed, max_bytes=16 << 20)  # unpacked: most requests after the kill
     timed_pass(samples)
     before, link_before = counts(store), link.read()[0]
     clean = timed_pass(samples)
@@ -88,7 +88,7 @@ def test_a_pass_survives_a_lost_volume_server_which_comes_back(
         "seaweedfs 2 volume servers, replication 001",
         f"{'packed' if packed else 'unpacked'} pass",
         "weed volume (SIGKILL)",
-        f"after {KILL_AT} of {len(images.rows)} samples (16 MB read ahead)",
+        f"after {KILL_AT} of {len(images.rows)} samples",
         "completed",
         stall_s=faulty.stall_after_fault(),
         recovery_s=rejoined,
