@@ -33,7 +33,7 @@ from datamount.datasets.errors import MissingPartError
 from datamount.datasets.manifest import FileEntry, Kind, Manifest
 from datamount.datasets.row_folders import encoder_of, shows_rows
 from datamount.datasets.rows import ShardRows, closing, missing_list, missing_object, missing_shard
-from datamount.mount.tree import Content, group_of
+from datamount.datasets.tree import Content, group_of
 from datamount.storage import IntegrityError, ObjectNotFoundError, Store
 from datamount.storage.cache import ContentCache
 from datamount.storage.checksums import matches

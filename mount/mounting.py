@@ -206,7 +206,7 @@ def serve(
     import trio
 
     from datamount.mount.filesystem import DatasetFilesystem
-    from datamount.mount.tree import Tree
+    from datamount.datasets.tree import Tree
 
     manifest = manifest or catalog.resolve(plan.store, plan.ref)
     cache = None if plan.cache is False else ContentCache(None if plan.cache is True else plan.cache)
