@@ -77,8 +77,11 @@ class TreeBytes:
         cache for a remote store (which checks what it takes in), and checked again here, as it is handed out."""
         if self.cache is not None and self._remote:
             fill = lambda out: out.write(self.store.read(path))  # noqa: E731
-            with self.cache.use(sha256, size, fill, name=self.store.url_for(path)) as local:
-                data = local.read_bytes()
+            try:
+                with self.cache.use(sha256, size, fill, name=self.store.url_for(path)) as local:
+                    data = local.read_bytes()
+            except IntegrityError as damaged:
+                raise IntegrityError(f"{name}: {damaged}") from damaged
         else:
             data = self.store.read(path)
         if len(data) != size or not matches(data, sha256, fast):
