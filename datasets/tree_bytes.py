@@ -36,25 +36,18 @@ class TreeBytes:
         self._rows: ShardRows | None = None
 
     def ranged(self, content: Content) -> bool:
-        """Whether a range of the file is read on its own (a shard with block checksums); otherwise the file is read
-        whole, once, and its ranges served from those bytes."""
+        """Whether ranges of the file are read on their own (a shard with block checksums: :meth:`read_blocks`);
+        otherwise the file is read whole (:meth:`read`) and its ranges served from those bytes."""
         return content.kind == "shard" and content.shard is not None and bool(content.shard.blocks)
 
-    def read_range(self, content: Content, start: int, end: int, *, name: str) -> bytes:
-        """Bytes ``start`` to ``end - 1`` of a file that :meth:`ranged` says is read by ranges, checked block by
-        block; ``name`` names the file in errors."""
+    def read_blocks(self, content: Content, first: int, stop: int, *, name: str) -> bytes:
+        """Blocks ``first`` to ``stop - 1`` of a shard with block checksums, in one read, each checked."""
         shard = content.shard
         assert shard is not None and shard.blocks
-        start, end = max(0, start), min(end, shard.size)
-        if start >= end:
-            return b""
-        first, stop = shard.block_range(start, end)
-        offset = first * shard.block_bytes
-        data = self.store.read_range(
-            layout.shard_path(self.manifest.name, shard), offset, min(stop * shard.block_bytes, shard.size)
-        )
+        path = layout.shard_path(self.manifest.name, shard)
+        data = self.store.read_range(path, first * shard.block_bytes, min(stop * shard.block_bytes, shard.size))
         _check_blocks(shard, first, data, name)
-        return data[start - offset : end - offset]
+        return data
 
     def read(self, content: Content, *, name: str) -> bytes:
         """The whole file, checked; ``name`` names it in errors."""

@@ -15,10 +15,12 @@ The rules, each kept here once:
 
 from __future__ import annotations
 
+import datetime
 import errno
 import threading
-from dataclasses import dataclass
-from typing import Any, NoReturn
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, NoReturn
 
 from fsspec import AbstractFileSystem
 from fsspec.spec import AbstractBufferedFile
@@ -36,13 +38,57 @@ from datamount.urlfs.urls import DEFAULT_STORE, LATEST, PROTOCOL, VersionPath, p
 
 @dataclass
 class _Version:
-    """A version a filesystem opened: its store, manifest, tree and checked bytes."""
+    """A version a filesystem opened: its store, manifest, tree and checked bytes, and the shards' blocks read last
+    (a Parquet reader opens a file more than once, and comes back to its footer's block each time)."""
 
     store: Store
     manifest: Manifest
     tree: Tree
     content: TreeBytes
     pinned: pinning.Pinned | None = None
+    held: OrderedDict[tuple[str, int], bytes] = field(default_factory=OrderedDict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    #: Checked blocks of shards a version keeps (the most recently read): 4 MiB of 256 KiB blocks.
+    HELD_BLOCKS: ClassVar[int] = 16
+
+    def blocks(self, content: Content, start: int, end: int, name: str) -> bytes:
+        """Bytes ``start`` to ``end - 1`` of a shard with block checksums: from the blocks held, and the others
+        fetched (each run of them in one read) and checked."""
+        shard = content.shard
+        assert shard is not None
+        end = min(end, shard.size)
+        if start >= end:
+            return b""
+        first, stop = shard.block_range(start, end)
+        pieces = []
+        index = first
+        while index < stop:
+            with self.lock:
+                held = self.held.get((shard.sha256, index))
+                if held is not None:
+                    self.held.move_to_end((shard.sha256, index))
+            if held is not None:
+                pieces.append(held)
+                index += 1
+                continue
+            run = index + 1
+            while run < stop and (shard.sha256, run) not in self.held:
+                run += 1
+            data = self.content.read_blocks(content, index, run, name=name)
+            pieces.append(data)
+            self._keep(shard.sha256, shard.block_bytes, index, run, data)
+            index = run
+        offset = first * shard.block_bytes
+        return b"".join(pieces)[start - offset : end - offset]
+
+    def _keep(self, sha256: str, block_bytes: int, first: int, stop: int, data: bytes) -> None:
+        with self.lock:
+            for block in range(max(first, stop - self.HELD_BLOCKS), stop):
+                offset = (block - first) * block_bytes
+                self.held[(sha256, block)] = data[offset : offset + block_bytes]
+            while len(self.held) > self.HELD_BLOCKS:
+                self.held.popitem(last=False)
 
 
 def _read_only(path: object = "") -> NoReturn:
@@ -239,6 +285,14 @@ class DatamountFileSystem(AbstractFileSystem):
             return False
         return True
 
+    def modified(self, path: str) -> datetime.datetime:
+        """When the version was committed: every file of it was made then and never changed."""
+        _, version, _ = self._find(path)
+        return datetime.datetime.fromisoformat(version.manifest.created)
+
+    def created(self, path: str) -> datetime.datetime:
+        return self.modified(path)
+
     def ukey(self, path: str) -> str:
         """The file's sha256 (a folder's path and version): a key that changes only with the content."""
         info = self.info(path)
@@ -259,7 +313,7 @@ class DatamountFileSystem(AbstractFileSystem):
         version, content, name = self._file(path)
         start, end = _clip(start, end, content.size)
         if version.content.ranged(content):
-            return version.content.read_range(content, start, end, name=name)
+            return version.blocks(content, start, end, name)
         return version.content.read(content, name=name)[start:end]
 
     def cat_ranges(
@@ -283,7 +337,7 @@ class DatamountFileSystem(AbstractFileSystem):
                 version, content, name = self._file(path)
                 first, stop = _clip(start, end, content.size)
                 if version.content.ranged(content):
-                    answers.append(version.content.read_range(content, first, stop, name=name))
+                    answers.append(version.blocks(content, first, stop, name))
                 else:
                     if name not in whole:
                         whole[name] = version.content.read(content, name=name)
@@ -394,8 +448,8 @@ def _reopen(
 
 
 class DatamountFile(AbstractBufferedFile):
-    """A file of a version, read-only: ranges of a shard with block checksums are fetched as they are asked for
-    (whole blocks, each checked); any other file is read and checked whole on its first read."""
+    """A file of a version, read-only: a shard with block checksums is fetched by whole blocks as they are asked for,
+    each checked (:meth:`_Version.blocks`); any other file is read and checked whole on its first read."""
 
     def __init__(
         self,
@@ -411,19 +465,12 @@ class DatamountFile(AbstractBufferedFile):
         self._content = content
         self._name = name
         self._whole: bytes | None = None
-        ranged = version.content.ranged(content)
-        super().__init__(
-            fs,
-            path,
-            mode="rb",
-            block_size=block_size or (content.shard.block_bytes if ranged and content.shard else 1 << 20),
-            cache_type="readahead" if ranged else "none",
-            size=content.size,
-        )
+        # No buffer of fsspec's: every read comes from checked bytes, fetched in whole blocks.
+        super().__init__(fs, path, mode="rb", block_size=block_size or 1 << 20, cache_type="none", size=content.size)
 
     def _fetch_range(self, start: int, end: int) -> bytes:
         if self._version.content.ranged(self._content):
-            return self._version.content.read_range(self._content, start, end, name=self._name)
+            return self._version.blocks(self._content, start, end, self._name)
         if self._whole is None:
             self._whole = self._version.content.read(self._content, name=self._name)
         return self._whole[start:end]

@@ -41,10 +41,10 @@ def test_the_tree_is_the_versions_files_list_and_shards(versions: Versions, name
     expected |= {url.removeprefix("datamount://") for url in versions.shard_urls(name)}
     assert set(fs.find(f"datamount://{root}")) == expected
     assert sorted(fs.ls(root, detail=False)) == [f"{root}/data", f"{root}/shards", f"{root}/train.list"]
-    info = fs.info(f"datamount://{root}/data/img0003.jpg")
-    entry = next(entry for entry in manifest.files if entry.path == "data/img0003.jpg")
-    assert info["type"] == "file" and info["size"] == len(files["data/img0003.jpg"]) == entry.size
-    assert info["sha256"] == info["etag"] == info["ukey"] == entry.sha256 == fs.ukey(f"{root}/data/img0003.jpg")
+    info = fs.info(f"datamount://{root}/data/img0003.png")
+    entry = next(entry for entry in manifest.files if entry.path == "data/img0003.png")
+    assert info["type"] == "file" and info["size"] == len(files["data/img0003.png"]) == entry.size
+    assert info["sha256"] == info["etag"] == info["ukey"] == entry.sha256 == fs.ukey(f"{root}/data/img0003.png")
     assert info["version"] == 1 and info["created"] == manifest.created
     assert fs.info(root)["type"] == fs.info(f"{root}/data")["type"] == "directory"
     shard = manifest.shards[0]
@@ -112,9 +112,9 @@ def test_after_the_manifest_listing_asks_the_store_nothing(
         root = f"datamount://_/{name}@1"
         fs.ls(root)
         fs.ls(f"{root}/data", detail=True)
-        fs.info(f"{root}/data/img0001.jpg")
+        fs.info(f"{root}/data/img0001.png")
         assert len(fs.find(root)) > ROWS
-        fs.glob(f"{root}/**/*.jpg")
+        fs.glob(f"{root}/**/*.png")
         fs.glob(f"{root}/shards/*.parquet")
         fs.du(root)
         assert fs.exists(f"{root}/train.list") and not fs.exists(f"{root}/missing")
@@ -191,7 +191,7 @@ def flip_in_store(store: Store, path: str, offset: int) -> None:
 def test_a_byte_flipped_in_the_store_is_an_eio_naming_the_path(versions: Versions, name: str, tmp_path: Path) -> None:
     manifest = versions.manifests[name]
     if name == "unpacked":
-        entry = next(entry for entry in manifest.files if entry.path == "data/img0005.jpg")
+        entry = next(entry for entry in manifest.files if entry.path == "data/img0005.png")
         flip_in_store(versions.store, layout.object_path(name, entry.sha256), 7)
     shard = manifest.shards[0]
     flip_in_store(versions.store, layout.shard_path(name, shard), shard.block_bytes + 3)  # in its second block
@@ -199,7 +199,7 @@ def test_a_byte_flipped_in_the_store_is_an_eio_naming_the_path(versions: Version
     shard_url = versions.shard_urls(name)[0]
     damaged = [shard_url]
     if name == "unpacked":
-        damaged.append(versions.url(name, "data/img0005.jpg"))
+        damaged.append(versions.url(name, "data/img0005.png"))
     for url in damaged:
         size = fs.info(url)["size"]
         reads = [
@@ -228,7 +228,7 @@ def test_a_byte_flipped_in_the_cache_never_reaches_the_caller(
     from tests.urlfs.versions import make_versions
 
     versions = make_versions(s3_store, tmp_path, s3_server.endpoint_url)
-    url = versions.url("unpacked", "data/img0002.jpg")
+    url = versions.url("unpacked", "data/img0002.png")
     good = versions.filesystem().cat_file(url)
     cached = [path for path in versions.cache.rglob("*") if path.is_file() and path.stat().st_size == len(good)]
     assert len(cached) == 1
@@ -236,10 +236,10 @@ def test_a_byte_flipped_in_the_cache_never_reaches_the_caller(
     # A new process's cache re-hashes what it holds before its first use: the damaged copy is fetched again.
     assert versions.filesystem().cat_file(url) == good
     # Damaged in the cache and in the store: an error, never the bytes.
-    entry = next(entry for entry in versions.manifests["unpacked"].files if entry.path == "data/img0002.jpg")
+    entry = next(entry for entry in versions.manifests["unpacked"].files if entry.path == "data/img0002.png")
     flip_in_store(s3_store, layout.object_path("unpacked", entry.sha256), 9)
     flip(cached[0], 9)
-    with pytest.raises(IntegrityError, match=r"img0002\.jpg"):
+    with pytest.raises(IntegrityError, match=r"img0002\.png"):
         versions.filesystem().cat_file(url)
 
 

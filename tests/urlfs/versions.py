@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,6 @@ from datamount.datasets.manifest import Manifest
 from datamount.readers import reader
 from datamount.storage import Store
 from datamount.urlfs import DatamountFileSystem
-from tests.generated import write_image_list
 from tests.servers.moto import S3_TEST_KEY, S3_TEST_SECRET
 
 #: The versions each test reads: ``packed``, whose files are only in its shards (``upload --pack``), and
@@ -51,10 +51,25 @@ class Versions:
         return [self.url(name, "shards/" + shard.path.rsplit("/", 1)[-1]) for shard in self.manifests[name].shards]
 
 
+def write_png_list(folder: Path, count: int) -> Path:
+    """``count`` PNGs of random pixels (about 20 KB each) under ``folder/data/``, and the list naming them."""
+    from PIL import Image
+
+    generator = random.Random(count)
+    (folder / "data").mkdir(parents=True, exist_ok=True)
+    rows = []
+    for i in range(count):
+        pixels = bytes(generator.getrandbits(8) for _ in range(80 * 80 * 3))
+        Image.frombytes("RGB", (80, 80), pixels).save(folder / "data" / f"img{i:04d}.png")
+        rows.append(f"./data/img{i:04d}.png\t{i % 4}\n")
+    (folder / "train.list").write_text("".join(rows), encoding="utf-8")
+    return folder / "train.list"
+
+
 def make_versions(store: Store, folder: Path, endpoint_url: str | None = None) -> Versions:
     """Upload the same image list as ``packed`` (in shards of a few row groups) and ``unpacked`` (objects, then
     packed into shards as well)."""
-    source = write_image_list(folder / "src", ROWS, size=20_000, labels=4)
+    source = write_png_list(folder / "src", ROWS)
     sizes = {"shard_bytes": 400_000, "row_group_bytes": 100_000}
     manifests = {"packed": upload(source, "packed", store=store, packed=True, **sizes).manifest}
     upload(source, "unpacked", store=store)
