@@ -15,6 +15,7 @@ The rules, each kept here once:
 
 from __future__ import annotations
 
+import bisect
 import datetime
 import errno
 import threading
@@ -49,8 +50,25 @@ class _Version:
     held: OrderedDict[tuple[str, int], bytes] = field(default_factory=OrderedDict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
+    #: The tree's files' paths (``/a/b``), sorted; and its folders' with them (not the root): made on first use.
+    files: list[str] | None = None
+    everything: list[str] | None = None
+
     #: Checked blocks of shards a version keeps (the most recently read): 4 MiB of 256 KiB blocks.
     HELD_BLOCKS: ClassVar[int] = 16
+
+    def under(self, inner: str, *, withdirs: bool) -> list[str]:
+        """The sorted paths (``/a/b``) of the files under the folder ``inner`` (``""``: the root), and of the
+        folders with ``withdirs``: a slice of a list sorted once, found by bisection."""
+        with self.lock:
+            if self.files is None or self.everything is None:
+                nodes = self.tree.nodes
+                self.everything = sorted(key for key in nodes if key != "/")
+                self.files = [key for key in self.everything if not nodes[key].is_folder]
+        keys = self.everything if withdirs else self.files
+        prefix = f"/{inner}/" if inner else "/"
+        # Every path that starts with the prefix sorts between it and the prefix with its "/" raised to "0".
+        return keys[bisect.bisect_left(keys, prefix) : bisect.bisect_left(keys, prefix[:-1] + "0")]
 
     def blocks(self, content: Content, start: int, end: int, name: str) -> bytes:
         """Bytes ``start`` to ``end - 1`` of a shard with block checksums: from the blocks held, and the others
@@ -79,14 +97,18 @@ class _Version:
             pieces.append(data)
             self._keep(shard.sha256, shard.block_bytes, index, run, data)
             index = run
-        offset = first * shard.block_bytes
-        return b"".join(pieces)[start - offset : end - offset]
+        data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+        low, high = start - first * shard.block_bytes, end - first * shard.block_bytes
+        return data if (low, high) == (0, len(data)) else data[low:high]
 
     def _keep(self, sha256: str, block_bytes: int, first: int, stop: int, data: bytes) -> None:
+        """Keep the first and last of blocks ``first`` to ``stop - 1`` (``data``): those that the reads beside
+        this one share with it (a footer read in two steps, column chunks in one block)."""
         with self.lock:
-            for block in range(max(first, stop - self.HELD_BLOCKS), stop):
+            for block in {first, stop - 1}:
                 offset = (block - first) * block_bytes
                 self.held[(sha256, block)] = data[offset : offset + block_bytes]
+                self.held.move_to_end((sha256, block))
             while len(self.held) > self.HELD_BLOCKS:
                 self.held.popitem(last=False)
 
@@ -262,21 +284,26 @@ class DatamountFileSystem(AbstractFileSystem):
         if maxdepth is not None:
             return super().find(path, maxdepth=maxdepth, withdirs=withdirs, detail=detail, **kwargs)
         where, version, node = self._find(path)
-        if not node.is_folder:
-            found = [node]
-        else:
-            prefix = node.path.rstrip("/") + "/"
-            found = [
-                child
-                for key, child in version.tree.nodes.items()
-                if key.startswith(prefix) and (withdirs or not child.is_folder)
-            ]
-            if withdirs:
-                found.insert(0, node)
-        paths = {where.joined(child.path.lstrip("/")): child for child in found}
+        keys = version.under(where.inner, withdirs=withdirs) if node.is_folder else ["/" + where.inner]
+        if withdirs and node.is_folder:
+            keys = ["/" + where.inner if where.inner else "/", *keys]
+        root = where.root
         if detail:
-            return {name: self._details(where, version, child) for name, child in sorted(paths.items())}
-        return sorted(paths)
+            nodes = version.tree.nodes
+            return {(name := root + key.rstrip("/")): {**self._details(where, version, nodes[key]), "name": name}
+                    for key in keys}  # fmt: skip
+        return [root + key.rstrip("/") for key in keys]
+
+    def du(
+        self, path: str, total: bool = True, maxdepth: int | None = None, withdirs: bool = False, **kwargs: Any
+    ) -> Any:
+        if not total or maxdepth is not None:
+            return super().du(path, total=total, maxdepth=maxdepth, withdirs=withdirs, **kwargs)
+        where, version, node = self._find(path)
+        if not node.is_folder:
+            return node.content.size if node.content is not None else 0
+        nodes = version.tree.nodes
+        return sum(nodes[key].content.size for key in version.under(where.inner, withdirs=False))  # type: ignore[union-attr]
 
     def exists(self, path: str, **kwargs: Any) -> bool:
         try:
