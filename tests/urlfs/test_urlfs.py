@@ -4,6 +4,7 @@ ranged), writes refused, unknown stores and versions named, and filesystems sent
 from __future__ import annotations
 
 import errno
+import json
 import multiprocessing
 import os
 import pickle
@@ -275,3 +276,39 @@ def test_a_pickled_filesystem_carries_no_client_nor_manifest_and_reopens_without
 def test_the_entry_point_registers_the_protocol() -> None:
     assert isinstance(fsspec.filesystem("datamount", skip_instance_cache=True), DatamountFileSystem)
     assert fsspec.get_filesystem_class("datamount") is DatamountFileSystem
+
+
+# ------------------------------------------------------------------------------ shards without block checksums
+
+
+def without_block_checksums(store: Store, name: str) -> None:
+    """Rewrite version 1 of ``name`` as a datamount before format 5 wrote it: its shards without block checksums."""
+    path = layout.manifest_path(name, 1)
+    body = json.loads(store.read(path))
+    for shard in body["shards"]:
+        del shard["block_bytes"], shard["blocks"]
+    body["format_version"] = 3
+    store.write(path, json.dumps(body).encode())
+
+
+@ON_STORES
+def test_a_shard_without_block_checksums_is_checked_whole_on_first_touch(versions: Versions, tmp_path: Path) -> None:
+    without_block_checksums(versions.store, "packed")
+    shard = versions.manifests["packed"].shards[0]
+    stored = versions.store.read(layout.shard_path("packed", shard))
+    fs = versions.filesystem()
+    url = versions.shard_urls("packed")[0]
+    assert fs.cat_file(url, start=10, end=30) == stored[10:30]
+    with fs.open(url) as file:
+        file.seek(shard.size - 8)
+        assert file.read() == stored[-8:]
+    if versions.store.local_path() is None:  # kept in the content cache by its sha256
+        assert (versions.cache / shard.sha256[:2] / shard.sha256).read_bytes() == stored
+    flip_in_store(versions.store, layout.shard_path("packed", shard), shard.size - 3)
+    if versions.store.local_path() is None:
+        flip(versions.cache / shard.sha256[:2] / shard.sha256, shard.size - 3)
+    fresh = versions.filesystem()
+    for read in (lambda: fresh.cat_file(url, start=0, end=4), lambda: fresh.open(url).read(4)):
+        with pytest.raises(IntegrityError, match="shard-") as raised:
+            read()  # the first four bytes are intact, but the shard is not: no byte of it is served
+        assert raised.value.errno == errno.EIO
