@@ -157,9 +157,7 @@ class DatamountFileSystem(AbstractFileSystem):
     # ------------------------------------------------------------------------------------------------ paths
 
     @classmethod
-    def _strip_protocol(cls, path: str) -> str:  # type: ignore[override]
-        if isinstance(path, list):
-            return [cls._strip_protocol(p) for p in path]  # type: ignore[return-value]
+    def _strip_protocol(cls, path: str) -> str:
         return strip(str(path))
 
     @staticmethod
@@ -169,6 +167,13 @@ class DatamountFileSystem(AbstractFileSystem):
         return {}
 
     # --------------------------------------------------------------------------------------------- versions
+
+    def invalidate_cache(self, path: str | None = None) -> None:
+        """Resolve ``latest`` again on its next use (a numbered version never changes: it stays)."""
+        with self._lock:
+            for key in [key for key in self._opened if key[2] == LATEST]:
+                del self._opened[key]
+                self._pinned.pop(key, None)
 
     def _content_cache(self) -> ContentCache | None:
         if self._cache is None and self._cache_folder is not False:
@@ -303,7 +308,7 @@ class DatamountFileSystem(AbstractFileSystem):
         if not node.is_folder:
             return node.content.size if node.content is not None else 0
         nodes = version.tree.nodes
-        return sum(nodes[key].content.size for key in version.under(where.inner, withdirs=False))  # type: ignore[union-attr]
+        return sum(getattr(nodes[key].content, "size", 0) for key in version.under(where.inner, withdirs=False))
 
     def exists(self, path: str, **kwargs: Any) -> bool:
         try:
@@ -353,13 +358,13 @@ class DatamountFileSystem(AbstractFileSystem):
         **kwargs: Any,
     ) -> list[bytes | Exception]:
         count = len(paths)
-        starts = [starts] * count if not isinstance(starts, list) else starts
-        ends = [ends] * count if not isinstance(ends, list) else ends
-        if len(starts) != count or len(ends) != count:
+        firsts: list[int | None] = list(starts) if isinstance(starts, list) else [starts] * count
+        lasts: list[int | None] = list(ends) if isinstance(ends, list) else [ends] * count
+        if len(firsts) != count or len(lasts) != count:
             raise ValueError("paths, starts and ends must be as long as each other")
         whole: dict[str, bytes] = {}  # a file read whole is read once for all its ranges
         answers: list[bytes | Exception] = []
-        for path, start, end in zip(paths, starts, ends, strict=True):
+        for path, start, end in zip(paths, firsts, lasts, strict=True):
             try:
                 version, content, name = self._file(path)
                 first, stop = _clip(start, end, content.size)

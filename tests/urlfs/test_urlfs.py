@@ -91,6 +91,9 @@ def test_latest_is_resolved_once_and_stays(local_store: Store, tmp_path: Path, m
     (list_file.parent / "data" / "img0000.jpg").write_bytes(b"changed")
     upload(list_file, "cats", store=local_store)
     assert fs.info("_/cats@latest/train.list")["version"] == 1  # frozen for this filesystem
+    assert fs.info("_/cats@1/train.list")["version"] == 1
+    fs.invalidate_cache()  # what fsspec offers to see a store's changes
+    assert fs.info("_/cats@latest/train.list")["version"] == 2
     fresh = DatamountFileSystem(store=local_store.url, cache=str(tmp_path / "cache"), skip_instance_cache=True)
     assert fresh.info("_/cats@latest/train.list")["version"] == 2
     assert fresh.cat_file("_/cats@latest/data/img0000.jpg") == b"changed"
