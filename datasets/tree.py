@@ -99,6 +99,8 @@ class Tree:
         self.row_files: list[Node] = []
         self._first_row: dict[int, int] = {}
         self.folders = 1
+        #: The folder of the file added last, and its path (see :meth:`_add`).
+        self._last_folder: tuple[str, Node] = ("", self.root)
         with collector_paused():  # a node per row: 1.28 million of them set off collection after collection
             if manifest.kind is Kind.IMAGE and lines is not None:
                 self._add_row_files(lines)
@@ -187,19 +189,31 @@ class Tree:
             self._add(entry.path, Content("object", entry.size, entry=entry))
 
     def _add(self, path: str, content: Content) -> Node:
-        parts = _parts(path, self.manifest)
+        _check_path(path, self.manifest)
+        folder_path, _, name = path.rpartition("/")
+        # Files come folder by folder (a list's order, mostly): the previous file's folder is found without a walk.
+        if folder_path == self._last_folder[0]:
+            folder = self._last_folder[1]
+        else:
+            folder = self._folder(path, folder_path)
+            self._last_folder = (folder_path, folder)
+        if name in folder.children:
+            raise UnsafePathError(f"{self.manifest.ref}: two files at {path!r} (is the list named like a file?)")
+        node = folder.children[name] = self._node(name, folder, content, "/" + path)
+        return node
+
+    def _folder(self, path: str, folder_path: str) -> Node:
+        """The folder ``folder_path`` (of the file ``path``), made with its parents where they are not yet."""
+        parts = folder_path.split("/") if folder_path else []
         folder = self.root
-        for depth, part in enumerate(parts[:-1]):
+        for depth, part in enumerate(parts):
             child = folder.children.get(part)
             if child is None:
                 child = folder.children[part] = self._node(part, folder, None, "/" + "/".join(parts[: depth + 1]))
             elif not child.is_folder:
                 raise UnsafePathError(f"{self.manifest.ref}: {path!r} puts a file inside the file {child.path!r}")
             folder = child
-        if parts[-1] in folder.children:
-            raise UnsafePathError(f"{self.manifest.ref}: two files at {path!r} (is the list named like a file?)")
-        node = folder.children[parts[-1]] = self._node(parts[-1], folder, content, "/" + path)
-        return node
+        return folder
 
     def _node(self, name: str, parent: Node, content: Content | None, path: str) -> Node:
         """A new node at ``path`` (its :attr:`Node.path`, known to the caller)."""
@@ -220,14 +234,14 @@ class Tree:
             previous = child
 
 
-def _parts(path: str, manifest: Manifest) -> list[str]:
-    """``path``'s components, refused if it is absolute, climbs out, or holds what no file name may."""
-    parts = path.split("/")
-    if not path or path.startswith("/") or any(part in ("", ".", "..") or "\0" in part for part in parts):
+def _check_path(path: str, manifest: Manifest) -> None:
+    """Refuse ``path`` if it is absolute, climbs out, or holds what no file name may (an empty, ``.`` or ``..``
+    component, a NUL)."""
+    framed = f"/{path}/"
+    if not path or "//" in framed or "/./" in framed or "/../" in framed or "\0" in path:
         raise UnsafePathError(
             f"{manifest.ref}: the path {path!r} cannot be shown as a file (it would leave its folder)"
         )
-    return parts
 
 
 def group_of(starts: list[int], row: int) -> int:
