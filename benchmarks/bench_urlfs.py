@@ -120,11 +120,13 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     parser.add_argument("--runs", type=int, default=None, help="timed runs per figure (median reported)")
     parser.add_argument("--server", choices=sorted(S3_SERVERS), default="seaweedfs", help="the S3 server to run")
-    parser.add_argument("--files", type=int, default=None, help="files of the large version (default 1,000,000)")
+    parser.add_argument(
+        "--files", type=int, default=None, help="files of the large version (default 1,000,000; 0: not measured)"
+    )
     args = parser.parse_args()
     runs = args.runs or (3 if args.quick else 5)
     count = 200 if args.quick else 1_000
-    files = args.files or (20_000 if args.quick else 1_000_000)
+    files = (20_000 if args.quick else 1_000_000) if args.files is None else args.files
     with tempfile.TemporaryDirectory(prefix="datamount-bench-urlfs-") as folder:
         tmp = Path(folder)
         list_file = image_list(tmp / "images", count)
@@ -134,7 +136,7 @@ def main() -> None:
             make_bucket("s3", "bench", **options)
             store = open_store("s3://bench/root", **options)
             rows.append(shards_read(store, f"s3 ({args.server})", list_file, options, runs))
-        lines = many_files(tmp, files, runs)
+        lines = many_files(tmp, files, runs) if files else []
     print_rows(rows, f"datamount:// vs the store's own fsspec filesystem (load {os.getloadavg()[0]:.1f})")
     print()
     print("\n".join(lines))
