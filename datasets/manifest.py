@@ -20,8 +20,11 @@ from datamount.datasets.errors import ManifestError
 #: the commit); format 1 kept them under ``lists/N.list`` and ``packs/N/``, and is still read. Format 3 is format 2
 #: for an image version whose files are stored only in its shards (``objects: false``, from ``upload --pack``): an
 #: older datamount, which would look for their objects, refuses it. Format 4 adds each file's xxh3-64 to its entry
-#: (the check of every read; files without one are checked against their sha256). The newest format this reads:
-FORMAT_VERSION = 4
+#: (the check of every read; files without one are checked against their sha256). Format 5 adds the xxh3-64 of each
+#: block of a shard (a range of it is checked without reading the rest). The newest format this reads:
+FORMAT_VERSION = 5
+#: The format of a manifest whose shards carry no block checksums.
+FILE_CHECKSUMS_FORMAT_VERSION = 4
 #: The format of a manifest that needs nothing format 3 adds.
 OBJECTS_FORMAT_VERSION = 2
 #: The format of a manifest whose files are stored only in shards (format 3's addition).
@@ -117,16 +120,30 @@ def same_files(first: Sequence[FileEntry], second: Sequence[FileEntry]) -> bool:
     return len(first) == len(second) and all(a[:3] == b[:3] for a, b in zip(first, second, strict=True))
 
 
+#: Bytes of a shard's block whose xxh3-64 its entry records: a range is read in whole blocks, each checked. 256 KiB:
+#: reading one small column of 8 MiB row groups fetches at most a 32nd of them, and the checksums add 76 bytes of
+#: manifest per MiB of shards.
+SHARD_BLOCK_BYTES = 256 << 10
+
+
 @dataclass(frozen=True)
 class ShardEntry:
-    """One packed Parquet shard of a version: its path in the dataset folder, rows, size, sha256, and the number
-    of rows in each of its row groups (so that a row is found without reading any footer)."""
+    """One packed Parquet shard of a version: its path in the dataset folder, rows, size, sha256, the number of
+    rows in each of its row groups (so that a row is found without reading any footer), and the xxh3-64 of each of
+    its ``block_bytes`` blocks (none in a shard written before format 5: a range of it is checked by reading all of
+    it)."""
 
     path: str
     rows: int
     size: int
     sha256: str
     row_groups: list[int]
+    block_bytes: int = 0
+    blocks: list[str] = field(default_factory=list)
+
+    def block_range(self, start: int, end: int) -> tuple[int, int]:
+        """The blocks holding bytes ``start`` to ``end - 1``: ``(first, stop)``, block indices."""
+        return start // self.block_bytes, -(-end // self.block_bytes)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -165,6 +182,8 @@ class Manifest:
                 raise ManifestError(f"{self.ref}: a version whose files are not stored as objects needs shards")
             object.__setattr__(self, "format_version", max(self.format_version, SHARDS_ONLY_FORMAT_VERSION))
         if isinstance(self.files, list) and any(entry.xxh3 for entry in self.files):
+            object.__setattr__(self, "format_version", max(self.format_version, FILE_CHECKSUMS_FORMAT_VERSION))
+        if any(shard.blocks for shard in self.shards):
             object.__setattr__(self, "format_version", max(self.format_version, FORMAT_VERSION))
 
     @property

@@ -19,10 +19,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from datamount.datasets import layout
-from datamount.datasets.manifest import Kind, ShardEntry
+from datamount.datasets.manifest import SHARD_BLOCK_BYTES, Kind, ShardEntry
 from datamount.datasets.progress import Progress, Silent
 from datamount.storage import IntegrityError, Store, arguments
-from datamount.storage.checksums import sha256_file
+from datamount.storage.checksums import block_digests
 
 DEFAULT_SHARD_BYTES = 256 << 20
 DEFAULT_ROW_GROUP_BYTES = 8 << 20
@@ -164,7 +164,8 @@ class ShardFile:
         removed and the :class:`~datamount.storage.IntegrityError` names both.
         """
         self._writer.close()
-        digest, size = sha256_file(self.path), self.size
+        digest, blocks = block_digests(self.path, SHARD_BLOCK_BYTES)
+        size = self.size
         if sha256 is not None and digest != sha256:
             os.remove(self.path)
             raise IntegrityError(
@@ -173,7 +174,7 @@ class ShardFile:
             )
         store.put_file(self.path, f"{layout.dataset_folder(dataset)}/{key}")
         os.remove(self.path)
-        return ShardEntry(key, self.rows, size, digest, self.row_groups)
+        return ShardEntry(key, self.rows, size, digest, self.row_groups, SHARD_BLOCK_BYTES, blocks)
 
 
 class ShardWriter:

@@ -33,7 +33,8 @@ from datamount.datasets.errors import MissingPartError
 from datamount.datasets.manifest import FileEntry, Kind, Manifest
 from datamount.datasets.row_folders import encoder_of, shows_rows
 from datamount.datasets.rows import ShardRows, closing, missing_list, missing_object, missing_shard
-from datamount.mount.tree import Content, group_of
+from datamount.datasets.tree import Content, group_of
+from datamount.datasets.tree_bytes import TreeBytes
 from datamount.storage import IntegrityError, ObjectNotFoundError, Store
 from datamount.storage.cache import ContentCache
 from datamount.storage.checksums import matches
@@ -81,6 +82,8 @@ class Contents:
         #: Held (or coming) units of one file that was served: the first to leave memory.
         self._spent: set[Unit] = set()
         self._row_files = row_files or []
+        #: Objects, shards and the list, fetched whole and checked (``datasets/tree_bytes.py``).
+        self._bytes = TreeBytes(store, manifest, cache=cache)
         #: A row's file's bytes (an image's own, a version without a list's in its dataset's form).
         self._encode = encoder_of(manifest)
         by_rows = manifest.shards and (manifest.kind is Kind.IMAGE or shows_rows(manifest))
@@ -276,19 +279,10 @@ class Contents:
             raise self._missing(content, missing) from missing
 
     def _fetch_part(self, kind: str, content: Content) -> bytes:
-        """A unit of one part (an object, a shard, the list), checked."""
-        if kind == "object":
-            assert content.entry is not None
-            entry = content.entry
-            path = layout.object_path(self.manifest.name, entry.sha256)
-            return self._checked(path, entry.size, entry.sha256, entry.xxh3)
-        if kind == "shard":
-            assert content.shard is not None
-            shard = content.shard
-            return self._checked(layout.shard_path(self.manifest.name, shard), shard.size, shard.sha256)
+        """A unit of one part (an object, a shard, the list), checked as every front end of the tree checks it."""
         if kind == "rows":
             return self._fetch_rows(content)
-        return self._checked(layout.list_path(self.manifest), self.manifest.list_size, self.manifest.list_sha256)
+        return self._bytes.read(content, name=self.manifest.ref)
 
     def _missing(self, content: Content, missing: ObjectNotFoundError) -> MissingPartError:
         """The part of ``content`` not found, named as a reader names it (``datasets/rows/missing.py``)."""
@@ -351,16 +345,6 @@ class Contents:
             got = f"{len(data):,} bytes" if len(data) != size else "other bytes"
             raise IntegrityError(f"{self.store.url_for(path)} holds {got} than its manifest records (a damaged copy)")
         return data
-
-    def _checked(self, path: str, size: int, sha256: str, fast: str = "") -> bytes:
-        """The object at ``path``, which must have ``size`` bytes and that xxh3-64 (``fast``, when given) or sha256;
-        through the cache for a remote store when there is one."""
-        if self.cache is not None and self.store.local_path() is None:
-            with self.cache.use(sha256, size, lambda out: out.write(self.store.read(path)), name=path) as local:
-                data = local.read_bytes()  # checked by the cache when it came in (and once per process after)
-        else:
-            data = self.store.read(path)
-        return self._matching(path, data, size, sha256, fast)
 
     def _fetch_group(self, group: int) -> list[bytes]:
         """The files of one row group of a packed image version, checked by its pages' CRCs and row count, and each

@@ -31,9 +31,9 @@ import pyfuse3
 import trio
 
 from datamount.datasets.rows import removed_or_missing
+from datamount.datasets.tree import Node, Tree
 from datamount.mount.content import DEFAULT_READ_AHEAD, Contents
 from datamount.mount.push import PageCacheFiller, RunSoon
-from datamount.mount.tree import Node, Tree
 from datamount.storage import DatamountError, ObjectNotFoundError
 from datamount.storage.redact import redact_url
 

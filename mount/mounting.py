@@ -205,8 +205,8 @@ def serve(
     import pyfuse3
     import trio
 
+    from datamount.datasets.tree import Tree
     from datamount.mount.filesystem import DatasetFilesystem
-    from datamount.mount.tree import Tree
 
     manifest = manifest or catalog.resolve(plan.store, plan.ref)
     cache = None if plan.cache is False else ContentCache(None if plan.cache is True else plan.cache)

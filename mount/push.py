@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from typing import Any
 
-from datamount.mount.tree import Node
+from datamount.datasets.tree import Node
 
 log = logging.getLogger("datamount.mount")
 

@@ -52,6 +52,18 @@ def _hash_file(path: str | os.PathLike[str], *hashers: Any) -> list[str]:
     return [hasher.hexdigest() for hasher in hashers]
 
 
+def block_digests(path: str | os.PathLike[str], block_bytes: int) -> tuple[str, list[str]]:
+    """The hex sha256 of the local file at ``path`` and the xxh3-64 of each of its ``block_bytes`` blocks (the last one
+    shorter), from one read: what lets a range of the file be checked without reading all of it."""
+    whole = hashlib.sha256()
+    blocks: list[str] = []
+    with open(path, "rb", buffering=0) as source:
+        while block := source.read(block_bytes):
+            whole.update(block)
+            blocks.append(xxh3(block))
+    return whole.hexdigest(), blocks
+
+
 def copy_check(sha256: str, fast: str = "") -> tuple[Any, str, str]:
     """How the bytes of a file being sent are checked: a hasher, the digest it must give, and the checksum's name
     (the xxh3-64 ``fast`` when given, as cheap as the read; else ``sha256``). See :func:`require_unchanged`."""

@@ -6,6 +6,8 @@ caller would already catch (``FileNotFoundError``, ``PermissionError``, ``Connec
 
 from __future__ import annotations
 
+import errno
+
 
 class DatamountError(Exception):
     """Root of every error datamount raises on purpose."""
@@ -48,4 +50,10 @@ class StoreIOError(DatamountError, OSError):
 
 
 class IntegrityError(DatamountError, OSError):
-    """Bytes do not match the checksum recorded for them (a damaged object, shard or cached copy)."""
+    """Bytes do not match the checksum recorded for them (a damaged object, shard or cached copy): an ``OSError``
+    with ``errno.EIO``, as a damaged disk's read is, for code that reads files through a file system."""
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*args)
+        if self.errno is None:
+            self.errno = errno.EIO

@@ -21,6 +21,7 @@ PACKAGES["cli"] = "datamount.cli"
 PACKAGES["torch_integration"] = "datamount.torch"
 PACKAGES["mount"] = "datamount.mount"
 PACKAGES["ui"] = "datamount.ui"
+PACKAGES["urlfs"] = "datamount.urlfs"
 #: Source folders whose imports are checked: the product, its tests and its benchmarks.
 SOURCE_FOLDERS = [*PACKAGES, "tests", "benchmarks"]
 

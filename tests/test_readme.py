@@ -40,9 +40,14 @@ class Snippet:
         return self.code.splitlines()[0]
 
 
-def readme_snippets() -> list[Snippet]:
-    text = README.read_text(encoding="utf-8")
+def python_snippets(document: Path) -> list[Snippet]:
+    """The ```` ```python ```` fences of a Markdown ``document``, each with the line of its opening fence."""
+    text = document.read_text(encoding="utf-8")
     return [Snippet(text.count("\n", 0, found.start()) + 1, found.group(1)) for found in _FENCE.finditer(text)]
+
+
+def readme_snippets() -> list[Snippet]:
+    return python_snippets(README)
 
 
 def snippets_to_run() -> list[Snippet]:

@@ -22,8 +22,8 @@ import pytest
 
 from datamount.datasets import catalog, layout, pack, upload
 from datamount.datasets.manifest import FileEntry, Kind, Manifest
+from datamount.datasets.tree import Tree
 from datamount.mount import FSTYPE, mount, unmount
-from datamount.mount.tree import Tree
 from datamount.readers.stream import import_stream, write_to
 from datamount.storage import MountError, Store, UnsafePathError
 from datamount.storage.mounts import read_mounts

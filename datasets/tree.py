@@ -1,10 +1,14 @@
-"""The folder tree a mounted version shows, built from its manifest and list alone (no store listing).
+"""The folder tree of a version, built from its manifest and list alone (no store listing): the one tree both front
+ends show, ``datamount mount`` (:mod:`datamount.mount`) and ``datamount://`` URLs (:mod:`datamount.urlfs`).
 
 An image version shows each row's file at its list path and the list itself; a text version its list; a table
-version (and the shards of a packed text version) its Parquet shards. A version without a list (a public dataset)
-shows its rows as files in its dataset's form, and the files kept with it: their paths and sizes come from a pass
-over its rows (:mod:`datamount.datasets.row_folders`, the rule ``export`` follows too). The tree is the one
-``datamount export`` writes, and every path in it is checked: none can climb out of the mount.
+version its Parquet shards at its root. A packed text version also shows its shards, in ``shards/``, and so does a
+packed image version when asked (``datamount://`` URLs do, so that tools that scan Parquet read them as they are;
+the mount does not, so that an ``ImageFolder`` finds only class folders). A version without a list (a public
+dataset) shows its rows as files in its dataset's form, and the files kept with it: their paths and sizes come from a
+pass over its rows (:mod:`datamount.datasets.row_folders`, the rule ``export`` follows too); a front end that does
+not make that pass shows its shards in ``shards/`` instead. Every path in the tree is checked: none can climb out of
+it.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from datamount.datasets.row_folders import RowFile, shows_rows
 from datamount.datasets.rows.listed import Line
 from datamount.storage import UnsafePathError
 
-#: Where a packed text version's shards appear, beside its list.
+#: Where a packed version's shards appear (but a table version's, at its root).
 SHARDS_FOLDER = "shards"
 #: The root folder's inode number (FUSE's); the others are numbered from it in the order they are added.
 ROOT_INODE = 1
@@ -75,10 +79,17 @@ class Node:
 
 
 class Tree:
-    """Every path of a mounted version, found in one dictionary look-up: from its manifest, its list's ``lines`` (an
-    image version's), or the ``row_files`` of a version without a list."""
+    """Every path of a version, found in one dictionary look-up: from its manifest, its list's ``lines`` (an image
+    version's), and the ``row_files`` of a version without a list (without them, such a version shows its shards)."""
 
-    def __init__(self, manifest: Manifest, lines: list[Line] | None, row_files: list[RowFile] | None = None) -> None:
+    def __init__(
+        self,
+        manifest: Manifest,
+        lines: list[Line] | None,
+        row_files: list[RowFile] | None = None,
+        *,
+        image_shards: bool = False,
+    ) -> None:
         self.manifest = manifest
         self.root = Node("", None, ROOT_INODE)
         self.nodes: dict[str, Node] = {"/": self.root}
@@ -88,20 +99,30 @@ class Tree:
         self.row_files: list[Node] = []
         self._first_row: dict[int, int] = {}
         self.folders = 1
+        #: The folder of the file added last, and its path (see :meth:`_add`).
+        self._last_folder: tuple[str, Node] = ("", self.root)
         with collector_paused():  # a node per row: 1.28 million of them set off collection after collection
             if manifest.kind is Kind.IMAGE and lines is not None:
                 self._add_row_files(lines)
-            elif shows_rows(manifest):
-                if row_files is None:
-                    raise ValueError(f"{manifest.ref} has no list: its tree needs the files of its rows")
+            elif shows_rows(manifest) and row_files is not None:
                 self._add_planned_files(row_files)
+            elif shows_rows(manifest):
+                self._add_objects()
         if manifest.has_list:
             self._add(list_name(manifest), Content("list", manifest.list_size))
-        if manifest.kind is Kind.TABLE or (manifest.kind is Kind.TEXT and manifest.shards and manifest.has_list):
-            folder = "" if manifest.kind is Kind.TABLE else SHARDS_FOLDER + "/"
-            for shard in manifest.shards:
-                self._add(folder + shard.path.rsplit("/", 1)[-1], Content("shard", shard.size, shard=shard))
+        folder = "" if manifest.kind is Kind.TABLE else SHARDS_FOLDER + "/"
+        for shard in manifest.shards if self._shows_shards(row_files, image_shards) else ():
+            self._add(folder + shard.path.rsplit("/", 1)[-1], Content("shard", shard.size, shard=shard))
         self._link_siblings(self.root)
+
+    def _shows_shards(self, row_files: list[RowFile] | None, image_shards: bool) -> bool:
+        """Whether the tree shows the version's shards: a table or text version's always; an image version's when
+        asked (a folder of class folders must not grow a ``shards`` class for an ``ImageFolder`` walking a mount);
+        a version without a list's when its rows are not shown as files."""
+        kind = self.manifest.kind
+        if kind is Kind.IMAGE and self.manifest.has_list:
+            return image_shards
+        return kind is not Kind.IMAGE or row_files is None if self.manifest.has_list else row_files is None
 
     def __len__(self) -> int:
         """Files and folders, the root included."""
@@ -160,23 +181,39 @@ class Tree:
                 self.row_files.append(node)
             else:
                 self._add(file.path, Content("rows", file.size, entry=entry, row=file.start, stop=file.stop))
+        self._add_objects()
+
+    def _add_objects(self) -> None:
+        """The files kept with a version without a list (its manifest's ``files``), each its object."""
         for entry in self.manifest.files:
             self._add(entry.path, Content("object", entry.size, entry=entry))
 
     def _add(self, path: str, content: Content) -> Node:
-        parts = _parts(path, self.manifest)
+        _check_path(path, self.manifest)
+        folder_path, _, name = path.rpartition("/")
+        # Files come folder by folder (a list's order, mostly): the previous file's folder is found without a walk.
+        if folder_path == self._last_folder[0]:
+            folder = self._last_folder[1]
+        else:
+            folder = self._folder(path, folder_path)
+            self._last_folder = (folder_path, folder)
+        if name in folder.children:
+            raise UnsafePathError(f"{self.manifest.ref}: two files at {path!r} (is the list named like a file?)")
+        node = folder.children[name] = self._node(name, folder, content, "/" + path)
+        return node
+
+    def _folder(self, path: str, folder_path: str) -> Node:
+        """The folder ``folder_path`` (of the file ``path``), made with its parents where they are not yet."""
+        parts = folder_path.split("/") if folder_path else []
         folder = self.root
-        for depth, part in enumerate(parts[:-1]):
+        for depth, part in enumerate(parts):
             child = folder.children.get(part)
             if child is None:
                 child = folder.children[part] = self._node(part, folder, None, "/" + "/".join(parts[: depth + 1]))
             elif not child.is_folder:
                 raise UnsafePathError(f"{self.manifest.ref}: {path!r} puts a file inside the file {child.path!r}")
             folder = child
-        if parts[-1] in folder.children:
-            raise UnsafePathError(f"{self.manifest.ref}: two files at {path!r} (is the list named like a file?)")
-        node = folder.children[parts[-1]] = self._node(parts[-1], folder, content, "/" + path)
-        return node
+        return folder
 
     def _node(self, name: str, parent: Node, content: Content | None, path: str) -> Node:
         """A new node at ``path`` (its :attr:`Node.path`, known to the caller)."""
@@ -197,12 +234,14 @@ class Tree:
             previous = child
 
 
-def _parts(path: str, manifest: Manifest) -> list[str]:
-    """``path``'s components, refused if it is absolute, climbs out, or holds what no file name may."""
-    parts = path.split("/")
-    if not path or path.startswith("/") or any(part in ("", ".", "..") or "\0" in part for part in parts):
-        raise UnsafePathError(f"{manifest.ref}: the path {path!r} cannot be shown in a mount (it would leave it)")
-    return parts
+def _check_path(path: str, manifest: Manifest) -> None:
+    """Refuse ``path`` if it is absolute, climbs out, or holds what no file name may (an empty, ``.`` or ``..``
+    component, a NUL)."""
+    framed = f"/{path}/"
+    if not path or "//" in framed or "/./" in framed or "/../" in framed or "\0" in path:
+        raise UnsafePathError(
+            f"{manifest.ref}: the path {path!r} cannot be shown as a file (it would leave its folder)"
+        )
 
 
 def group_of(starts: list[int], row: int) -> int:

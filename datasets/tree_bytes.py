@@ -1,0 +1,117 @@
+"""The bytes of a version's tree (:mod:`datamount.datasets.tree`), checked before anyone sees them: what every front
+end that serves the tree's files (the mount, ``datamount://`` URLs) reads through.
+
+A file is served only from bytes checked against its manifest: an object against its xxh3-64 (its sha256 before
+format 4), the list and a shard without block checksums against their sha256, a packed image file (a row) against
+its file's checksum after its row group passed its pages' CRCs. A range of a shard that records the xxh3-64 of each
+of its blocks (format 5) is read in whole blocks, each checked, so that a column read from a large shard fetches
+about its column chunks and not the shard; any other file is checked whole on its first read (through the content
+cache on a remote store, which keys it by sha256). A mismatch is an :class:`~datamount.storage.IntegrityError`
+(an ``OSError`` with ``errno.EIO``) naming the file; no byte of it is returned.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from datamount.datasets import layout
+from datamount.datasets.manifest import Manifest, ShardEntry
+from datamount.datasets.row_folders import encoder_of
+from datamount.datasets.rows import ShardRows, closing
+from datamount.datasets.tree import Content
+from datamount.storage import IntegrityError, Store
+from datamount.storage.cache import ContentCache
+from datamount.storage.checksums import matches, xxh3
+
+
+class TreeBytes:
+    """Checked bytes of the files of ``manifest``'s tree, from ``store`` (a remote store's whole objects, lists and
+    shards through ``cache`` when given)."""
+
+    def __init__(self, store: Store, manifest: Manifest, *, cache: ContentCache | None = None) -> None:
+        self.store = store
+        self.manifest = manifest
+        self.cache = cache
+        self._remote = store.local_path() is None
+        self._rows: ShardRows | None = None
+
+    def ranged(self, content: Content) -> bool:
+        """Whether ranges of the file are read on their own (a shard with block checksums: :meth:`read_blocks`);
+        otherwise the file is read whole (:meth:`read`) and its ranges served from those bytes."""
+        return content.kind == "shard" and content.shard is not None and bool(content.shard.blocks)
+
+    def read_blocks(self, content: Content, first: int, stop: int, *, name: str) -> bytes:
+        """Blocks ``first`` to ``stop - 1`` of a shard with block checksums, in one read, each checked."""
+        shard = content.shard
+        assert shard is not None and shard.blocks
+        path = layout.shard_path(self.manifest.name, shard)
+        data = self.store.read_range(path, first * shard.block_bytes, min(stop * shard.block_bytes, shard.size))
+        _check_blocks(shard, first, data, name)
+        return data
+
+    def read(self, content: Content, *, name: str) -> bytes:
+        """The whole file, checked; ``name`` names it in errors."""
+        if content.kind == "shard":
+            assert content.shard is not None
+            shard = content.shard
+            return self._checked(layout.shard_path(self.manifest.name, shard), shard.size, shard.sha256, "", name)
+        if content.kind == "object":
+            assert content.entry is not None
+            entry = content.entry
+            path = layout.object_path(self.manifest.name, entry.sha256)
+            return self._checked(path, entry.size, entry.sha256, entry.xxh3, name)
+        if content.kind == "list":
+            path = layout.list_path(self.manifest)
+            return self._checked(path, self.manifest.list_size, self.manifest.list_sha256, "", name)
+        return self._rows_bytes(content, name)
+
+    def _checked(self, path: str, size: int, sha256: str, fast: str, name: str) -> bytes:
+        """The object at ``path``, which must have ``size`` bytes and that xxh3-64 (``fast``) or sha256: through the
+        cache for a remote store (which checks what it takes in), and checked again here, as it is handed out."""
+        if self.cache is not None and self._remote:
+            fill = lambda out: out.write(self.store.read(path))  # noqa: E731
+            try:
+                with self.cache.use(sha256, size, fill, name=self.store.url_for(path)) as local:
+                    data = local.read_bytes()
+            except IntegrityError as damaged:
+                raise IntegrityError(f"{name}: {damaged}") from damaged
+        else:
+            data = self.store.read(path)
+        if len(data) != size or not matches(data, sha256, fast):
+            got = f"{len(data):,} bytes" if len(data) != size else "other bytes"
+            raise IntegrityError(
+                f"{name}: {self.store.url_for(path)} holds {got} than the manifest of {self.manifest.ref} records "
+                "(a damaged copy)"
+            )
+        return data
+
+    def _rows_bytes(self, content: Content, name: str) -> bytes:
+        """A file made of rows (a packed image version's file: one row; a version without a list's: rows
+        ``content.row`` to ``content.stop - 1``), from its shards, checked against its file's checksum."""
+        if self._rows is None:
+            # No cache: a file of one row comes with its row group (a ranged read), not its whole shard.
+            self._rows = ShardRows(self.store, self.manifest)
+        stop = content.row + 1 if content.kind == "row" else content.stop
+        encode = encoder_of(self.manifest)
+        with closing(self._rows.rows(content.row, stop)) as rows:
+            data = b"".join(map(encode, itertools.islice(rows, stop - content.row)))
+        entry = content.entry
+        assert entry is not None
+        if len(data) != content.size or not matches(data, entry.sha256, entry.xxh3):
+            raise IntegrityError(
+                f"{name}: the bytes of {self.manifest.ref}'s shards for it do not match its checksum (a damaged shard)"
+            )
+        return data
+
+
+def _check_blocks(shard: ShardEntry, first: int, data: bytes, name: str) -> None:
+    """Raise :class:`IntegrityError` unless ``data``, the shard's blocks from block ``first`` on, has their
+    checksums."""
+    view = memoryview(data)
+    for index in range(first, first + -(-len(data) // shard.block_bytes)):
+        block = view[(index - first) * shard.block_bytes : (index - first + 1) * shard.block_bytes]
+        if index >= len(shard.blocks) or xxh3(block) != shard.blocks[index]:
+            raise IntegrityError(
+                f"{name}: block {index} of shard {shard.path} ({shard.block_bytes:,} bytes from byte "
+                f"{index * shard.block_bytes:,}) does not match its checksum (a damaged shard)"
+            )

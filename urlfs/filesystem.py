@@ -1,0 +1,525 @@
+"""``DatamountFileSystem``: every dataset version as a read-only fsspec filesystem, ``datamount://`` URLs.
+
+The rules, each kept here once:
+
+- A version is resolved once per filesystem instance (``latest`` too: its number then stays) by one read of its
+  manifest (and, for an image version, its list), and its tree is built from them
+  (:class:`datamount.datasets.tree.Tree`, the mount's). ``ls``, ``info``, ``find``, ``glob``, ``du`` and ``exists``
+  answer from the tree alone: no request to the store after that.
+- Every byte handed out was checked first (:class:`datamount.datasets.tree_bytes.TreeBytes`): a damaged one is an
+  :class:`~datamount.storage.IntegrityError`, an ``OSError`` with ``errno.EIO`` naming the path.
+- Nothing is ever written: every kind of write is an ``OSError`` with ``errno.EROFS``.
+- A pickled filesystem carries its options and, for each version it opened, the sha256 of its manifest; never a
+  client, never a manifest (:mod:`datamount.urlfs.pinned`).
+"""
+
+from __future__ import annotations
+
+import bisect
+import datetime
+import errno
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, NoReturn
+
+from fsspec import AbstractFileSystem
+from fsspec.spec import AbstractBufferedFile
+
+from datamount.datasets import catalog
+from datamount.datasets.manifest import Kind, Manifest
+from datamount.datasets.rows.listed import list_rows
+from datamount.datasets.tree import Content, Node, Tree
+from datamount.datasets.tree_bytes import TreeBytes
+from datamount.storage import Store, open_store, profiles
+from datamount.storage.cache import ContentCache
+from datamount.urlfs import pinned as pinning
+from datamount.urlfs.urls import DEFAULT_STORE, LATEST, PROTOCOL, VersionPath, parse, strip
+
+
+@dataclass
+class _Version:
+    """A version a filesystem opened: its store, manifest, tree and checked bytes, and the shards' blocks read last
+    (a Parquet reader opens a file more than once, and comes back to its footer's block each time)."""
+
+    store: Store
+    manifest: Manifest
+    tree: Tree
+    content: TreeBytes
+    pinned: pinning.Pinned | None = None
+    held: OrderedDict[tuple[str, int], bytes] = field(default_factory=OrderedDict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    #: The tree's files' paths (``/a/b``), sorted; and its folders' with them (not the root): made on first use.
+    files: list[str] | None = None
+    everything: list[str] | None = None
+
+    #: Checked blocks of shards a version keeps (the most recently read): 4 MiB of 256 KiB blocks.
+    HELD_BLOCKS: ClassVar[int] = 16
+
+    def under(self, inner: str, *, withdirs: bool) -> list[str]:
+        """The sorted paths (``/a/b``) of the files under the folder ``inner`` (``""``: the root), and of the
+        folders with ``withdirs``: a slice of a list sorted once, found by bisection."""
+        with self.lock:
+            if self.files is None or self.everything is None:
+                nodes = self.tree.nodes
+                self.everything = sorted(key for key in nodes if key != "/")
+                self.files = [key for key in self.everything if not nodes[key].is_folder]
+        keys = self.everything if withdirs else self.files
+        prefix = f"/{inner}/" if inner else "/"
+        # Every path that starts with the prefix sorts between it and the prefix with its "/" raised to "0".
+        return keys[bisect.bisect_left(keys, prefix) : bisect.bisect_left(keys, prefix[:-1] + "0")]
+
+    def blocks(self, content: Content, start: int, end: int, name: str) -> bytes:
+        """Bytes ``start`` to ``end - 1`` of a shard with block checksums: from the blocks held, and the others
+        fetched (each run of them in one read) and checked."""
+        shard = content.shard
+        assert shard is not None
+        end = min(end, shard.size)
+        if start >= end:
+            return b""
+        first, stop = shard.block_range(start, end)
+        pieces = []
+        index = first
+        while index < stop:
+            with self.lock:
+                held = self.held.get((shard.sha256, index))
+                if held is not None:
+                    self.held.move_to_end((shard.sha256, index))
+            if held is not None:
+                pieces.append(held)
+                index += 1
+                continue
+            run = index + 1
+            while run < stop and (shard.sha256, run) not in self.held:
+                run += 1
+            data = self.content.read_blocks(content, index, run, name=name)
+            pieces.append(data)
+            self._keep(shard.sha256, shard.block_bytes, index, run, data)
+            index = run
+        data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+        low, high = start - first * shard.block_bytes, end - first * shard.block_bytes
+        return data if (low, high) == (0, len(data)) else data[low:high]
+
+    def _keep(self, sha256: str, block_bytes: int, first: int, stop: int, data: bytes) -> None:
+        """Keep the first and last of blocks ``first`` to ``stop - 1`` (``data``): those that the reads beside
+        this one share with it (a footer read in two steps, column chunks in one block)."""
+        with self.lock:
+            for block in {first, stop - 1}:
+                offset = (block - first) * block_bytes
+                self.held[(sha256, block)] = data[offset : offset + block_bytes]
+                self.held.move_to_end((sha256, block))
+            while len(self.held) > self.HELD_BLOCKS:
+                self.held.popitem(last=False)
+
+
+def _read_only(path: object = "") -> NoReturn:
+    raise OSError(errno.EROFS, "datamount:// is read-only: a dataset version never changes", str(path or ""))
+
+
+class DatamountFileSystem(AbstractFileSystem):
+    """Dataset versions as a read-only filesystem: ``fsspec.open("datamount://_/pets@3/data/cat/1.jpg")``.
+
+    Parameters
+    ----------
+    store
+        The store that ``_`` names in paths: a URL, a path or a profile's name; by default the default store.
+    options
+        Backend options for ``store`` (``endpoint_url``...), as :func:`datamount.storage.open_store` takes them.
+    cache
+        The content cache's folder for a remote store's files and the manifests of opened versions; ``False`` for
+        none; by default ``$DATAMOUNT_CACHE_DIR`` (else the XDG cache folder).
+    """
+
+    protocol = PROTOCOL
+    root_marker = ""
+
+    def __init__(
+        self,
+        store: str | None = None,
+        options: dict[str, Any] | None = None,
+        cache: str | bool | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(store=store, options=options, cache=cache, **kwargs)
+        if store is not None and not isinstance(store, str):
+            raise TypeError(f"store is a URL, a path or a profile's name, not {type(store).__name__}")
+        self._given = store
+        self._options = dict(options or {})
+        self._cache_folder = cache
+        self._cache: ContentCache | None = None
+        self._lock = threading.RLock()
+        self._stores: dict[str, Store] = {}
+        self._opened: dict[tuple[str, str, str], _Version] = {}
+        #: Versions a parent process resolved, found again by their manifest's sha256 (see :meth:`__reduce__`).
+        self._pinned: dict[tuple[str, str, str], pinning.Pinned] = {}
+
+    # ------------------------------------------------------------------------------------------------ paths
+
+    @classmethod
+    def _strip_protocol(cls, path: str) -> str:
+        return strip(str(path))
+
+    @staticmethod
+    def _get_kwargs_from_urls(path: str) -> dict[str, Any]:
+        # A URL holds no option: its <store> is part of the path (as an S3 URL's bucket), so that one filesystem
+        # serves every store and `_` stays the store it was given.
+        return {}
+
+    # --------------------------------------------------------------------------------------------- versions
+
+    def invalidate_cache(self, path: str | None = None) -> None:
+        """Resolve ``latest`` again on its next use (a numbered version never changes: it stays)."""
+        with self._lock:
+            for key in [key for key in self._opened if key[2] == LATEST]:
+                del self._opened[key]
+                self._pinned.pop(key, None)
+
+    def _content_cache(self) -> ContentCache | None:
+        if self._cache is None and self._cache_folder is not False:
+            folder = None if self._cache_folder in (None, True) else self._cache_folder
+            self._cache = ContentCache(folder)
+        return self._cache
+
+    def _store(self, name: str) -> Store:
+        """The store ``name`` (a path's ``<store>``) names, opened once."""
+        store = self._stores.get(name)
+        if store is not None:
+            return store
+        if name == DEFAULT_STORE:
+            store = open_store(self._given, check=False, **self._options)
+        elif self._given is not None:
+            raise ValueError(
+                f"datamount://{name}/...: this filesystem was given the store {self._given!r}, "
+                f"which its paths name {DEFAULT_STORE}"
+            )
+        else:
+            config = profiles.load_config()
+            if name not in config.profiles:
+                known = ", ".join(sorted(config.profiles)) or "none"
+                raise FileNotFoundError(
+                    errno.ENOENT,
+                    f"no store profile {name!r} in {config.path} (profiles: {known}); "
+                    f"write {DEFAULT_STORE} for the default store",
+                    f"datamount://{name}",
+                )
+            store = open_store(name, check=False, **self._options)
+        self._stores[name] = store
+        return store
+
+    def _version(self, where: VersionPath) -> _Version:
+        """The version ``where`` names, resolved and its tree built on first use."""
+        opened = self._opened.get(where.key)
+        if opened is not None:
+            return opened
+        with self._lock:
+            opened = self._opened.get(where.key)
+            if opened is None:
+                opened = self._opened[where.key] = self._open_version(where)
+        return opened
+
+    def _open_version(self, where: VersionPath) -> _Version:
+        store = self._store(where.store)
+        cache = self._content_cache()
+        pinned = self._pinned.get(where.key)
+        manifest = None
+        if pinned is not None and cache is not None:
+            manifest = pinning.recall(cache, pinned, f"datamount://{where.root}")
+        if manifest is None:
+            ref = where.name if where.version == LATEST else f"{where.name}@{where.version}"
+            manifest = catalog.resolve(store, ref)
+            if pinned is not None and not pinning.same(manifest, pinned):
+                raise FileNotFoundError(
+                    errno.ENOENT,
+                    f"{manifest.ref} is not the version the filesystem that was sent here opened (removed since?)",
+                    f"datamount://{where.root}",
+                )
+        content = TreeBytes(store, manifest, cache=cache)
+        lines = None
+        if manifest.kind is Kind.IMAGE and manifest.has_list:
+            listed = Content("list", manifest.list_size)
+            lines = list_rows(content.read(listed, name=f"datamount://{where.root} (its list)"))
+        tree = Tree(manifest, lines, image_shards=True)
+        return _Version(store, manifest, tree, content, pinned)
+
+    def _find(self, path: str) -> tuple[VersionPath, _Version, Node]:
+        where = parse(path)
+        version = self._version(where)
+        node = version.tree.find("/" + where.inner)
+        if node is None:
+            raise FileNotFoundError(
+                errno.ENOENT, f"no such file or folder in {version.manifest.ref}", f"datamount://{strip(path)}"
+            )
+        return where, version, node
+
+    # -------------------------------------------------------------------------------------------- listing
+
+    def _details(self, where: VersionPath, version: _Version, node: Node) -> dict[str, Any]:
+        path = where.joined(node.path.lstrip("/"))
+        info: dict[str, Any] = {
+            "name": path,
+            "size": 0,
+            "type": "directory",
+            "version": version.manifest.version,
+            "created": version.manifest.created,
+        }
+        content = node.content
+        if content is not None:
+            info["type"] = "file"
+            info["size"] = content.size
+            digest = _sha256_of(version.manifest, content)
+            if digest:
+                info["sha256"] = info["etag"] = info["ukey"] = digest
+        return info
+
+    def info(self, path: str, **kwargs: Any) -> dict[str, Any]:
+        where, version, node = self._find(path)
+        return self._details(where, version, node)
+
+    def ls(self, path: str, detail: bool = True, **kwargs: Any) -> list[Any]:
+        where, version, node = self._find(path)
+        entries = list(node.children.values()) if node.is_folder else [node]
+        if detail:
+            return [self._details(where, version, child) for child in entries]
+        return [where.joined(child.path.lstrip("/")) for child in entries]
+
+    def find(
+        self, path: str, maxdepth: int | None = None, withdirs: bool = False, detail: bool = False, **kwargs: Any
+    ) -> Any:
+        if maxdepth is not None:
+            return super().find(path, maxdepth=maxdepth, withdirs=withdirs, detail=detail, **kwargs)
+        where, version, node = self._find(path)
+        keys = version.under(where.inner, withdirs=withdirs) if node.is_folder else ["/" + where.inner]
+        if withdirs and node.is_folder:
+            keys = ["/" + where.inner if where.inner else "/", *keys]
+        root = where.root
+        if detail:
+            nodes = version.tree.nodes
+            return {(name := root + key.rstrip("/")): {**self._details(where, version, nodes[key]), "name": name}
+                    for key in keys}  # fmt: skip
+        return [root + key.rstrip("/") for key in keys]
+
+    def du(
+        self, path: str, total: bool = True, maxdepth: int | None = None, withdirs: bool = False, **kwargs: Any
+    ) -> Any:
+        if not total or maxdepth is not None:
+            return super().du(path, total=total, maxdepth=maxdepth, withdirs=withdirs, **kwargs)
+        where, version, node = self._find(path)
+        if not node.is_folder:
+            return node.content.size if node.content is not None else 0
+        nodes = version.tree.nodes
+        return sum(getattr(nodes[key].content, "size", 0) for key in version.under(where.inner, withdirs=False))
+
+    def exists(self, path: str, **kwargs: Any) -> bool:
+        try:
+            self._find(path)
+        except (FileNotFoundError, ValueError):
+            return False
+        return True
+
+    def modified(self, path: str) -> datetime.datetime:
+        """When the version was committed: every file of it was made then and never changed."""
+        _, version, _ = self._find(path)
+        return datetime.datetime.fromisoformat(version.manifest.created)
+
+    def created(self, path: str) -> datetime.datetime:
+        return self.modified(path)
+
+    def ukey(self, path: str) -> str:
+        """The file's sha256 (a folder's path and version): a key that changes only with the content."""
+        info = self.info(path)
+        return info.get("sha256") or f"{info['name']}#{info['version']}"
+
+    def checksum(self, path: str) -> int:
+        return int(self.ukey(path)[:16], 16) if "sha256" in self.info(path) else super().checksum(path)
+
+    # -------------------------------------------------------------------------------------------- reading
+
+    def _file(self, path: str) -> tuple[_Version, Content, str]:
+        where, version, node = self._find(path)
+        if node.content is None:
+            raise IsADirectoryError(errno.EISDIR, "a folder of a dataset version", f"datamount://{strip(path)}")
+        return version, node.content, f"datamount://{where.joined(where.inner)}"
+
+    def cat_file(self, path: str, start: int | None = None, end: int | None = None, **kwargs: Any) -> bytes:
+        version, content, name = self._file(path)
+        start, end = _clip(start, end, content.size)
+        if version.content.ranged(content):
+            return version.blocks(content, start, end, name)
+        return version.content.read(content, name=name)[start:end]
+
+    def cat_ranges(
+        self,
+        paths: list[str],
+        starts: int | list[int] | None,
+        ends: int | list[int] | None,
+        max_gap: Any = None,
+        on_error: str = "return",
+        **kwargs: Any,
+    ) -> list[bytes | Exception]:
+        count = len(paths)
+        firsts: list[int | None] = list(starts) if isinstance(starts, list) else [starts] * count
+        lasts: list[int | None] = list(ends) if isinstance(ends, list) else [ends] * count
+        if len(firsts) != count or len(lasts) != count:
+            raise ValueError("paths, starts and ends must be as long as each other")
+        whole: dict[str, bytes] = {}  # a file read whole is read once for all its ranges
+        answers: list[bytes | Exception] = []
+        for path, start, end in zip(paths, firsts, lasts, strict=True):
+            try:
+                version, content, name = self._file(path)
+                first, stop = _clip(start, end, content.size)
+                if version.content.ranged(content):
+                    answers.append(version.blocks(content, first, stop, name))
+                else:
+                    if name not in whole:
+                        whole[name] = version.content.read(content, name=name)
+                    answers.append(whole[name][first:stop])
+            except Exception as exc:
+                if on_error == "raise":
+                    raise
+                answers.append(exc)
+        return answers
+
+    def _open(
+        self,
+        path: str,
+        mode: str = "rb",
+        block_size: int | None = None,
+        autocommit: bool = True,
+        cache_options: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> DatamountFile:
+        if mode != "rb":
+            _read_only(path)
+        version, content, name = self._file(path)
+        return DatamountFile(self, path, version, content, name, block_size=block_size)
+
+    def open(self, path: str, mode: str = "rb", **kwargs: Any) -> Any:
+        if "r" not in mode or "+" in mode:
+            _read_only(path)
+        return super().open(path, mode, **kwargs)
+
+    # ------------------------------------------------------------------------------------ never written
+
+    def mkdir(self, path: str, create_parents: bool = True, **kwargs: Any) -> NoReturn:
+        _read_only(path)
+
+    def makedirs(self, path: str, exist_ok: bool = False) -> NoReturn:
+        _read_only(path)
+
+    def rmdir(self, path: str) -> NoReturn:
+        _read_only(path)
+
+    def rm_file(self, path: str) -> NoReturn:
+        _read_only(path)
+
+    def rm(self, path: Any, recursive: bool = False, maxdepth: int | None = None) -> NoReturn:
+        _read_only(path)
+
+    def _rm(self, path: str) -> NoReturn:
+        _read_only(path)
+
+    def touch(self, path: str, truncate: bool = True, **kwargs: Any) -> NoReturn:
+        _read_only(path)
+
+    def pipe_file(self, path: str, value: bytes, mode: str = "overwrite", **kwargs: Any) -> NoReturn:
+        _read_only(path)
+
+    def pipe(self, path: Any, value: bytes | None = None, **kwargs: Any) -> NoReturn:
+        _read_only(path)
+
+    def put_file(
+        self, lpath: str, rpath: str, callback: Any = None, mode: str = "overwrite", **kwargs: Any
+    ) -> NoReturn:
+        _read_only(rpath)
+
+    def put(self, lpath: Any, rpath: Any, recursive: bool = False, callback: Any = None, **kwargs: Any) -> NoReturn:
+        _read_only(rpath)
+
+    def cp_file(self, path1: str, path2: str, **kwargs: Any) -> NoReturn:
+        _read_only(path2)
+
+    def copy(self, path1: Any, path2: Any, recursive: bool = False, **kwargs: Any) -> NoReturn:
+        _read_only(path2)
+
+    def mv(
+        self, path1: Any, path2: Any, recursive: bool = False, maxdepth: int | None = None, **kwargs: Any
+    ) -> NoReturn:
+        _read_only(path1)
+
+    # ----------------------------------------------------------------------------------------- pickling
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _reopen, (type(self), self._given, self._options, self._cache_folder, self._pins())
+
+    def _pins(self) -> dict[tuple[str, str, str], pinning.Pinned]:
+        """What finds each opened version again: its manifest, put in the content cache once."""
+        cache = self._content_cache()
+        pins = dict(self._pinned)
+        if cache is None:
+            return pins
+        with self._lock:
+            for key, version in self._opened.items():
+                if version.pinned is None:
+                    version.pinned = pinning.remember(cache, version.manifest)
+                pins[key] = version.pinned
+        return pins
+
+
+def _reopen(
+    cls: type[DatamountFileSystem],
+    store: str | None,
+    options: dict[str, Any],
+    cache: str | bool | None,
+    pins: dict[tuple[str, str, str], pinning.Pinned],
+) -> DatamountFileSystem:
+    """A filesystem in another process: the same options, the versions its sender opened pinned to their manifests."""
+    filesystem = cls(store=store, options=options, cache=cache, skip_instance_cache=True)
+    filesystem._pinned = {key: pinning.Pinned(*pin) for key, pin in pins.items()}
+    return filesystem
+
+
+class DatamountFile(AbstractBufferedFile):
+    """A file of a version, read-only: a shard with block checksums is fetched by whole blocks as they are asked for,
+    each checked (:meth:`_Version.blocks`); any other file is read and checked whole on its first read."""
+
+    def __init__(
+        self,
+        fs: DatamountFileSystem,
+        path: str,
+        version: _Version,
+        content: Content,
+        name: str,
+        *,
+        block_size: int | None = None,
+    ) -> None:
+        self._version = version
+        self._content = content
+        self._name = name
+        self._whole: bytes | None = None
+        # No buffer of fsspec's: every read comes from checked bytes, fetched in whole blocks.
+        super().__init__(fs, path, mode="rb", block_size=block_size or 1 << 20, cache_type="none", size=content.size)
+
+    def _fetch_range(self, start: int, end: int) -> bytes:
+        if self._version.content.ranged(self._content):
+            return self._version.blocks(self._content, start, end, self._name)
+        if self._whole is None:
+            self._whole = self._version.content.read(self._content, name=self._name)
+        return self._whole[start:end]
+
+
+def _clip(start: int | None, end: int | None, size: int) -> tuple[int, int]:
+    """``start`` and ``end`` as offsets in a file of ``size`` bytes (negatives from its end, ``None`` its ends)."""
+    first = 0 if start is None else start + size if start < 0 else start
+    stop = size if end is None else end + size if end < 0 else end
+    first, stop = max(0, min(first, size)), max(0, min(stop, size))
+    return first, max(first, stop)
+
+
+def _sha256_of(manifest: Manifest, content: Content) -> str:
+    """The sha256 of a file's bytes where the manifest records it."""
+    if content.kind == "shard" and content.shard is not None:
+        return content.shard.sha256
+    if content.kind == "list":
+        return manifest.list_sha256
+    return content.entry.sha256 if content.entry is not None else ""
