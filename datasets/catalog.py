@@ -33,7 +33,9 @@ log = logging.getLogger(__name__)
 
 #: Numbers a commit tries before it gives up: each failed try means another writer committed meanwhile.
 COMMIT_ATTEMPTS = 100
-PACK_RECORD_FORMAT = 1
+#: Format 2 of a pack record: its shards' entries carry the xxh3-64 of their row groups and footer (format 1's, which
+#: an older datamount reads, do not).
+PACK_RECORD_FORMAT = 2
 
 
 @dataclass(frozen=True)
@@ -277,7 +279,7 @@ def add_shards(store: Store, manifest: Manifest, shards: list[ShardEntry]) -> Ma
         remove_lost_pack(store, recorded, folders)
         return recorded
     record = {
-        "format": PACK_RECORD_FORMAT,
+        "format": PACK_RECORD_FORMAT if any(shard.xxh3 for shard in shards) else 1,
         "manifest_sha256": hashlib.sha256(manifest_bytes).hexdigest(),
         "created": now_utc(),
         "datamount_version": package_version("datamount"),

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from datamount.cli.main import cli
 from datamount.datasets import catalog, layout, upload, verify
-from datamount.datasets.manifest import SHARDS_ONLY_FORMAT_VERSION
+from datamount.datasets.manifest import FORMAT_VERSION
 from datamount.readers import DataLoader, reader
 from datamount.storage import IntegrityError, Store
 from tests.generated import MakeImageList, image_rows
@@ -47,7 +47,7 @@ def test_the_files_go_straight_into_shards_and_read_back_exactly(store: Store, m
     manifest = result.manifest
     assert result.created and not manifest.objects and len(manifest.shards) >= 2
     assert store.list(f"{layout.dataset_folder('d')}/{layout.OBJECTS}") == {}
-    assert json.loads(store.read(layout.manifest_path("d", 1)))["format_version"] == SHARDS_ONLY_FORMAT_VERSION == 3
+    assert json.loads(store.read(layout.manifest_path("d", 1)))["format_version"] == FORMAT_VERSION == 5
     assert list(reader("d", store)()) == image_rows(list_file)
     samples = reader("d", store, shuffle=True, seed=3)
     assert sorted(samples()) == sorted(image_rows(list_file))
