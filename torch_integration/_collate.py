@@ -74,7 +74,7 @@ class CollateBytes:
         offsets = np.zeros(len(values) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
         data = _uint8_tensor(int(offsets[-1]))
-        target = memoryview(data.numpy()).cast("B")
+        target = data.numpy().data.cast("B")
         for value, start, end in zip(values, offsets[:-1].tolist(), offsets[1:].tolist(), strict=True):
             target[start:end] = memoryview(value).cast("B")
         rest = [[sample[i] for sample in samples] for i in range(len(samples[0]) if samples else 0) if i != self.column]
@@ -103,5 +103,5 @@ def _uint8_tensor(size: int) -> torch.Tensor:
     as ``default_collate`` makes its tensors, so that sending it to the main process copies nothing."""
     if torch.utils.data.get_worker_info() is None:
         return torch.empty(size, dtype=torch.uint8)
-    storage = torch.UntypedStorage._new_shared(size)  # type: ignore[attr-defined]
+    storage = torch.UntypedStorage._new_shared(size)
     return torch.empty(0, dtype=torch.uint8).set_(storage)
