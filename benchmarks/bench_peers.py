@@ -2,22 +2,27 @@
 
     python benchmarks/bench_peers.py [--quick] [--runs N] [--cases NAME,...]
 
-Every figure is one pass over the samples in a fresh Python process, as a user's epoch runs (the interpreter and
-its imports are not timed; opening the dataset is), and "steady" is a second pass over the same reader object. The page
-cache is warm: every reader reads the same files once before the timed runs. Medians of ``--runs`` runs, the readers
-taking turns.
+"First pass" is one pass over the samples in a fresh Python process, as a user's first epoch runs (the interpreter
+and its imports are not timed, and are reported apart; opening the dataset is timed), and "steady" is a second pass
+over the same reader object. The page cache is warm: every reader reads the same files once before the timed runs.
+Medians of ``--runs`` runs, the readers taking turns; the load average is printed with the figures (compare ratios
+within one run). The headline row of each case is the default ``reader(name)``, which checks every byte it reads
+(no peer does).
+
+Every packed version is made as ``datamount upload`` then ``datamount pack`` make it, with their defaults.
 
 - ``large-packed``: 4,000 x 110 KB samples, packed; ``reader(name)`` vs litdata's ``StreamingDataset`` over the
-  same samples written by ``litdata.optimize`` (target >= 1.2x);
+  same samples written by ``litdata.optimize`` with 64 MB chunks (target >= 1.2x); also ``verify=False`` and
+  ``zero_copy=True``;
 - ``large-files``: the same samples as one file each (an unpacked version) vs an ``os.open``/``os.read`` loop over
   the list's files (target >= 1.0x); also ``reader(name, verify=False)``, since the loop checks nothing (the
   reader checks every file's xxh3-64);
 - ``small-packed``: 60,000 x 784 B samples, packed; ``reader(name)`` vs pyarrow's own ``iter_batches`` +
-  ``to_pylist`` over the version's shards (target >= 1.5x);
+  ``to_pylist`` over the version's shards (target >= 1.5x steady, >= 1.0x on a first pass);
 - ``text-packed``: 200,000 ``source<TAB>target`` pairs, packed; ``reader(name)`` vs a plain Python ``split`` of the
   list file (target >= 1.0x).
 
-litdata is optional (``pip install litdata``; it needs PyTorch): without it that case is left out and says so.
+litdata is optional (the ``bench-peers`` extra; it needs PyTorch): without it that case is left out and says so.
 CPU seconds are the child process's user + system time over the first pass.
 """
 
@@ -40,11 +45,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _harness import Row, peak_rss_mb, print_rows
-from bench_shards import make_dataset
 
 OURS = "reader()"
-#: The same reader without its check of each file (``verify=False``), to show what the check costs.
+#: The same reader without its checks (``verify=False``), to show what they cost.
 UNCHECKED = "reader(verify=False)"
+#: The same reader handing out memoryviews rather than ``bytes`` (``zero_copy=True``).
+VIEWS = "reader(zero_copy=True)"
 
 
 @dataclass(frozen=True)
@@ -90,17 +96,23 @@ def litdata_sample(line: str) -> dict[str, object]:
 
 def prepare(case: str, tmp: Path, count: int) -> dict[str, object]:
     """Write the case's dataset to ``tmp`` in every form its readers need; returns what the children are told."""
+    from bench_shards import make_dataset  # here: a child process imports only what its reader needs, timed
+
+    from datamount.datasets.pack import pack
     from datamount.datasets.upload import upload
     from datamount.storage import open_store
 
     store = open_store(tmp / "store")
     if case == "text-packed":
         list_file = write_pairs(tmp / "source", count)
-        upload(list_file, case, store=store, kind="text", packed=True)
+        upload(list_file, case, store=store, kind="text")
+        pack(case, store=store)
         return {"store": str(tmp / "store"), "name": case, "list": str(list_file)}
     size = 784 if case == "small-packed" else 110_000
     list_file = make_dataset(tmp / "source", count, size)
-    upload(list_file, case, store=store, packed=case != "large-files")
+    upload(list_file, case, store=store)
+    if case != "large-files":
+        pack(case, store=store)
     spec: dict[str, object] = {"store": str(tmp / "store"), "name": case, "list": str(list_file)}
     if case == "large-packed":
         spec["litdata"] = prepare_litdata(list_file, tmp / "litdata")
@@ -131,11 +143,11 @@ def prepare_litdata(list_file: Path, output: Path) -> str | None:
 Opened = Callable[[], Iterable[tuple[object, ...]]]
 
 
-def ours(spec: dict[str, object], *, verify: bool = True) -> Opened:
+def ours(spec: dict[str, object], *, verify: bool = True, zero_copy: bool = False) -> Opened:
     from datamount.readers import reader
     from datamount.storage import open_store
 
-    return reader(str(spec["name"]), open_store(str(spec["store"])), verify=verify)
+    return reader(str(spec["name"]), open_store(str(spec["store"])), verify=verify, zero_copy=zero_copy)
 
 
 def litdata_items(spec: dict[str, object]) -> Opened:
@@ -207,17 +219,27 @@ IMPORTS = {
 }
 
 
+OUR_SIDES: dict[str, Callable[[dict[str, object]], Opened]] = {
+    OURS: ours,
+    UNCHECKED: functools.partial(ours, verify=False),
+    VIEWS: functools.partial(ours, zero_copy=True),
+}
+
+
 def child(case: str, who: str, spec_file: str) -> None:
     spec = json.loads(Path(spec_file).read_text(encoding="utf-8"))
-    make = {OURS: ours, UNCHECKED: functools.partial(ours, verify=False)}.get(who) or PEERS[case]
-    for module in IMPORTS.get(OURS if who in (OURS, UNCHECKED) else case, ()):
+    make = OUR_SIDES.get(who) or PEERS[case]
+    imported = time.perf_counter()
+    for module in IMPORTS.get(OURS if who in OUR_SIDES else case, ()):
         importlib.import_module(module)  # imported before the clock starts, as a training script has
+    imported = time.perf_counter() - imported
     opened: list[Opened] = []
     # The first pass opens the reader (as an epoch of a fresh job does); the second reuses it.
     seconds, cpu, count, size = one_pass(lambda: (opened.append(make(spec)), opened[0]())[1])
     steady = one_pass(opened[0])[0]
     peak = peak_rss_mb()
-    print(json.dumps({"seconds": seconds, "cpu": cpu, "steady": steady, "count": count, "bytes": size, "rss": peak}))
+    figures = {"seconds": seconds, "cpu": cpu, "steady": steady, "count": count, "bytes": size, "rss": peak}
+    print(json.dumps({**figures, "imports": imported}))
 
 
 # --- the parent: interleaved fresh processes ---------------------------------------------------------------------
@@ -244,7 +266,8 @@ def compare(case: Case, tmp: Path, count: int, runs: int, notes: list[str]) -> l
         return []
     spec_file = tmp / "spec.json"
     spec_file.write_text(json.dumps(spec), encoding="utf-8")
-    sides = (OURS, UNCHECKED, case.peer) if case.name == "large-files" else (OURS, case.peer)
+    extra = {"large-files": (UNCHECKED,), "large-packed": (UNCHECKED, VIEWS)}.get(case.name, ())
+    sides = (OURS, *extra, case.peer)
     for who in sides:  # warm the page cache, and check that both read every sample
         warm = run_child(case.name, who, spec_file)
         if warm["count"] != count:
@@ -266,26 +289,21 @@ def compare(case: Case, tmp: Path, count: int, runs: int, notes: list[str]) -> l
     per = "GB" if case.unit == "MB/s" else "1M samples"
     scale = 1e3 / (results[OURS][0]["bytes"] / 1e6) if case.unit == "MB/s" else 1e6 / count
     rss = {who: median([result["rss"] for result in results[who]]) for who in sides}
+    imports = {who: median([result["imports"] for result in results[who]]) for who in sides}
     notes.append(
-        f"{setup}: target >= {case.target}x on the first pass; first-pass CPU-s per {per} "
-        f"{cpu(OURS) * scale:.2f} vs {cpu(case.peer) * scale:.2f}; peak RSS {rss[OURS]:.0f} vs {rss[case.peer]:.0f} MB"
+        f"{setup}: target >= {case.target}x; first-pass CPU-s per {per} {cpu(OURS) * scale:.2f} vs "
+        f"{cpu(case.peer) * scale:.2f}; peak RSS {rss[OURS]:.0f} vs {rss[case.peer]:.0f} MB; imports (not timed "
+        f"above) {imports[OURS]:.2f} s vs {imports[case.peer]:.2f} s; load average {os.getloadavg()[0]:.2f}"
     )
-    rows = [
-        Row(case.name, "first pass", rate(OURS, "seconds"), rate(case.peer, "seconds"), case.unit, case.peer),
-        Row(case.name, "steady (second pass)", rate(OURS, "steady"), rate(case.peer, "steady"), case.unit, case.peer),
-    ]
-    if UNCHECKED in sides:
-        rows.append(
-            Row(
-                case.name,
-                "first pass, verify=False",
-                rate(UNCHECKED, "seconds"),
-                rate(case.peer, "seconds"),
-                case.unit,
-                case.peer,
-            )
-        )
-        notes.append(f"{setup}: first-pass CPU-s per {per} without the check {cpu(UNCHECKED) * scale:.2f}")
+    rows = []
+    for who in sides[:-1]:
+        label = "" if who == OURS else f", {who.removeprefix('reader(').removesuffix(')')}"
+        rows.append(Row(case.name, f"first pass{label}", rate(who, "seconds"), rate(case.peer, "seconds"), case.unit,
+                        case.peer))  # fmt: skip
+        rows.append(Row(case.name, f"steady{label}", rate(who, "steady"), rate(case.peer, "steady"), case.unit,
+                        case.peer))  # fmt: skip
+        if who != OURS:
+            notes.append(f"{setup}: first-pass CPU-s per {per} with {who} {cpu(who) * scale:.2f}")
     return rows
 
 
@@ -309,7 +327,8 @@ def main() -> None:
             parser.error(f"--cases: no case {name!r}; the cases are {', '.join(CASES)}")
         with tempfile.TemporaryDirectory(prefix="datamount-bench-peers-") as folder:
             rows += compare(CASES[name], Path(folder), counts[name], runs, notes)
-    print_rows(rows, "datamount's reader beside its peers (fresh process per pass; local disk, warm page cache)")
+    title = "datamount's reader beside its peers (a fresh process per first pass; local disk, warm page cache)"
+    print_rows(rows, title)
     print("\n" + "\n".join(notes))
 
 

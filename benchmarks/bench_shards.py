@@ -6,16 +6,20 @@
    files' bytes with ``cat`` (``LocalFileSystem.cat``); and ``reader(name, zero_copy=True)`` vs ``reader(name)``; MB/s.
 2. Local disk, 784-byte samples (MNIST-sized): packed ``reader(name)()`` vs WebDataset reading tar shards of the same
    samples; samples/s.
-3. S3 (moto or SeaweedFS, in its own process): packed ``reader(name)()`` vs a plain sequential ``cat_file`` of each
-   shard (same bytes, no decoding); MB/s.
+3. S3 (moto or SeaweedFS, in its own process): packed ``reader(name)()`` (a version packed with ``pack``'s defaults,
+   every row group checked) vs one plain GET of each shard through the same store (``Store.read``: the same bytes,
+   no decoding, no check); MB/s and this process's CPU seconds per GB (user + system, the server's not counted).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -24,6 +28,7 @@ from _harness import S3_SERVERS, Row, interleaved_medians, print_rows
 
 from datamount.datasets import layout
 from datamount.datasets.pack import pack
+from datamount.datasets.shard_writer import DEFAULT_SHARD_BYTES
 from datamount.datasets.upload import upload
 from datamount.readers import DatasetReader, reader
 from datamount.storage import Store, open_store
@@ -104,25 +109,37 @@ def s3_packed(tmp: Path, count: int, runs: int, server: str) -> Row:
 
     with S3_SERVERS[server]() as (endpoint, _):
         options = {"endpoint_url": endpoint, "key": "bench", "secret": "bench-secret"}
-        client = s3fs.S3FileSystem(**s3_filesystem_options(options))
-        client.mkdir("bench")
+        s3fs.S3FileSystem(**s3_filesystem_options(options)).mkdir("bench")
         store = open_store("s3://bench/root", **options)
-        # Enough shards that the run is mostly the steady state (fetch the next shard while this one is read),
-        # not the first fetch, which nothing can overlap.
-        shards = packed_dataset(store, make_dataset(tmp / "remote", count, 110_000), "remote", 8 << 20)
-        full = [store.full_path(s) for s in shards]
-        size_mb = sum(client.size(f) for f in full) / 1e6
+        shards = packed_dataset(store, make_dataset(tmp / "remote", count, 110_000), "remote", DEFAULT_SHARD_BYTES)
+        size_gb = sum(len(store.read(shard)) for shard in shards) / 1e9  # also warms the server's caches
         samples = reader("remote", store)
-        actions = {"ours": lambda: drain(samples), "cat_file": lambda: [client.cat_file(f) for f in full]}
-        times = interleaved_medians(actions, runs)
+        actions = {"ours": lambda: drain(samples), "get": lambda: [store.read(shard) for shard in shards]}
+        seconds, cpu = interleaved_costs(actions, runs)
     return Row(
         f"s3 ({server})",
         f"{count} x 110 KB, packed",
-        size_mb / times["ours"],
-        size_mb / times["cat_file"],
+        size_gb * 1e3 / seconds["ours"],
+        size_gb * 1e3 / seconds["get"],
         "MB/s",
-        "cat_file",
+        "one GET per shard",
+        cpu_per="GB",
+        ours_cpu=cpu["ours"] / size_gb,
+        reference_cpu=cpu["get"] / size_gb,
     )
+
+
+def interleaved_costs(actions: dict[str, Callable[[], object]], runs: int) -> tuple[dict[str, float], ...]:
+    """The median wall seconds and CPU seconds (this process's user + system) of each action, taking turns."""
+    seconds: dict[str, list[float]] = {name: [] for name in actions}
+    cpu: dict[str, list[float]] = {name: [] for name in actions}
+    for _ in range(runs):
+        for name, action in actions.items():
+            started, used = time.perf_counter(), sum(os.times()[:2])
+            action()
+            seconds[name].append(time.perf_counter() - started)
+            cpu[name].append(sum(os.times()[:2]) - used)
+    return tuple({name: statistics.median(values[name]) for name in actions} for values in (seconds, cpu))
 
 
 def main() -> None:

@@ -33,7 +33,8 @@ log = logging.getLogger(__name__)
 
 #: Numbers a commit tries before it gives up: each failed try means another writer committed meanwhile.
 COMMIT_ATTEMPTS = 100
-#: Format 2: shards with their blocks' checksums (an older datamount refuses them rather than call them damaged).
+#: Format 2 of a pack record: its shards' entries carry the xxh3-64 of their row groups, footer and blocks (an older
+#: datamount refuses them rather than call them damaged; format 1's, which it reads, do not).
 PACK_RECORD_FORMAT = 2
 
 
@@ -278,7 +279,7 @@ def add_shards(store: Store, manifest: Manifest, shards: list[ShardEntry]) -> Ma
         remove_lost_pack(store, recorded, folders)
         return recorded
     record = {
-        "format": PACK_RECORD_FORMAT if any(shard.blocks for shard in shards) else 1,
+        "format": PACK_RECORD_FORMAT if any(shard.xxh3 or shard.blocks for shard in shards) else 1,
         "manifest_sha256": hashlib.sha256(manifest_bytes).hexdigest(),
         "created": now_utc(),
         "datamount_version": package_version("datamount"),

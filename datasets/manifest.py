@@ -20,11 +20,13 @@ from datamount.datasets.errors import ManifestError
 #: the commit); format 1 kept them under ``lists/N.list`` and ``packs/N/``, and is still read. Format 3 is format 2
 #: for an image version whose files are stored only in its shards (``objects: false``, from ``upload --pack``): an
 #: older datamount, which would look for their objects, refuses it. Format 4 adds each file's xxh3-64 to its entry
-#: (the check of every read; files without one are checked against their sha256). Format 5 adds the xxh3-64 of each
-#: block of a shard (a range of it is checked without reading the rest). The newest format this reads:
+#: (the check of every read; files without one are checked against their sha256). Format 5 adds to each shard's
+#: entry the xxh3-64 of its row groups and footer (what a reader checks before it decodes them; shards without them are
+#: checked by their pages' CRCs) and of each of its blocks (a range is checked without reading the rest: what
+#: ``datamount://`` serves). The newest format this reads:
 FORMAT_VERSION = 5
-#: The format of a manifest whose shards carry no block checksums.
-FILE_CHECKSUMS_FORMAT_VERSION = 4
+#: The format of a manifest whose file entries carry their xxh3-64 (format 4's addition).
+FILE_CHECKS_FORMAT_VERSION = 4
 #: The format of a manifest that needs nothing format 3 adds.
 OBJECTS_FORMAT_VERSION = 2
 #: The format of a manifest whose files are stored only in shards (format 3's addition).
@@ -129,15 +131,17 @@ SHARD_BLOCK_BYTES = 256 << 10
 @dataclass(frozen=True)
 class ShardEntry:
     """One packed Parquet shard of a version: its path in the dataset folder, rows, size, sha256, the number of
-    rows in each of its row groups (so that a row is found without reading any footer), and the xxh3-64 of each of
-    its ``block_bytes`` blocks (none in a shard written before format 5: a range of it is checked by reading all of
-    it)."""
+    rows in each of its row groups (so that a row is found without reading any footer), the xxh3-64 of each row
+    group's bytes, then of its footer (:mod:`datamount.datasets.shard_checks`: what a reader checks), and the xxh3-64
+    of each of its ``block_bytes`` blocks (what a ranged read checks). A shard packed before format 5 has neither:
+    its pages' CRCs are checked as it is decoded, and a range of it is checked by reading all of it."""
 
     path: str
     rows: int
     size: int
     sha256: str
     row_groups: list[int]
+    xxh3: list[str] = field(default_factory=list)
     block_bytes: int = 0
     blocks: list[str] = field(default_factory=list)
 
@@ -182,8 +186,8 @@ class Manifest:
                 raise ManifestError(f"{self.ref}: a version whose files are not stored as objects needs shards")
             object.__setattr__(self, "format_version", max(self.format_version, SHARDS_ONLY_FORMAT_VERSION))
         if isinstance(self.files, list) and any(entry.xxh3 for entry in self.files):
-            object.__setattr__(self, "format_version", max(self.format_version, FILE_CHECKSUMS_FORMAT_VERSION))
-        if any(shard.blocks for shard in self.shards):
+            object.__setattr__(self, "format_version", max(self.format_version, FILE_CHECKS_FORMAT_VERSION))
+        if any(shard.xxh3 or shard.blocks for shard in self.shards):
             object.__setattr__(self, "format_version", max(self.format_version, FORMAT_VERSION))
 
     @property

@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 from datamount.datasets import layout
 from datamount.datasets.manifest import SHARD_BLOCK_BYTES, Kind, ShardEntry
 from datamount.datasets.progress import Progress, Silent
+from datamount.datasets.shard_checks import shard_checks
 from datamount.storage import IntegrityError, Store, arguments
 from datamount.storage.checksums import block_digests
 
@@ -142,7 +143,8 @@ class ShardFile:
             use_dictionary=text_columns + narrow_columns,
             # Min/max statistics of a binary column would copy whole images into the footer.
             write_statistics=[f.name for f in schema if f.name not in binary_columns],
-            # A CRC per page: every read of a row group, however it was fetched, is checked.
+            # A CRC per page, for readers of these shards that do not know their entries' xxh3-64 (other Parquet
+            # readers, datamount before format 5): every read of a row group is checked by one or the other.
             write_page_checksum=True,
         )
         self.rows = 0
@@ -172,9 +174,12 @@ class ShardFile:
                 f"shard {key} of {dataset} made again has sha256 {digest}, not the {sha256} its manifest records "
                 "(it was written by another pyarrow or with other settings, or its rows changed): nothing was stored"
             )
+        checks = shard_checks(self.path)
         store.put_file(self.path, f"{layout.dataset_folder(dataset)}/{key}")
         os.remove(self.path)
-        return ShardEntry(key, self.rows, size, digest, self.row_groups, SHARD_BLOCK_BYTES, blocks)
+        return ShardEntry(
+            key, self.rows, size, digest, self.row_groups, xxh3=checks, block_bytes=SHARD_BLOCK_BYTES, blocks=blocks
+        )
 
 
 class ShardWriter:

@@ -180,7 +180,7 @@ class DatasetReader(EpochLock):
             reading = functools.partial(self._reading, progress)
             metered = self._meter.begin(where, progress.epoch, reading, timing=timing, reports=reports)
             progress.handout = metered.handout
-            return measured(samples, metered, self._missing_explained)
+            return measured(samples, metered, self._missing_explained, bytes_per_sample=self._bytes_per_row)
         counted = _counted(samples, progress, self._missing_explained)
         next(counted)  # inside its ``try``: closing the pass closes the source even before a sample is taken
         return counted
@@ -659,9 +659,10 @@ def reader(
     rows_per_span
         Rows of each span of an unpacked version (a packed version's spans are its row groups).
     verify
-        Check each object of an unpacked image version against its sha256 before its sample is yielded (its size is
-        always checked). Packed versions are always checked, by their Parquet pages' checksums. Turn it off only for
-        a store you trust more than the cost of hashing (see ``docs/datasets.md``).
+        Check each object of an unpacked image version against its xxh3-64 (or sha256) before its sample is
+        yielded, and each row group of a packed version against its xxh3-64 (shards packed before format 5: their
+        Parquet pages' checksums) before it is decoded; sizes and row counts are always checked. Turn it off only
+        for a store you trust more than the cost of hashing (see ``docs/datasets.md``).
     zero_copy
         A packed version yields each raw value as a read-only ``memoryview`` into its decoded row group instead of
         new ``bytes``: for consumers that decode right away (``np.frombuffer``, ``PIL.Image.open(io.BytesIO(v))``).

@@ -7,6 +7,10 @@ worker's batches held. :class:`StatefulDataLoader` (torchdata's, made elastic) l
 ``num_workers``, and the reader's state resumes on any number of ranks (``docs/sharding.md``). ``RowDataset`` is a
 map-style dataset for random access by index. Importing this module imports torch; nothing else in datamount does.
 
+Raw bytes to the GPU (``_collate.py``): ``collate_fn=collate_bytes`` makes each batch's bytes one shared-memory
+``uint8`` tensor with offsets (:class:`ByteBatch`), so that no sample is pickled through the workers' queues, and
+:func:`decoded` runs a decode hook on them in the main process, on any device.
+
 Statistics (``docs/readers.md``): each DataLoader worker's reader measures its own passes and writes its own lines to
 ``DATAMOUNT_STATS_FILE``; ``ReaderDataset.stats()`` in the process that iterates the loader adds the workers' figures
 up (they leave them in shared memory, ``_board.py``), and :func:`gather_stats` adds up every rank's.
@@ -27,8 +31,21 @@ from datamount.readers.errors import ReaderStateError
 from datamount.readers.mixture import Mixture
 from datamount.readers.stats import combine
 from datamount.torch._board import WorkerBoard
+from datamount.torch._collate import ByteBatch, CollateBytes, Decode, collate_bytes, decoded, split_samples
 
-__all__ = ["ReaderDataset", "RowDataset", "StatefulDataLoader", "gather_stats", "reader_states"]
+__all__ = [
+    "ByteBatch",
+    "CollateBytes",
+    "Decode",
+    "ReaderDataset",
+    "RowDataset",
+    "StatefulDataLoader",
+    "collate_bytes",
+    "decoded",
+    "gather_stats",
+    "reader_states",
+    "split_samples",
+]
 
 
 class ReaderDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]

@@ -86,13 +86,14 @@ def open_rows(
     A packed version is read from its shards unless ``use_shards`` is False; ``cache`` keeps remote shards in a local
     cache (:func:`shard_cache`). An unpacked version is read from its list (``rows_per_span`` lines per span) and,
     for images, its objects (``max_requests`` reads and ``max_bytes`` bytes in flight at most), each checked against
-    its size and, with ``verify`` (the default), its sha256. Packed rows are checked by the Parquet pages' checksums
-    and, when a shard is fetched whole, its sha256. With ``zero_copy``, a packed version's binary values are
-    read-only memoryviews into the decoded row group (:class:`ShardRows`).
+    its size and, with ``verify`` (the default), its xxh3-64 (or sha256). Packed rows are checked, with ``verify``,
+    by the xxh3-64 of each row group (or, in shards packed before format 5, the Parquet pages' checksums) and, when a
+    shard is fetched whole, by its sha256. With ``zero_copy``, a packed version's binary values are read-only
+    memoryviews into the decoded row group (:class:`ShardRows`).
     """
     source: RowSource
     if use_shards and manifest.shards:
-        source = ShardRows(store, manifest, cache=shard_cache(cache), zero_copy=zero_copy)
+        source = ShardRows(store, manifest, cache=shard_cache(cache), zero_copy=zero_copy, verify=verify)
     elif not manifest.has_list or not manifest.objects:
         raise ValueError(f"{manifest.ref} is stored only as Parquet shards; read it with use_shards=True")
     elif manifest.kind is Kind.IMAGE:

@@ -10,7 +10,7 @@ import itertools
 import os
 import threading
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import AbstractContextManager
 from typing import Any, BinaryIO
@@ -25,6 +25,7 @@ from datamount.datasets.manifest import Manifest, ShardEntry
 from datamount.datasets.rows.chain import ClosingChain, close_iterator
 from datamount.datasets.rows.missing import missing_shard
 from datamount.datasets.rows.source import Piece, Row, clip, out_of_range
+from datamount.datasets.shard_checks import digest, file_bytes, footer_bytes, group_bytes, group_range
 from datamount.storage import DatamountError, IntegrityError, ObjectNotFoundError, Store
 from datamount.storage.cache import ContentCache
 from datamount.storage.counters import Tally, added
@@ -68,7 +69,12 @@ class ShardRows:
     whole with parallel ranged GETs, checked against their sha256 and kept in the local cache (so that the next
     epoch reads locally). Without a cache a remote pass streams row groups, as do parts of shards (random access,
     the pieces of a shuffled or sharded pass, the ends of a range): from the local or cached file, else each group
-    with one ranged read, several in flight, checked by its pages' CRCs and its row count.
+    with one ranged read, several in flight.
+
+    With ``verify`` (the default) every row group's bytes, and a shard's footer before its offsets are used, are
+    checked against the xxh3-64 its manifest entry records, before they are decoded (a shard packed before they were
+    recorded: its pages' CRCs, as they are decoded); without, only the sizes and row counts are. A shard fetched whole
+    is checked against its sha256 either way.
 
     Each row holds the version's columns; ``columns`` names others of the shards' to add after them (``path``: an
     image's place in its source).
@@ -82,9 +88,11 @@ class ShardRows:
         cache: ContentCache | None = None,
         zero_copy: bool = False,
         columns: Sequence[str] = (),
+        verify: bool = True,
     ) -> None:
         self.store = store
         self.manifest = manifest
+        self.verify = verify
         #: Binary values are read-only memoryviews into the decoded row group rather than new ``bytes``.
         self.zero_copy = zero_copy
         self.split = ""
@@ -97,8 +105,8 @@ class ShardRows:
         self._footer_lock = threading.Lock()
         self._footer_locks: dict[str, threading.Lock] = {}
         self._spans: list[range] | None = None
-        #: ``bytes_verified``: the row groups whose pages' checksums were checked as they were decoded, and the
-        #: shards fetched whole and checked against their sha256.
+        #: ``bytes_verified``: the row groups checked against their xxh3-64 (or their pages' CRCs, as they were
+        #: decoded), and the shards fetched whole and checked against their sha256.
         self.tally = Tally()
 
     def __getstate__(self) -> dict[str, Any]:
@@ -226,10 +234,13 @@ class ShardRows:
         # They start once the first batch is decoded, which they would otherwise hold up.
         ahead = min(WHOLE_SHARD_DECODERS, groups - 1)
         readers = [self._parquet(shard, source, parquet.metadata) for _ in range(ahead)]
+        data = file_bytes(source)
         with generator_pool(max(ahead, 1), "datamount-decode") as decoder:
-            first_group = self._first_group_blocks(shard, parquet)
+            first_group = self._first_group_blocks(shard, parquet, data)
             first_batch = next(first_group, None)
-            upcoming = deque(decoder.submit(self._decode, shard, readers[n % ahead], n) for n in range(1, ahead + 1))
+            upcoming = deque(
+                decoder.submit(self._decode, shard, readers[n % ahead], n, data) for n in range(1, ahead + 1)
+            )
             if first_batch is not None:
                 yield first_batch
             yield from first_group
@@ -237,13 +248,16 @@ class ShardRows:
                 table = upcoming.popleft().result()
                 following = group + ahead
                 if following < groups:
-                    upcoming.append(decoder.submit(self._decode, shard, readers[following % ahead], following))
+                    upcoming.append(decoder.submit(self._decode, shard, readers[following % ahead], following, data))
                 yield decoded_rows(table, views=self.zero_copy)
 
-    def _first_group_blocks(self, shard: ShardEntry, parquet: pq.ParquetFile) -> Iterator[Iterator[Row]]:
+    def _first_group_blocks(
+        self, shard: ShardEntry, parquet: pq.ParquetFile, data: pa.Buffer
+    ) -> Iterator[Iterator[Row]]:
         """A shard's first row group, batch by batch as Arrow decodes it (here, while the next groups are decoded in
         threads): its first row does not wait for the whole group."""
         expected = shard.row_groups[0]
+        self._check_group(shard, parquet.metadata, 0, data)
         with self._damage(shard, 0):
             _check_rows(parquet.metadata.row_group(0).num_rows, expected)
             batches = parquet.iter_batches(
@@ -254,30 +268,69 @@ class ShardRows:
                 rows += batch.num_rows
                 yield decoded_rows(pa.Table.from_batches([batch]), views=self.zero_copy)
             _check_rows(rows, expected)
-            self._count_checked(parquet.metadata, 0)
+            self._count_pages_checked(shard, parquet.metadata, 0)
 
     def _parquet(self, shard: ShardEntry, source: Any, metadata: pq.FileMetaData | None = None) -> pq.ParquetFile:
-        """The Parquet reader of one shard: every page it reads is checked against its CRC (shards carry them).
+        """The Parquet reader of one shard. Without ``metadata`` its footer is read from ``source``, checked first
+        against its xxh3-64; a shard whose entry has none has every page it reads checked against its CRC.
 
         It reads and decodes in the thread that asks (``pre_buffer=False`` here, ``use_threads=False`` in each
         read), never in Arrow's pools: a pool thread that drops the last reference to fetched bytes (a Python
         buffer) takes the GIL for it, and doing so while the interpreter exits (a script leaving a remote pass
         unfinished) aborts the process. Passes decode several row groups at once in threads of their own.
         """
+        if metadata is None and isinstance(source, pa.NativeFile):
+            self._check(shard, len(shard.row_groups), lambda: footer_bytes(file_bytes(source)), "the footer of ")
+        pages_checked = self.verify and not shard.xxh3
         with self._damage(shard):
-            return pq.ParquetFile(source, metadata=metadata, pre_buffer=False, page_checksum_verification=True)
+            return pq.ParquetFile(source, metadata=metadata, pre_buffer=False, page_checksum_verification=pages_checked)
 
-    def _decode(self, shard: ShardEntry, parquet: pq.ParquetFile, group: int) -> pa.Table:
+    def _decode(
+        self, shard: ShardEntry, parquet: pq.ParquetFile, group: int, data: pa.Buffer | None = None
+    ) -> pa.Table:
+        """Row group ``group``, checked first against its xxh3-64 in ``data``, the whole shard's bytes, when given
+        (else its bytes were checked as they were fetched)."""
+        if data is not None:
+            self._check_group(shard, parquet.metadata, group, data)
         with self._damage(shard, group):
             table = parquet.read_row_group(group, columns=self._columns, use_threads=False)
             _check_rows(table.num_rows, shard.row_groups[group])
-        self._count_checked(parquet.metadata, group)
+        self._count_pages_checked(shard, parquet.metadata, group)
         return table
 
-    def _count_checked(self, footer: pq.FileMetaData, group: int) -> None:
-        """Count the bytes of row group ``group``, whose pages' checksums were checked as it was decoded."""
-        start, end = _group_range(footer, group)
-        self.tally.add("bytes_verified", end - start)
+    def _check_group(self, shard: ShardEntry, footer: pq.FileMetaData, group: int, data: Any) -> None:
+        """Check row group ``group``'s bytes against its xxh3-64: in ``data``, the whole shard's bytes (a
+        :class:`pyarrow.Buffer`) or just that group's."""
+        if isinstance(data, pa.Buffer) and data.size == shard.size:
+            self._check(shard, group, lambda: group_bytes(data, footer, group), f"row group {group} of ")
+        else:
+            self._check(shard, group, lambda: data, f"row group {group} of ")
+
+    def _check(self, shard: ShardEntry, position: int, data: Callable[[], Any], what: str) -> None:
+        """Check the bytes ``data()`` gives against the xxh3-64 at ``position`` of ``shard``'s entry (nothing to do
+        without ``verify``, or for a shard packed before they were recorded)."""
+        if not (self.verify and shard.xxh3):
+            return
+        url = self.store.url_for(layout.shard_path(self.manifest.name, shard))
+        if len(shard.xxh3) != len(shard.row_groups) + 1:
+            raise IntegrityError(
+                f"shard {url}'s entry in {self.manifest.ref}'s manifest is damaged: it has {len(shard.xxh3)} "
+                f"checksums for {len(shard.row_groups)} row groups and a footer"
+            )
+        with self._damage(shard, position if position < len(shard.row_groups) else None):
+            checked = data()
+        if digest(checked) != shard.xxh3[position]:
+            raise IntegrityError(
+                f"{what}shard {url} of {self.manifest.ref} is damaged: its bytes do not match the xxh3-64 in its "
+                "manifest entry"
+            )
+        self.tally.add("bytes_verified", len(checked))
+
+    def _count_pages_checked(self, shard: ShardEntry, footer: pq.FileMetaData, group: int) -> None:
+        """Count the bytes of row group ``group`` when its pages' checksums were checked as it was decoded."""
+        if self.verify and not shard.xxh3:
+            start, end = group_range(footer, group)
+            self.tally.add("bytes_verified", end - start)
 
     @contextlib.contextmanager
     def _damage(self, shard: ShardEntry, group: int | None = None) -> Iterator[None]:
@@ -409,14 +462,17 @@ class ShardRows:
         path = layout.shard_path(self.manifest.name, shard)
         if self.store.local_path(path) is not None or self.cache is not None:
             with self._open(shard) as source:
-                yield self._parquet(shard, source)
+                parquet = self._parquet(shard, source)
+                self._check_group(shard, parquet.metadata, group, file_bytes(source))
+                yield parquet
             return
         with self._missing(shard):
             footer = self._footer(path, shard, with_first_group=group == 0)
-            start, end = _group_range(footer, group)
+            start, end = group_range(footer, group)
             fetched = self._head(path, start, end) if group == 0 else None
             if fetched is None:
                 fetched = self.store.read_range_buffer(path, start, end)
+        self._check_group(shard, footer, group, fetched)
         yield self._parquet(shard, SparseFile(shard.size, {start: fetched}, name=self.store.url_for(path)), footer)
 
     def _footer(self, path: str, shard: ShardEntry, *, with_first_group: bool = False) -> pq.FileMetaData:
@@ -449,6 +505,7 @@ class ShardRows:
                 raise IntegrityError(f"{self.store.url_for(path)} is not a Parquet file (its last bytes are wrong)")
             if length + 8 > len(tail):
                 tail = self.store.read_range(path, shard.size - 8 - length, shard.size - len(tail)) + tail
+            self._check(shard, len(shard.row_groups), lambda: memoryview(tail)[-8 - length :], "the footer of ")
             with self._damage(shard):
                 self._footers[path] = pq.read_metadata(pa.BufferReader(tail[-8 - length :]))
         return self._footers[path]
@@ -497,18 +554,6 @@ def decoded_rows(table: pa.Table, *, views: bool = False) -> Iterator[Row]:
     memoryviews into the table's buffers for binary columns)."""
     decoders = [column_decoder(field, writable=False, views=views) for field in table.schema]
     return itertools.chain.from_iterable(batch_rows(batch, decoders) for batch in table.to_batches())
-
-
-def _group_range(footer: pq.FileMetaData, group: int) -> tuple[int, int]:
-    """The byte range of row group ``group``'s column chunks."""
-    meta = footer.row_group(group)
-    starts, ends = [], []
-    for column in range(meta.num_columns):
-        chunk = meta.column(column)
-        first = chunk.dictionary_page_offset if chunk.has_dictionary_page else chunk.data_page_offset
-        starts.append(first)
-        ends.append(first + chunk.total_compressed_size)
-    return min(starts), max(ends)
 
 
 class SparseFile(io.RawIOBase):

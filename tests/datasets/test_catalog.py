@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from datamount.datasets import catalog, layout, verify
 from datamount.datasets.errors import DatasetNotFoundError, InvalidDatasetNameError, ManifestError
-from datamount.datasets.manifest import FILE_CHECKSUMS_FORMAT_VERSION, FORMAT_VERSION, Manifest
+from datamount.datasets.manifest import FILE_CHECKS_FORMAT_VERSION, FORMAT_VERSION, Manifest
 from datamount.datasets.names import DatasetRef, parse_ref, validate_name
 from datamount.datasets.upload import upload
 from datamount.readers import reader
@@ -57,7 +57,7 @@ def test_uploaded_files_carry_their_xxh3_and_make_format_4(local_store: Store, m
     list_file = make_image_list(4)
     manifest = upload(list_file, "d", store=local_store).manifest
     body = json.loads(local_store.read("datasets/d/versions/1.json"))
-    assert body["format_version"] == manifest.format_version == FILE_CHECKSUMS_FORMAT_VERSION == 4
+    assert body["format_version"] == manifest.format_version == FILE_CHECKS_FORMAT_VERSION == 4
     for path, size, sha256, fast in body["files"]:
         data = (list_file.parent / path).read_bytes()
         assert (size, sha256, fast) == (len(data), hashlib.sha256(data).hexdigest(), xxhash.xxh3_64_hexdigest(data))

@@ -13,9 +13,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import xxhash
 
 from datamount.datasets import catalog, layout, pack, upload
 from datamount.datasets.errors import DatasetNotFoundError
+from datamount.datasets.shard_checks import group_range
 from datamount.readers import reader
 from datamount.storage import IntegrityError, ObjectNotFoundError, Store
 from datamount.storage.cache import ContentCache
@@ -207,3 +209,74 @@ def test_a_row_of_a_version_removed_since_its_reader_opened_is_named_as_removed(
     catalog.remove(store, "d@1")
     with pytest.raises(DatasetNotFoundError, match=rf"^d@1 was removed from {re.escape(store.url)} while it was being"):
         rows[59]
+
+
+def as_packed_before_format_5(store: Store, name: str) -> None:
+    """Rewrite the pack record of version 1 of ``name`` as a datamount before format 5 wrote it: shard entries
+    without the xxh3-64 of their row groups and footer."""
+    record = layout.pack_record_path(name, 1)
+    body = json.loads(store.read(record))
+    for shard in body["shards"]:
+        del shard["xxh3"]
+    body["format"] = 1
+    store.write(record, json.dumps(body).encode())
+
+
+def test_a_shards_entry_records_the_xxh3_of_its_row_groups_and_footer(
+    local_store: Store, make_image_list: MakeImageList
+) -> None:
+    upload(make_image_list(ROWS, size=4096), "d", store=local_store)
+    manifest = pack("d", store=local_store, shard_bytes=60_000, row_group_bytes=20_000)
+    for shard in manifest.shards:
+        data = local_store.read(layout.shard_path("d", shard))
+        footer = pq.read_metadata(pa.BufferReader(data))
+        groups = [group_range(footer, group) for group in range(footer.num_row_groups)]
+        footer_length = int.from_bytes(data[-8:-4], "little")
+        expected = [xxhash.xxh3_64_hexdigest(data[start:end]) for start, end in groups]
+        expected.append(xxhash.xxh3_64_hexdigest(data[len(data) - 8 - footer_length :]))
+        assert shard.xxh3 == expected and len(expected) == len(shard.row_groups) + 1
+    assert json.loads(local_store.read(layout.pack_record_path("d", 1)))["format"] == 2
+
+
+@pytest.mark.parametrize("mode", READ_MODES)
+@pytest.mark.parametrize("where", ["row-group", "footer"])
+@pytest.mark.parametrize("backend", ["local", "s3"])
+def test_a_damaged_row_group_or_footer_is_caught_by_its_xxh3(
+    request: pytest.FixtureRequest, backend: str, where: str, mode: str, make_image_list: MakeImageList
+) -> None:
+    """A byte flipped in a row group (in an image, in the pages' headers, anywhere) or in the footer is caught by the
+    xxh3-64 its shard's entry records, before the bytes are decoded: an IntegrityError naming the part and the
+    shard, in every read mode."""
+    store: Store = request.getfixturevalue(f"{backend}_store")
+    upload(make_image_list(ROWS, size=4096), "d", store=store)
+    manifest = pack("d", store=store, shard_bytes=60_000, row_group_bytes=20_000)
+    shard = layout.shard_path("d", manifest.shards[0])
+    original = store.read(shard)
+    footer = pq.read_metadata(pa.BufferReader(original))
+    if where == "footer":
+        position, named = len(original) - 8 - footer.serialized_size // 2, "the footer of "
+    else:
+        # In the first page's header, which no page CRC covers.
+        position, named = group_range(footer, 0)[0] + 3, "row group 0 of "
+    damage(store, shard, "flip", position)
+    message = rf"{named}shard .*shard-00000\.parquet of d@1 is damaged: its bytes do not match the xxh3-64"
+    with pytest.raises(IntegrityError, match=message):
+        READ_MODES[mode]("d", store)
+
+
+@pytest.mark.parametrize("mode", READ_MODES)
+def test_a_shard_packed_before_format_5_is_checked_by_its_pages_crcs(
+    local_store: Store, mode: str, make_image_list: MakeImageList
+) -> None:
+    upload(make_image_list(ROWS, size=4096), "d", store=local_store)
+    manifest = pack("d", store=local_store, shard_bytes=60_000, row_group_bytes=20_000)
+    expected = READ_MODES[mode]("d", local_store)
+    as_packed_before_format_5(local_store, "d")
+    assert not any(shard.xxh3 for shard in catalog.resolve(local_store, "d").shards)
+    assert READ_MODES[mode]("d", local_store) == expected
+    image = reader("d", local_store)[3][0]
+    shard = layout.shard_path("d", manifest.shards[0])
+    original = local_store.read(shard)
+    local_store.write(shard, original.replace(image, image[:100] + bytes([image[100] ^ 0xFF]) + image[101:]))
+    with pytest.raises(IntegrityError, match=r"shard .*shard-00000\.parquet of d@1 is damaged: (?!its bytes)"):
+        READ_MODES[mode]("d", local_store)

@@ -5,6 +5,7 @@ The times are checked against the truth measured by the consumer itself, around 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -19,7 +20,7 @@ import pytest
 
 from datamount.datasets.upload import upload
 from datamount.readers import StatsConfigError, mix, multiprocess_reader, reader
-from datamount.readers.stats import KEYS, LINE_KEYS
+from datamount.readers.stats import KEYS, LINE_KEYS, MAX_CHUNK, MAX_CHUNK_BYTES, Meter, Where, measured
 from datamount.storage import Store, open_store
 from tests.generated import MakeImageList, image_rows
 from tests.servers.fault_proxy import Action, Fault, FaultProxyFactory
@@ -182,6 +183,29 @@ def test_the_state_counts_only_the_samples_handed_out(local_store: Store, images
     resumed = reader("cats", local_store)
     resumed.load_state_dict(samples.state_dict())
     assert taken + list(resumed()) == every
+
+
+@pytest.mark.parametrize("sample_bytes", [110_000, 784], ids=["large", "small"])
+def test_a_measured_pass_reads_at_most_a_chunks_bytes_ahead_of_its_consumer(sample_bytes: int) -> None:
+    """Chunks grow to :data:`MAX_CHUNK` samples, but to no more than :data:`MAX_CHUNK_BYTES` of them: large samples are
+    made a few at a time as they are taken (so their memory is reused), not a thousand together."""
+    made = 0
+
+    def source() -> Iterator[int]:
+        nonlocal made
+        for number in range(5_000):
+            made += 1
+            yield number
+
+    metered = Meter().begin(Where("d@1", 0, 1, None), 0, lambda: (0, 0.0, {}))
+    samples = measured(source(), metered, contextlib.nullcontext, bytes_per_sample=sample_bytes)
+    most_ahead = 0
+    for taken, _ in enumerate(samples, start=1):
+        most_ahead = max(most_ahead, made - taken)
+    largest = max(1, min(MAX_CHUNK, MAX_CHUNK_BYTES // sample_bytes))
+    assert most_ahead < largest <= MAX_CHUNK
+    assert most_ahead >= largest // 2  # the chunks did grow, up to the bound
+    assert made == 5_000
 
 
 # -- reports ---------------------------------------------------------------------------------------------------------
