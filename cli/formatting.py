@@ -72,6 +72,14 @@ def plain_table(*headers: str, **options: Any) -> Table:
     return Table(*headers, box=None, header_style="bold", **options)
 
 
+def console() -> Console:
+    """The console a command prints its lines to: fitted to a terminal's width; to a pipe or a file, a line however
+    long stays one line and has no colour (rich would wrap it at 80 columns there, splitting a path)."""
+    if sys.stdout.isatty():
+        return Console()
+    return Console(soft_wrap=True, color_system=None, highlight=False)
+
+
 def print_table(table: Table) -> None:
     """Print ``table``: fitted to a terminal's width; to a pipe or a file, one line per row however long, with no
     trailing spaces (rich would wrap cells at 80 columns there)."""

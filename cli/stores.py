@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import click
-from rich.console import Console
 from rich.markup import escape
 
-from datamount.cli.formatting import echo_json, json_option, plain_table, print_table
+from datamount.cli.formatting import console, echo_json, json_option, plain_table, print_table
 from datamount.cli.options import backend_options, options_dict
 from datamount.storage import profiles
 from datamount.storage.doctor import Report, run_doctor
@@ -38,11 +37,11 @@ def stores(as_json: bool) -> None:
             },
         )
         return
-    console = Console()
-    console.print(f"config file: {config.path}{'' if config.path.exists() else ' (none)'}")
-    console.print(f"default store: {redact_url(default.url)}  [dim]({default.source})[/dim]")
+    out = console()
+    out.print(f"config file: {config.path}{'' if config.path.exists() else ' (none)'}")
+    out.print(f"default store: {redact_url(default.url)}  [dim]({default.source})[/dim]")
     if not config.profiles:
-        console.print(escape("no named stores; add [stores.NAME] tables to the config file to name some"))
+        out.print(escape("no named stores; add [stores.NAME] tables to the config file to name some"))
         return
     table = plain_table("name", "url", "options", "default")
     for profile in config.profiles.values():
@@ -85,8 +84,8 @@ def doctor(store: str | None, quick: bool, options: tuple[str, ...], as_json: bo
 
 
 def _print_report(report: Report) -> None:
-    console = Console()
-    console.print(f"[bold]datamount doctor[/bold] {escape(redact_url(report.target))}")
+    out = console()
+    out.print(f"[bold]datamount doctor[/bold] {escape(redact_url(report.target))}")
     steps = plain_table("check", "result", "time")
     steps.add_column("detail", overflow="fold")
     for step in report.steps:
@@ -99,5 +98,5 @@ def _print_report(report: Report) -> None:
             figures.add_row(figure.name, f"{figure.value:,.1f} {figure.unit}")
         print_table(figures)
     for advice in report.advice:
-        console.print(f"[yellow]hint:[/yellow] {escape(advice)}")
-    console.print("[green]the store is usable[/green]" if report.ok else "[red]the store is not usable[/red]")
+        out.print(f"[yellow]hint:[/yellow] {escape(advice)}")
+    out.print("[green]the store is usable[/green]" if report.ok else "[red]the store is not usable[/red]")

@@ -39,6 +39,16 @@ def test_stores_shows_the_embedded_default() -> None:
     assert "[stores.NAME]" in output
 
 
+def test_a_long_path_stays_on_its_line_in_a_pipe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Printed to a pipe (here, the runner's capture), a line is not wrapped at 80 columns: a path stays whole."""
+    folder = tmp_path / ("a-folder-with-a-long-name-" * 4)
+    folder.mkdir()
+    config = use_config(folder, monkeypatch, "")
+    code, output = run("stores")
+    assert code == 0
+    assert f"config file: {config}\n" in output, output
+
+
 def test_stores_lists_profiles_without_secrets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     use_config(
         tmp_path,
