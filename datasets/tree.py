@@ -18,8 +18,6 @@ import stat
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-import msgspec
-
 from datamount.datasets.export import list_name
 from datamount.datasets.manifest import FileEntry, FileList, Kind, Manifest, ShardEntry, collector_paused
 from datamount.datasets.row_folders import RowFile, shows_rows
@@ -262,7 +260,8 @@ def look_up(manifest: Manifest, listed: bytes, path: str) -> Content | str | Non
     a shard's, or a row's, its first row's number counted in ``listed`` and its entry decoded alone from the
     manifest's stored files), :data:`FOLDER`, ``None`` when there is nothing at ``path``, or :data:`UNKNOWN` when
     only the tree can answer (a path that the list or the manifest may spell otherwise than plain ASCII, a list with
-    empty lines, a manifest whose files are decoded already or stored with other spacing). The answer is the tree's
+    empty lines, a manifest whose files are decoded already or stored with other spacing: see
+    :meth:`~datamount.datasets.manifest.FileList.stored_entry`). The answer is the tree's
     (with ``image_shards``), but for a version that the tree refuses whole (a path of the list it cannot show)."""
     if not path:
         return FOLDER
@@ -273,8 +272,8 @@ def look_up(manifest: Manifest, listed: bytes, path: str) -> Content | str | Non
             if path == f"{SHARDS_FOLDER}/{shard.path.rsplit('/', 1)[-1]}":
                 return Content("shard", shard.size, shard=shard)
         return FOLDER if path == SHARDS_FOLDER and manifest.shards else None
-    stored = manifest.files.stored_json() if isinstance(manifest.files, FileList) else None
-    if stored is None or not path.isascii() or not path.isprintable() or '"' in path or "\\" in path:
+    plain = path.isascii() and path.isprintable() and '"' not in path and "\\" not in path
+    if not plain or not isinstance(manifest.files, FileList):
         return UNKNOWN
     if listed.startswith(b"\n") or b"\n\n" in listed:
         return UNKNOWN
@@ -288,10 +287,9 @@ def look_up(manifest: Manifest, listed: bytes, path: str) -> Content | str | Non
         folder = key + b"/"
         inside = listed.startswith(folder) or b"\n" + folder in listed or list_name(manifest).startswith(path + "/")
         return FOLDER if inside else None
-    found = stored.find(b'["' + key + b'",')
-    if found < 0:
-        return UNKNOWN  # the tree refuses a list that names a file the manifest has not
-    entry = msgspec.json.decode(stored[found : stored.index(b"]", found + len(key) + 4) + 1], type=FileEntry)
+    entry = manifest.files.stored_entry(path)
+    if entry is None:
+        return UNKNOWN  # decoded already, or not there (the tree refuses a list naming a file the manifest has not)
     row = listed.count(b"\n", 0, line)
     return Content("object" if manifest.objects else "row", entry.size, entry=entry, row=row)
 
