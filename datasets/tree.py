@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from datamount.datasets.export import list_name
-from datamount.datasets.manifest import FileEntry, Kind, Manifest, ShardEntry, collector_paused
+from datamount.datasets.manifest import FileEntry, FileList, Kind, Manifest, ShardEntry, collector_paused
 from datamount.datasets.row_folders import RowFile, shows_rows
 from datamount.datasets.rows.listed import Line
 from datamount.storage import UnsafePathError
@@ -247,3 +247,64 @@ def _check_path(path: str, manifest: Manifest) -> None:
 def group_of(starts: list[int], row: int) -> int:
     """The index of the range, among ranges beginning at ``starts``, that holds ``row``."""
     return bisect.bisect_right(starts, row) - 1
+
+
+#: What :func:`look_up` answers for a folder, and when only the whole tree can answer.
+FOLDER = "folder"
+UNKNOWN = "unknown"
+
+
+def look_up(manifest: Manifest, listed: bytes, path: str) -> Content | str | None:
+    """What the tree of an image version with a list, which ``listed`` (its normalised list's bytes) names, has at
+    ``path`` (``a/b``, ``""`` for the root), found without building the tree: a file's :class:`Content` (the list's,
+    a shard's, or a row's, its first row's number counted in ``listed`` and its entry decoded alone from the
+    manifest's stored files), :data:`FOLDER`, ``None`` when there is nothing at ``path``, or :data:`UNKNOWN` when
+    only the tree can answer (a path that the list or the manifest may spell otherwise than plain ASCII, a list with
+    empty lines, a manifest whose files are decoded already or stored with other spacing: see
+    :meth:`~datamount.datasets.manifest.FileList.stored_entry`). The answer is the tree's
+    (with ``image_shards``), but for a version that the tree refuses whole (a path of the list it cannot show)."""
+    if not path:
+        return FOLDER
+    if path == list_name(manifest):
+        return Content("list", manifest.list_size)
+    if path.startswith(SHARDS_FOLDER + "/") or path == SHARDS_FOLDER:
+        for shard in manifest.shards:
+            if path == f"{SHARDS_FOLDER}/{shard.path.rsplit('/', 1)[-1]}":
+                return Content("shard", shard.size, shard=shard)
+        return FOLDER if path == SHARDS_FOLDER and manifest.shards else None
+    plain = path.isascii() and path.isprintable() and '"' not in path and "\\" not in path
+    if not plain or not isinstance(manifest.files, FileList):
+        return UNKNOWN
+    if listed.startswith(b"\n") or b"\n\n" in listed:
+        return UNKNOWN
+    try:
+        _check_path(path, manifest)
+    except UnsafePathError:
+        return None
+    key = path.encode()
+    line = _line_start(listed, key)
+    if line < 0:
+        folder = key + b"/"
+        inside = listed.startswith(folder) or b"\n" + folder in listed or list_name(manifest).startswith(path + "/")
+        return FOLDER if inside else None
+    entry = manifest.files.stored_entry(path)
+    if entry is None:
+        return UNKNOWN  # decoded already, or not there (the tree refuses a list naming a file the manifest has not)
+    row = listed.count(b"\n", 0, line)
+    return Content("object" if manifest.objects else "row", entry.size, entry=entry, row=row)
+
+
+def _line_start(listed: bytes, key: bytes) -> int:
+    """Where the first line of ``listed`` whose first field is ``key`` starts; -1 when none is."""
+    starts = []
+    for end in (b"\t", b"\n"):
+        if listed.startswith(key + end):
+            return 0
+        found = listed.find(b"\n" + key + end)
+        if found >= 0:
+            starts.append(found + 1)
+    if listed.endswith(b"\n" + key):
+        starts.append(len(listed) - len(key))
+    elif listed == key:
+        return 0
+    return min(starts, default=-1)

@@ -40,14 +40,18 @@ class TreeBytes:
         otherwise the file is read whole (:meth:`read`) and its ranges served from those bytes."""
         return content.kind == "shard" and content.shard is not None and bool(content.shard.blocks)
 
-    def read_blocks(self, content: Content, first: int, stop: int, *, name: str) -> bytes:
-        """Blocks ``first`` to ``stop - 1`` of a shard with block checksums, in one read, each checked."""
+    def fill_blocks(self, content: Content, first: int, stop: int, into: memoryview, *, name: str) -> None:
+        """Blocks ``first`` to ``stop - 1`` of a shard with block checksums, read into ``into`` (as long as they
+        are) in one read, each then checked: a caller uses them only once this returns. A local store's shard is
+        read straight into ``into`` (no bytes object in between)."""
         shard = content.shard
         assert shard is not None and shard.blocks
         path = layout.shard_path(self.manifest.name, shard)
-        data = self.store.read_range(path, first * shard.block_bytes, min(stop * shard.block_bytes, shard.size))
-        _check_blocks(shard, first, data, name)
-        return data
+        start, end = first * shard.block_bytes, min(stop * shard.block_bytes, shard.size)
+        if not _read_into(None if self._remote else self.store.local_path(path), start, into):
+            data = self.store.read_range(path, start, end)
+            into[: len(data)] = data
+        _check_blocks(shard, first, into, name)
 
     def read(self, content: Content, *, name: str) -> bytes:
         """The whole file, checked; ``name`` names it in errors."""
@@ -104,7 +108,27 @@ class TreeBytes:
         return data
 
 
-def _check_blocks(shard: ShardEntry, first: int, data: bytes, name: str) -> None:
+def _read_into(local: str | None, start: int, into: memoryview) -> bool:
+    """Whether the bytes from ``start`` of the local file ``local`` were read into ``into`` (up to its end: a short
+    file leaves the rest as it was, which its blocks' checks then refuse); ``False`` when there is no local file to
+    read, or it cannot be read (the store then reads it, and names what went wrong)."""
+    if local is None:
+        return False
+    try:
+        with open(local, "rb", buffering=0) as file:
+            file.seek(start)
+            done = 0
+            while done < len(into):
+                got = file.readinto(into[done:])
+                if not got:
+                    break
+                done += got
+    except OSError:
+        return False
+    return True
+
+
+def _check_blocks(shard: ShardEntry, first: int, data: bytes | memoryview, name: str) -> None:
     """Raise :class:`IntegrityError` unless ``data``, the shard's blocks from block ``first`` on, has their
     checksums."""
     view = memoryview(data)

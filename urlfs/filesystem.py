@@ -19,7 +19,6 @@ import bisect
 import datetime
 import errno
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NoReturn
 
@@ -29,33 +28,69 @@ from fsspec.spec import AbstractBufferedFile
 from datamount.datasets import catalog
 from datamount.datasets.manifest import Kind, Manifest
 from datamount.datasets.rows.listed import list_rows
-from datamount.datasets.tree import Content, Node, Tree
+from datamount.datasets.tree import FOLDER, UNKNOWN, Content, Node, Tree, look_up
 from datamount.datasets.tree_bytes import TreeBytes
 from datamount.storage import Store, open_store, profiles
 from datamount.storage.cache import ContentCache
 from datamount.urlfs import pinned as pinning
+from datamount.urlfs.shard_copies import ShardCopies
 from datamount.urlfs.urls import DEFAULT_STORE, LATEST, PROTOCOL, VersionPath, parse, strip
 
 
 @dataclass
 class _Version:
-    """A version a filesystem opened: its store, manifest, tree and checked bytes, and the shards' blocks read last
-    (a Parquet reader opens a file more than once, and comes back to its footer's block each time)."""
+    """A version a filesystem opened: its store, manifest, checked bytes and (an image version's) checked list, its
+    tree made on first use, and the copies of the shards it read (a Parquet reader opens a file more than once, and
+    comes back to its footer's block each time)."""
 
     store: Store
     manifest: Manifest
-    tree: Tree
+    listed: bytes | None
     content: TreeBytes
     pinned: pinning.Pinned | None = None
-    held: OrderedDict[tuple[str, int], bytes] = field(default_factory=OrderedDict)
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    shards: ShardCopies = field(init=False)
+    _tree: Tree | None = None
+    #: Paths found without the tree so far.
+    looked_up: int = 0
+
+    #: Paths found without the tree before it is built after all: each costs a search through the list's and the
+    #: manifest's bytes (tens of milliseconds for a million files), the tree a pass over them once (seconds).
+    LOOK_UPS: ClassVar[int] = 32
 
     #: The tree's files' paths (``/a/b``), sorted; and its folders' with them (not the root): made on first use.
     files: list[str] | None = None
     everything: list[str] | None = None
 
-    #: Checked blocks of shards a version keeps (the most recently read): 4 MiB of 256 KiB blocks.
-    HELD_BLOCKS: ClassVar[int] = 16
+    def __post_init__(self) -> None:
+        self.shards = ShardCopies(self.content)
+
+    @property
+    def tree(self) -> Tree:
+        """The version's tree, built on first use (a node per file: seconds for a million files)."""
+        with self.lock:
+            if self._tree is None:
+                lines = list_rows(self.listed) if self.listed is not None else None
+                self._tree = Tree(self.manifest, lines, image_shards=True)
+                self.listed = None
+            return self._tree
+
+    def content_at(self, inner: str) -> Content | None:
+        """The content of the file at ``inner`` (``a/b``), ``None`` for a folder; ``KeyError`` when there is
+        neither. A path of an image version is found in its list and manifest without building its tree, up to
+        :attr:`LOOK_UPS` of them."""
+        listed = self.listed
+        if self._tree is None and listed is not None and self.looked_up < self.LOOK_UPS:
+            self.looked_up += 1
+            found = look_up(self.manifest, listed, inner)
+            if found is None:
+                raise KeyError(inner)
+            if found != UNKNOWN:
+                return None if found == FOLDER else found
+        node = self.tree.find("/" + inner)
+        if node is None:
+            raise KeyError(inner)
+        return node.content
 
     def under(self, inner: str, *, withdirs: bool) -> list[str]:
         """The sorted paths (``/a/b``) of the files under the folder ``inner`` (``""``: the root), and of the
@@ -70,47 +105,12 @@ class _Version:
         # Every path that starts with the prefix sorts between it and the prefix with its "/" raised to "0".
         return keys[bisect.bisect_left(keys, prefix) : bisect.bisect_left(keys, prefix[:-1] + "0")]
 
-    def blocks(self, content: Content, start: int, end: int, name: str) -> bytes:
-        """Bytes ``start`` to ``end - 1`` of a shard with block checksums: from the blocks held, and the others
-        fetched (each run of them in one read) and checked."""
-        shard = content.shard
-        assert shard is not None
-        end = min(end, shard.size)
-        if start >= end:
-            return b""
-        first, stop = shard.block_range(start, end)
-        pieces = []
-        index = first
-        while index < stop:
-            with self.lock:
-                held = self.held.get((shard.sha256, index))
-                if held is not None:
-                    self.held.move_to_end((shard.sha256, index))
-            if held is not None:
-                pieces.append(held)
-                index += 1
-                continue
-            run = index + 1
-            while run < stop and (shard.sha256, run) not in self.held:
-                run += 1
-            data = self.content.read_blocks(content, index, run, name=name)
-            pieces.append(data)
-            self._keep(shard.sha256, shard.block_bytes, index, run, data)
-            index = run
-        data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
-        low, high = start - first * shard.block_bytes, end - first * shard.block_bytes
-        return data if (low, high) == (0, len(data)) else data[low:high]
-
-    def _keep(self, sha256: str, block_bytes: int, first: int, stop: int, data: bytes) -> None:
-        """Keep the first and last of blocks ``first`` to ``stop - 1`` (``data``): those that the reads beside
-        this one share with it (a footer read in two steps, column chunks in one block)."""
-        with self.lock:
-            for block in {first, stop - 1}:
-                offset = (block - first) * block_bytes
-                self.held[(sha256, block)] = data[offset : offset + block_bytes]
-                self.held.move_to_end((sha256, block))
-            while len(self.held) > self.HELD_BLOCKS:
-                self.held.popitem(last=False)
+    def view(self, content: Content, start: int, end: int, name: str) -> memoryview | bytes:
+        """Bytes ``start`` to ``end - 1`` of a file (offsets within it), checked: a shard with block checksums'
+        from its copy (no copy made: a ``memoryview``), any other file's from its bytes read and checked whole."""
+        if self.content.ranged(content):
+            return self.shards.span(content, start, end, name)
+        return self.content.read(content, name=name)[start:end]
 
 
 def _read_only(path: object = "") -> NoReturn:
@@ -235,27 +235,33 @@ class DatamountFileSystem(AbstractFileSystem):
                     f"datamount://{where.root}",
                 )
         content = TreeBytes(store, manifest, cache=cache)
-        lines = None
+        listed = None
         if manifest.kind is Kind.IMAGE and manifest.has_list:
-            listed = Content("list", manifest.list_size)
-            lines = list_rows(content.read(listed, name=f"datamount://{where.root} (its list)"))
-        tree = Tree(manifest, lines, image_shards=True)
-        return _Version(store, manifest, tree, content, pinned)
+            the_list = Content("list", manifest.list_size)
+            listed = content.read(the_list, name=f"datamount://{where.root} (its list)")
+        return _Version(store, manifest, listed, content, pinned)
 
-    def _find(self, path: str) -> tuple[VersionPath, _Version, Node]:
+    def _find(self, path: str) -> tuple[VersionPath, _Version, Content | None]:
+        """The version of ``path`` and what is at it: a file's content, ``None`` for a folder."""
         where = parse(path)
         version = self._version(where)
-        node = version.tree.find("/" + where.inner)
-        if node is None:
+        try:
+            return where, version, version.content_at(where.inner)
+        except KeyError:
             raise FileNotFoundError(
                 errno.ENOENT, f"no such file or folder in {version.manifest.ref}", f"datamount://{strip(path)}"
-            )
-        return where, version, node
+            ) from None
+
+    def _node(self, where: VersionPath, version: _Version) -> Node:
+        """The tree's node at ``where`` (found there already)."""
+        node = version.tree.find("/" + where.inner)
+        assert node is not None
+        return node
 
     # -------------------------------------------------------------------------------------------- listing
 
-    def _details(self, where: VersionPath, version: _Version, node: Node) -> dict[str, Any]:
-        path = where.joined(node.path.lstrip("/"))
+    def _details(self, where: VersionPath, version: _Version, inner: str, content: Content | None) -> dict[str, Any]:
+        path = where.joined(inner)
         info: dict[str, Any] = {
             "name": path,
             "size": 0,
@@ -263,7 +269,6 @@ class DatamountFileSystem(AbstractFileSystem):
             "version": version.manifest.version,
             "created": version.manifest.created,
         }
-        content = node.content
         if content is not None:
             info["type"] = "file"
             info["size"] = content.size
@@ -273,14 +278,16 @@ class DatamountFileSystem(AbstractFileSystem):
         return info
 
     def info(self, path: str, **kwargs: Any) -> dict[str, Any]:
-        where, version, node = self._find(path)
-        return self._details(where, version, node)
+        where, version, content = self._find(path)
+        return self._details(where, version, where.inner, content)
 
     def ls(self, path: str, detail: bool = True, **kwargs: Any) -> list[Any]:
-        where, version, node = self._find(path)
-        entries = list(node.children.values()) if node.is_folder else [node]
+        where, version, content = self._find(path)
+        if content is not None:
+            return [self._details(where, version, where.inner, content) if detail else where.joined(where.inner)]
+        entries = list(self._node(where, version).children.values())
         if detail:
-            return [self._details(where, version, child) for child in entries]
+            return [self._details(where, version, child.path[1:], child.content) for child in entries]
         return [where.joined(child.path.lstrip("/")) for child in entries]
 
     def find(
@@ -288,14 +295,15 @@ class DatamountFileSystem(AbstractFileSystem):
     ) -> Any:
         if maxdepth is not None:
             return super().find(path, maxdepth=maxdepth, withdirs=withdirs, detail=detail, **kwargs)
-        where, version, node = self._find(path)
-        keys = version.under(where.inner, withdirs=withdirs) if node.is_folder else ["/" + where.inner]
-        if withdirs and node.is_folder:
+        where, version, content = self._find(path)
+        keys = version.under(where.inner, withdirs=withdirs) if content is None else ["/" + where.inner]
+        if withdirs and content is None:
             keys = ["/" + where.inner if where.inner else "/", *keys]
         root = where.root
         if detail:
             nodes = version.tree.nodes
-            return {(name := root + key.rstrip("/")): {**self._details(where, version, nodes[key]), "name": name}
+            return {(name := root + key.rstrip("/")):
+                    {**self._details(where, version, key[1:], nodes[key].content), "name": name}
                     for key in keys}  # fmt: skip
         return [root + key.rstrip("/") for key in keys]
 
@@ -304,9 +312,9 @@ class DatamountFileSystem(AbstractFileSystem):
     ) -> Any:
         if not total or maxdepth is not None:
             return super().du(path, total=total, maxdepth=maxdepth, withdirs=withdirs, **kwargs)
-        where, version, node = self._find(path)
-        if not node.is_folder:
-            return node.content.size if node.content is not None else 0
+        where, version, content = self._find(path)
+        if content is not None:
+            return content.size
         nodes = version.tree.nodes
         return sum(getattr(nodes[key].content, "size", 0) for key in version.under(where.inner, withdirs=False))
 
@@ -336,17 +344,15 @@ class DatamountFileSystem(AbstractFileSystem):
     # -------------------------------------------------------------------------------------------- reading
 
     def _file(self, path: str) -> tuple[_Version, Content, str]:
-        where, version, node = self._find(path)
-        if node.content is None:
+        where, version, content = self._find(path)
+        if content is None:
             raise IsADirectoryError(errno.EISDIR, "a folder of a dataset version", f"datamount://{strip(path)}")
-        return version, node.content, f"datamount://{where.joined(where.inner)}"
+        return version, content, f"datamount://{where.joined(where.inner)}"
 
     def cat_file(self, path: str, start: int | None = None, end: int | None = None, **kwargs: Any) -> bytes:
         version, content, name = self._file(path)
         start, end = _clip(start, end, content.size)
-        if version.content.ranged(content):
-            return version.blocks(content, start, end, name)
-        return version.content.read(content, name=name)[start:end]
+        return bytes(version.view(content, start, end, name))
 
     def cat_ranges(
         self,
@@ -369,7 +375,7 @@ class DatamountFileSystem(AbstractFileSystem):
                 version, content, name = self._file(path)
                 first, stop = _clip(start, end, content.size)
                 if version.content.ranged(content):
-                    answers.append(version.blocks(content, first, stop, name))
+                    answers.append(bytes(version.view(content, first, stop, name)))
                 else:
                     if name not in whole:
                         whole[name] = version.content.read(content, name=name)
@@ -481,7 +487,8 @@ def _reopen(
 
 class DatamountFile(AbstractBufferedFile):
     """A file of a version, read-only: a shard with block checksums is fetched by whole blocks as they are asked for,
-    each checked (:meth:`_Version.blocks`); any other file is read and checked whole on its first read."""
+    each checked and kept (:class:`~datamount.urlfs.shard_copies.ShardCopies`); any other file is read and checked
+    whole on its first read."""
 
     def __init__(
         self,
@@ -501,11 +508,24 @@ class DatamountFile(AbstractBufferedFile):
         super().__init__(fs, path, mode="rb", block_size=block_size or 1 << 20, cache_type="none", size=content.size)
 
     def _fetch_range(self, start: int, end: int) -> bytes:
+        return bytes(self._view(start, end))
+
+    def read_buffer(self, length: int = -1) -> memoryview | bytes:
+        """:meth:`read`, but the checked bytes themselves, not a copy of them: what pyarrow asks a Python file
+        for (a Parquet reader's column chunks come without a copy in Python)."""
+        if self.closed:
+            raise ValueError("I/O operation on closed file.")
+        end = self.size if length is None or length < 0 else min(self.size, self.loc + length)
+        data = self._view(self.loc, end)
+        self.loc += len(data)
+        return data
+
+    def _view(self, start: int, end: int) -> memoryview | bytes:
         if self._version.content.ranged(self._content):
-            return self._version.blocks(self._content, start, end, self._name)
+            return self._version.view(self._content, start, end, self._name)
         if self._whole is None:
             self._whole = self._version.content.read(self._content, name=self._name)
-        return self._whole[start:end]
+        return memoryview(self._whole)[start:end]
 
 
 def _clip(start: int | None, end: int | None, size: int) -> tuple[int, int]:

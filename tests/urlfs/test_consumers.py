@@ -143,6 +143,35 @@ def test_a_column_subset_fetches_about_its_column_chunks(
     assert 0 < fetched <= covering < shard.size / 2, (fetched, covering, shard.size)
 
 
+@pytest.mark.s3
+def test_each_block_of_a_shard_is_fetched_once_per_filesystem(
+    s3_store: Store, s3_server: S3Server, fault_proxy: FaultProxyFactory, tmp_path: Path
+) -> None:
+    """A Parquet reader asks for the same blocks again (its footer, a second read of the table): each is fetched
+    and checked once, and served from the filesystem's checked copy after that."""
+    from tests.urlfs.versions import write_png_list
+
+    source = write_png_list(tmp_path / "src", 400)
+    manifest = upload(source, "big", store=s3_store, packed=True, shard_bytes=64 << 20).manifest
+    (shard,) = manifest.shards
+    assert shard.size > 24 * shard.block_bytes  # more blocks than a reader keeps at its edges
+    versions = Versions(s3_store, source, {"big": manifest}, tmp_path / "cache", s3_server.endpoint_url)
+    proxy = fault_proxy(s3_server.endpoint_url)
+    fs = versions.filesystem(endpoint_url=proxy.endpoint_url)
+    url = versions.shard_urls("big")[0].removeprefix("datamount://")
+    fs.info(url)
+    before = len(proxy.requests)
+    first = pq.read_table(url, filesystem=fs)
+    fetched = sum(r.answered or 0 for r in proxy.requests[before:] if "/packs/" in r.target)
+    assert fetched == shard.size
+    before = len(proxy.requests)
+    assert pq.read_table(url, filesystem=fs).equals(first)
+    assert fs.cat_file(url, start=shard.block_bytes - 5, end=shard.block_bytes + 5) == s3_store.read_range(
+        layout.shard_path("big", shard), shard.block_bytes - 5, shard.block_bytes + 5
+    )
+    assert [r.target for r in proxy.requests[before:]] == []
+
+
 @ON_STORES
 def test_a_damaged_shard_is_an_error_through_every_tool(versions: Versions) -> None:
     name = "packed"

@@ -61,6 +61,26 @@ def test_the_tree_is_the_versions_files_list_and_shards(versions: Versions, name
 
 @ON_STORES
 @pytest.mark.parametrize("name", NAMES)
+def test_one_path_is_answered_from_the_list_and_manifest_as_the_tree_answers_it(versions: Versions, name: str) -> None:
+    """``info``, ``exists`` and ``open`` of one path find it in the version's list and manifest: the tree (a node
+    per file, seconds for a million) is built only for a listing, and answers the same."""
+    root = f"_/{name}@1"
+    listed = versions.filesystem()
+    paths = listed.find(root, withdirs=True)
+    missing = [f"{root}/data/img9999.png", f"{root}/data/img0003", f"{root}/dat", f"{root}/shards/x.parquet"]
+    for path in [*paths, *missing]:
+        one = versions.filesystem()
+        assert one.exists(path) == listed.exists(path), path
+        if listed.exists(path):
+            assert one.info(path) == listed.info(path), path
+        assert [version._tree for version in one._opened.values()] == [None], path  # nothing listed: no tree
+    one = versions.filesystem()
+    assert one.cat_file(f"{root}/data/img0003.png") == stored_files(versions)["data/img0003.png"]
+    assert one.ls(f"{root}/data", detail=False) == listed.ls(f"{root}/data", detail=False)
+
+
+@ON_STORES
+@pytest.mark.parametrize("name", NAMES)
 def test_every_file_reads_back_exactly_whole_and_by_range(versions: Versions, name: str) -> None:
     fs = versions.filesystem()
     for path, data in stored_files(versions).items():
