@@ -8,6 +8,8 @@ module                 job
 :mod:`.urls`           the URL grammar
 :mod:`.filesystem`     the read-only filesystem over a version's tree (:mod:`datamount.datasets.tree`)
 :mod:`.pinned`         versions carried to other processes by their manifest's sha256
+:mod:`.shard_copies`   shards' blocks read once per filesystem into checked private copies
+:mod:`._quiet_exit`    an exit that waits for reads under way in other threads (pyarrow's)
 =====================  ===============================================================================
 """
 

@@ -33,6 +33,7 @@ from datamount.datasets.tree_bytes import TreeBytes
 from datamount.storage import Store, open_store, profiles
 from datamount.storage.cache import ContentCache
 from datamount.urlfs import pinned as pinning
+from datamount.urlfs._quiet_exit import counted
 from datamount.urlfs.shard_copies import ShardCopies
 from datamount.urlfs.urls import DEFAULT_STORE, LATEST, PROTOCOL, VersionPath, parse, strip
 
@@ -277,10 +278,12 @@ class DatamountFileSystem(AbstractFileSystem):
                 info["sha256"] = info["etag"] = info["ukey"] = digest
         return info
 
+    @counted
     def info(self, path: str, **kwargs: Any) -> dict[str, Any]:
         where, version, content = self._find(path)
         return self._details(where, version, where.inner, content)
 
+    @counted
     def ls(self, path: str, detail: bool = True, **kwargs: Any) -> list[Any]:
         where, version, content = self._find(path)
         if content is not None:
@@ -290,6 +293,7 @@ class DatamountFileSystem(AbstractFileSystem):
             return [self._details(where, version, child.path[1:], child.content) for child in entries]
         return [where.joined(child.path.lstrip("/")) for child in entries]
 
+    @counted
     def find(
         self, path: str, maxdepth: int | None = None, withdirs: bool = False, detail: bool = False, **kwargs: Any
     ) -> Any:
@@ -349,11 +353,13 @@ class DatamountFileSystem(AbstractFileSystem):
             raise IsADirectoryError(errno.EISDIR, "a folder of a dataset version", f"datamount://{strip(path)}")
         return version, content, f"datamount://{where.joined(where.inner)}"
 
+    @counted
     def cat_file(self, path: str, start: int | None = None, end: int | None = None, **kwargs: Any) -> bytes:
         version, content, name = self._file(path)
         start, end = _clip(start, end, content.size)
         return bytes(version.view(content, start, end, name))
 
+    @counted
     def cat_ranges(
         self,
         paths: list[str],
@@ -386,6 +392,7 @@ class DatamountFileSystem(AbstractFileSystem):
                 answers.append(exc)
         return answers
 
+    @counted
     def _open(
         self,
         path: str,
@@ -507,9 +514,11 @@ class DatamountFile(AbstractBufferedFile):
         # No buffer of fsspec's: every read comes from checked bytes, fetched in whole blocks.
         super().__init__(fs, path, mode="rb", block_size=block_size or 1 << 20, cache_type="none", size=content.size)
 
+    @counted
     def _fetch_range(self, start: int, end: int) -> bytes:
         return bytes(self._view(start, end))
 
+    @counted
     def read_buffer(self, length: int = -1) -> memoryview | bytes:
         """:meth:`read`, but the checked bytes themselves, not a copy of them: what pyarrow asks a Python file
         for (a Parquet reader's column chunks come without a copy in Python)."""

@@ -9,6 +9,9 @@ import multiprocessing
 import os
 import pickle
 import re
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import fsspec
@@ -20,7 +23,7 @@ from datamount.urlfs import DatamountFileSystem
 from tests.servers.fault_proxy import FaultProxyFactory
 from tests.servers.moto import S3Server
 from tests.urlfs.conftest import ON_STORES
-from tests.urlfs.versions import NAMES, ROWS, Versions
+from tests.urlfs.versions import NAMES, ROWS, Versions, make_versions
 
 
 def stored_files(versions: Versions) -> dict[str, bytes]:
@@ -335,3 +338,37 @@ def test_a_shard_without_block_checksums_is_checked_whole_on_first_touch(version
         with pytest.raises(IntegrityError, match="shard-") as raised:
             read()  # the first four bytes are intact, but the shard is not: no byte of it is served
         assert raised.value.errno == errno.EIO
+
+
+def test_a_process_exits_only_once_its_reads_through_urls_are_done(local_store: Store, tmp_path: Path) -> None:
+    """Reads under way in threads other than the main one (as pyarrow's datasets make them) end before the
+    interpreter is finalised: its exit waits until no call into the filesystem has been made for a moment. A
+    daemon thread reading with short pauses after the script's last line writes its mark only if it was let
+    finish (without the wait, Python exits at once and kills it)."""
+    versions = make_versions(local_store, tmp_path)
+    mark = tmp_path / "done"
+    script = tmp_path / "late_reader.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import sys, threading, time
+            from datamount.urlfs import DatamountFileSystem
+
+            fs = DatamountFileSystem(**{versions.options()!r})
+            url = {versions.shard_urls("packed")[0]!r}
+
+            def late_reads():
+                for _ in range(20):
+                    fs.cat_file(url, 0, 100)
+                    time.sleep(0.02)
+                open({str(mark)!r}, "w").close()
+
+            threading.Thread(target=late_reads, daemon=True).start()
+            time.sleep(0.05)
+            """
+        ),
+        encoding="utf-8",
+    )
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+    assert mark.exists()
