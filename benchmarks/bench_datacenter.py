@@ -13,7 +13,8 @@ uploaded and packed, then, for each latency, in interleaved rounds:
 - ``packed``: ``reader(name)``: ranged GETs of the Parquet shards;
 - ``mixture``: ``mix`` of three packed parts (in order, shuffled with two seeds), ``samples=N``;
 - ``upload``: ``upload(list)`` of the whole list as a new dataset (one PUT per file);
-- ``datamount://``: a place kept for the fsspec filesystem over versions, measured once it exists;
+- ``datamount://``: ``pyarrow.parquet.read_table`` of the packed version's shards folder through the fsspec
+  filesystem over versions (``docs/urls.md``), a new filesystem each run (each block fetched and checked once);
 - ``mount``: not measured here (``bench_mount.py`` walks a mount against RGW and moto).
 
 Reported per path and latency: MB/s of sample bytes, the share of the cap (MB/s x 8 / 1,000), the bytes the link
@@ -117,7 +118,23 @@ def _drain(samples: Iterable[tuple[object, ...]], expected: int) -> int:
     return size
 
 
-def read_actions(store: Store, count: int, sweep: bool) -> dict[tuple[str, int | str], Callable[[], int]]:
+def read_through_url(store: Store, endpoint: str, count: int) -> int:
+    """The packed version's shards read whole by pyarrow through ``datamount://``: the bytes of their samples."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from datamount.urlfs import DatamountFileSystem
+
+    fs = DatamountFileSystem(store.url, {"endpoint_url": endpoint, **KEYS}, cache=False, skip_instance_cache=True)
+    table = pq.read_table(f"_/{DATASET}@latest/shards", filesystem=fs)
+    if table.num_rows != count:
+        raise RuntimeError(f"read {table.num_rows} rows through datamount://, expected {count}")
+    return int(pc.sum(pc.binary_length(table.column("file"))).as_py())
+
+
+def read_actions(
+    store: Store, endpoint: str, count: int, sweep: bool
+) -> dict[tuple[str, int | str], Callable[[], int]]:
     """The read paths on ``store``, each keyed by (path, requests in flight)."""
     default = store.default_max_requests
     actions: dict[tuple[str, int | str], Callable[[], int]] = {}
@@ -128,6 +145,7 @@ def read_actions(store: Store, count: int, sweep: bool) -> dict[tuple[str, int |
     actions[("unpacked", default)] = lambda: _drain(unpacked(), count)
     actions[("packed", default)] = lambda: _drain(packed(), count)
     actions[("mixture of 3 packed", default)] = lambda: _drain(mixture(), count)
+    actions[("datamount://", "pyarrow")] = lambda: read_through_url(store, endpoint, count)
     if sweep:
         for requests in (32, 64, 256):
             swept = reader(DATASET, store, use_shards=False, max_requests=requests)
@@ -162,8 +180,8 @@ def main() -> None:
             for latency in latencies:
                 with delaying_proxy(cluster.endpoint_url, latency) as far:
                     store = open_bucket(far)
-                    figures += bench(store, list_file, count, latency, args.runs, args.sweep, host.link.device_a,
-                                     cluster.pids)  # fmt: skip
+                    figures += bench(store, far, list_file, count, latency, args.runs, args.sweep,
+                                     host.link.device_a, cluster.pids)  # fmt: skip
         finally:
             cluster.stop()
     print_figures(figures, count)
@@ -179,10 +197,18 @@ def open_bucket(endpoint: str, *, create: bool = False) -> Store:
 
 
 def bench(
-    store: Store, list_file: Path, count: int, latency: float, runs: int, sweep: bool, device: str, pids: list[int]
+    store: Store,
+    endpoint: str,
+    list_file: Path,
+    count: int,
+    latency: float,
+    runs: int,
+    sweep: bool,
+    device: str,
+    pids: list[int],
 ) -> list[Figure]:
     """Each path ``runs`` times, interleaved; the median run of each (by time)."""
-    actions = read_actions(store, count, sweep)
+    actions = read_actions(store, endpoint, count, sweep)
     uploads = iter(range(10**6))
 
     def upload_once() -> int:
@@ -201,7 +227,6 @@ def bench(
     for (path, in_flight), found in runs_of.items():
         seconds, moved, link, cpu, server = sorted(found)[len(found) // 2]
         figures.append(Figure(path, latency, in_flight, seconds, moved, link, cpu, server))
-    figures.append(Figure("datamount://", latency, "-", float("nan"), 0, 0, float("nan"), float("nan")))
     return figures
 
 
@@ -212,9 +237,6 @@ def print_figures(figures: list[Figure], count: int) -> None:
     print(header)
     print("-" * len(header))
     for f in figures:
-        if f.sample_bytes == 0:
-            print(f"{f.path:<22} {f.latency_ms:>6g}ms {'':>9} {'not measured yet (being built)':>40}")
-            continue
         gb = f.sample_bytes / 1e9
         print(f"{f.path:<22} {f.latency_ms:>6g}ms {f.in_flight!s:>9} {f.mb_s:>8.1f} {f.share:>6.2f} "
               f"{f.link_share:>6.2f} {f.cpu_s / gb:>9.2f} {f.server_cpu_s / gb:>7.2f}")  # fmt: skip
