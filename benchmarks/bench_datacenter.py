@@ -15,18 +15,22 @@ uploaded and packed, then, for each latency, in interleaved rounds:
 - ``upload``: ``upload(list)`` of the whole list as a new dataset (one PUT per file);
 - ``datamount://``: ``pyarrow.parquet.read_table`` of the packed version's shards folder through the fsspec
   filesystem over versions (``docs/urls.md``), a new filesystem each run (each block fetched and checked once);
-- ``mount``: not measured here (``bench_mount.py`` walks a mount against RGW and moto).
+- ``mount``: ``find MNT -type f -print0 | xargs -0 cat`` over a fresh ``datamount mount`` of the packed version
+  (no content cache), from ``mount()`` to its serving process's exit; its CPU is that process's (and the shell's).
 
 Reported per path and latency: MB/s of sample bytes, the share of the cap (MB/s x 8 / 1,000), the bytes the link
 carried per second (the same share, as the link counts it, headers and retries included), CPU seconds per GB in
-this process and in the server's processes, and the requests in flight (the store's default). ``--sweep`` adds the
-unpacked path at 32, 64, 128 and 256 requests in flight: how many a latency needs to fill the link.
+this process and its children (the mount's serving process) and in the server's processes, and the requests in
+flight (the store's default). ``--sweep`` adds the unpacked path at 32, 64, 128 and 256 requests in flight: how many
+a latency needs to fill the link.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -94,17 +98,24 @@ def link_received(device: str) -> int:
     )
 
 
+def cpu_seconds() -> float:
+    """CPU seconds of this process and of its children that have exited (a mount's serving process, a shell)."""
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
+
+
 def measured(action: Callable[[], int], device: str, server_pids: list[int]) -> tuple[float, int, int, float, float]:
-    """Run ``action`` (it returns the sample bytes it moved): seconds, sample bytes, link bytes, CPU here, in server."""
+    """Run ``action`` (it returns the sample bytes it moved): seconds, sample bytes, link bytes, CPU here (with the
+    children it waited for), in the server."""
     link_before, server_before, cpu_before = (
         link_received(device),
         processes_cpu_seconds(server_pids),
-        time.process_time(),
+        cpu_seconds(),
     )
     started = time.perf_counter()
     moved = action()
     seconds = time.perf_counter() - started
-    return (seconds, moved, link_received(device) - link_before, time.process_time() - cpu_before,
+    return (seconds, moved, link_received(device) - link_before, cpu_seconds() - cpu_before,
             processes_cpu_seconds(server_pids) - server_before)  # fmt: skip
 
 
@@ -132,6 +143,30 @@ def read_through_url(store: Store, endpoint: str, count: int) -> int:
     return int(pc.sum(pc.binary_length(table.column("file"))).as_py())
 
 
+def walk_a_mount(store: Store, count: int) -> int:
+    """A fresh mount of the packed version walked by ``find | xargs cat``, unmounted, its serving process gone: the
+    bytes of the files read."""
+    from datamount.mount import mount, unmount
+
+    with tempfile.TemporaryDirectory(prefix="datamount-bench-dc-mount-") as scratch:
+        mountpoint = Path(scratch, "mnt")
+        mountpoint.mkdir()
+        mounted = mount(DATASET, mountpoint, store=store, cache=False, log_file=Path(scratch, "mount.log"))
+        try:
+            files = [path for path in mountpoint.rglob("*") if path.is_file() and path.suffix != ".list"]
+            size = sum(path.stat().st_size for path in files)
+            command = f"find {mountpoint} -type f ! -name '*.list' -print0 | xargs -0 cat > /dev/null"
+            subprocess.run(["bash", "-o", "pipefail", "-c", command], check=True)
+        finally:
+            unmount(mountpoint)
+            deadline = time.monotonic() + 30
+            while Path(f"/proc/{mounted.pid}").exists() and time.monotonic() < deadline:
+                time.sleep(0.02)
+    if len(files) != count:
+        raise RuntimeError(f"the mount showed {len(files)} files, expected {count}")
+    return size
+
+
 def read_actions(
     store: Store, endpoint: str, count: int, sweep: bool
 ) -> dict[tuple[str, int | str], Callable[[], int]]:
@@ -146,6 +181,8 @@ def read_actions(
     actions[("packed", default)] = lambda: _drain(packed(), count)
     actions[("mixture of 3 packed", default)] = lambda: _drain(mixture(), count)
     actions[("datamount://", "pyarrow")] = lambda: read_through_url(store, endpoint, count)
+    if mount_cannot_run() is None:
+        actions[("mount", "find|cat")] = lambda: walk_a_mount(store, count)
     if sweep:
         for requests in (32, 64, 256):
             swept = reader(DATASET, store, use_shards=False, max_requests=requests)
@@ -166,6 +203,8 @@ def main() -> None:
     for reason in (why_netns_cannot_run(), why_seaweedfs_cannot_run()):
         if reason is not None:
             raise SystemExit(f"cannot run here: {reason}")
+    if (reason := mount_cannot_run()) is not None:
+        print(f"mount: {reason}; left out", file=sys.stderr)
     count = args.count or (300 if args.quick else 2000)
     latencies = args.latency_ms or ([20.0] if args.quick else [20.0, 50.0])
 
@@ -185,6 +224,18 @@ def main() -> None:
         finally:
             cluster.stop()
     print_figures(figures, count)
+
+
+def mount_cannot_run() -> str | None:
+    """Why ``datamount mount`` cannot run here (no FUSE, no pyfuse3), or None."""
+    from datamount.mount import check_fuse
+    from datamount.storage import MountError
+
+    try:
+        check_fuse()
+    except MountError as exc:
+        return str(exc)
+    return None
 
 
 def open_bucket(endpoint: str, *, create: bool = False) -> Store:
