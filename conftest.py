@@ -33,7 +33,6 @@ pytest_plugins: list[str] = [
     "tests.servers.ray_cluster",
     "tests.generated",
     "tests.skip_summary",
-    "tests.parallel",
     "pytester",
 ]
 
