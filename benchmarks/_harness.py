@@ -23,6 +23,8 @@ if TYPE_CHECKING:  # the benchmarks' helper processes (e.g. under another interp
     from datamount.storage import Store
 
 #: Where the fresh processes of the benchmarks keep the bytecode of what they import (see ``cache_bytecode``).
+#: The repository: where ``tests.servers`` (the fault proxy) is imported from.
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
 BYTECODE_CACHE = Path(tempfile.gettempdir()) / "datamount-benchmarks-pycache"
 
 
@@ -168,6 +170,15 @@ def server_process(
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
+
+
+@contextlib.contextmanager
+def delaying_proxy(upstream: str, latency_ms: float) -> Iterator[str]:
+    """A proxy in its own process in front of ``upstream`` that holds every request ``latency_ms``; its endpoint."""
+    port = free_port()
+    command = [sys.executable, "-m", "tests.servers.fault_proxy", upstream, "--delay-ms", str(latency_ms)]
+    with server_process([*command, "--port", str(port)], f"http://127.0.0.1:{port}/", cwd=PROJECT_ROOT):
+        yield f"http://127.0.0.1:{port}"
 
 
 def _answers(url: str) -> bool:

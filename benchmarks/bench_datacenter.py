@@ -28,20 +28,19 @@ a latency needs to fill the link.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the tests' server rigs
 
-from _harness import free_port, processes_cpu_seconds, server_process
+from _harness import delaying_proxy, processes_cpu_seconds
 from bench_datasets import make_image_list
 
 from datamount.datasets import pack
@@ -51,7 +50,6 @@ from datamount.storage import Store, open_store
 from tests.servers.netns import DEFAULT_RATE_BITS, capped_host, why_netns_cannot_run
 from tests.servers.seaweedfs import start_seaweed_cluster, why_seaweedfs_cannot_run
 
-ROOT = Path(__file__).resolve().parent.parent
 DATASET = "dc-images"
 BUCKET = "bench-datacenter"
 KEYS = {"key": "bench", "secret": "bench-secret"}
@@ -80,15 +78,6 @@ class Figure:
     @property
     def link_share(self) -> float:
         return self.link_bytes / 1e6 / self.seconds / CAP_MB_S
-
-
-@contextlib.contextmanager
-def delaying_proxy(upstream: str, latency_ms: float) -> Iterator[str]:
-    """A proxy in its own process in front of ``upstream`` that holds every request ``latency_ms``; its endpoint."""
-    port = free_port()
-    command = [sys.executable, "-m", "tests.servers.fault_proxy", upstream, "--delay-ms", str(latency_ms)]
-    with server_process([*command, "--port", str(port)], f"http://127.0.0.1:{port}/", cwd=ROOT):
-        yield f"http://127.0.0.1:{port}"
 
 
 def link_received(device: str) -> int:

@@ -35,11 +35,10 @@ from _harness import (
     Measure,
     Row,
     costed_row,
-    free_port,
+    delaying_proxy,
     interleaved_costs,
     make_bucket,
     print_rows,
-    server_process,
 )
 from bench_datasets import DATASET, make_image_list, object_paths
 
@@ -72,15 +71,6 @@ def s3_endpoint(server: str) -> Iterator[tuple[str, dict[str, str], list[int]]]:
         return
     with S3_SERVERS[server]() as (endpoint, pid):
         yield endpoint, {"key": "bench", "secret": "bench-secret"}, [pid]
-
-
-@contextlib.contextmanager
-def delaying_proxy(upstream: str, latency_ms: float) -> Iterator[str]:
-    """A proxy in its own process in front of ``upstream`` that holds every request ``latency_ms``; its endpoint."""
-    port = free_port()
-    command = [sys.executable, "-m", "tests.servers.fault_proxy", upstream, "--delay-ms", str(latency_ms)]
-    with server_process([*command, "--port", str(port)], f"http://127.0.0.1:{port}/", cwd=ROOT):
-        yield f"http://127.0.0.1:{port}"
 
 
 def main() -> None:
