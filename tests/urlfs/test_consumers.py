@@ -22,8 +22,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from datamount.datasets import layout, upload
+from datamount.datasets.manifest import ShardEntry
 from datamount.storage import Store
-from tests.servers.fault_proxy import FaultProxyFactory
+from datamount.urlfs import DatamountFileSystem
+from tests.servers.fault_proxy import FaultProxy, FaultProxyFactory
 from tests.servers.moto import S3Server
 from tests.urlfs.conftest import ON_STORES
 from tests.urlfs.test_urlfs import flip_in_store, stored_files
@@ -108,28 +110,47 @@ def test_hugging_face_datasets_loads_the_shards(versions: Versions, name: str, t
     assert rows == versions.rows(name)
 
 
-@pytest.mark.s3
-def test_a_column_subset_fetches_about_its_column_chunks(
-    s3_store: Store, s3_server: S3Server, fault_proxy: FaultProxyFactory, tmp_path: Path
-) -> None:
-    """4 MB of images in 1 MB row groups: reading two small columns fetches the 256 KiB blocks around their chunks
-    and the footer, not the images."""
+def _one_shard_behind_a_proxy(
+    s3_store: Store,
+    s3_server: S3Server,
+    fault_proxy: FaultProxyFactory,
+    tmp_path: Path,
+    rows: int,
+    **sizes: int,
+) -> tuple[ShardEntry, DatamountFileSystem, str, FaultProxy]:
+    """``rows`` PNGs uploaded packed as ``big``, in one shard; a filesystem reading it through a fault proxy, which
+    has already read the version's manifest and list; the shard's path in it."""
     from tests.urlfs.versions import write_png_list
 
-    source = write_png_list(tmp_path / "src", 200)
-    manifest = upload(
-        source, "big", store=s3_store, packed=True, row_group_bytes=1 << 20, shard_bytes=64 << 20
-    ).manifest
+    source = write_png_list(tmp_path / "src", rows)
+    manifest = upload(source, "big", store=s3_store, packed=True, shard_bytes=64 << 20, **sizes).manifest
     (shard,) = manifest.shards
     versions = Versions(s3_store, source, {"big": manifest}, tmp_path / "cache", s3_server.endpoint_url)
     proxy = fault_proxy(s3_server.endpoint_url)
     fs = versions.filesystem(endpoint_url=proxy.endpoint_url)
     url = versions.shard_urls("big")[0].removeprefix("datamount://")
     fs.info(url)
+    return shard, fs, url, proxy
+
+
+def _shard_bytes_fetched(proxy: FaultProxy, since: int) -> int:
+    """Bytes of shards the proxy answered from request ``since`` on."""
+    return sum(r.answered or 0 for r in proxy.requests[since:] if "/packs/" in r.target)
+
+
+@pytest.mark.s3
+def test_a_column_subset_fetches_about_its_column_chunks(
+    s3_store: Store, s3_server: S3Server, fault_proxy: FaultProxyFactory, tmp_path: Path
+) -> None:
+    """4 MB of images in 1 MB row groups: reading two small columns fetches the 256 KiB blocks around their chunks
+    and the footer, not the images."""
+    shard, fs, url, proxy = _one_shard_behind_a_proxy(
+        s3_store, s3_server, fault_proxy, tmp_path, 200, row_group_bytes=1 << 20
+    )
     before = len(proxy.requests)
     table = pq.read_table(url, filesystem=fs, columns=["label", "index"])
     assert table.num_rows == 200
-    fetched = sum(r.answered or 0 for r in proxy.requests[before:] if "/packs/" in r.target)
+    fetched = _shard_bytes_fetched(proxy, before)
     metadata = pq.ParquetFile(io.BytesIO(s3_store.read(layout.shard_path("big", shard)))).metadata
     spans = [(shard.size - (64 << 10), shard.size)]  # the footer, as pyarrow reads it
     for group in range(metadata.num_row_groups):
@@ -149,20 +170,11 @@ def test_each_block_of_a_shard_is_fetched_once_per_filesystem(
 ) -> None:
     """A Parquet reader asks for the same blocks again (its footer, a second read of the table): each is fetched
     and checked once, and served from the filesystem's checked copy after that."""
-    from tests.urlfs.versions import write_png_list
-
-    source = write_png_list(tmp_path / "src", 400)
-    manifest = upload(source, "big", store=s3_store, packed=True, shard_bytes=64 << 20).manifest
-    (shard,) = manifest.shards
+    shard, fs, url, proxy = _one_shard_behind_a_proxy(s3_store, s3_server, fault_proxy, tmp_path, 400)
     assert shard.size > 24 * shard.block_bytes  # more blocks than a reader keeps at its edges
-    versions = Versions(s3_store, source, {"big": manifest}, tmp_path / "cache", s3_server.endpoint_url)
-    proxy = fault_proxy(s3_server.endpoint_url)
-    fs = versions.filesystem(endpoint_url=proxy.endpoint_url)
-    url = versions.shard_urls("big")[0].removeprefix("datamount://")
-    fs.info(url)
     before = len(proxy.requests)
     first = pq.read_table(url, filesystem=fs)
-    fetched = sum(r.answered or 0 for r in proxy.requests[before:] if "/packs/" in r.target)
+    fetched = _shard_bytes_fetched(proxy, before)
     assert fetched == shard.size
     before = len(proxy.requests)
     assert pq.read_table(url, filesystem=fs).equals(first)
