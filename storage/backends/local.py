@@ -28,6 +28,7 @@ from datamount.storage.backends._options import refuse_unknown
 from datamount.storage.errors import StoreConfigError, UnsafePathError
 from datamount.storage.files import read_whole
 from datamount.storage.mounts import require_mount
+from datamount.storage.page_cache import first_page_cached
 from datamount.storage.paths import LinkGuard
 from datamount.storage.pools import generator_pool
 from datamount.storage.store import (
@@ -516,22 +517,9 @@ class _ReadAhead:
         self.seen += 1
         if self.cached_in_a_row >= CACHED_IN_A_ROW and self.seen % PROBE_EVERY:
             return
-        if _cached(descriptor):
+        if first_page_cached(descriptor):
             self.cached_in_a_row += 1
             return
         self.cached_in_a_row = 0
         with contextlib.suppress(OSError):
             os.posix_fadvise(descriptor, 0, 0, os.POSIX_FADV_WILLNEED)
-
-
-_PROBE = bytearray(1)
-
-
-def _cached(descriptor: int) -> bool:
-    """Whether the file's first byte is in the page cache (a read that would not wait for the disk), asked with a
-    one-byte ``RWF_NOWAIT`` read; ``False`` where the kernel or filesystem cannot tell."""
-    try:
-        os.preadv(descriptor, [_PROBE], 0, os.RWF_NOWAIT)
-    except (OSError, AttributeError):
-        return False
-    return True
