@@ -33,6 +33,7 @@ pytest_plugins: list[str] = [
     "tests.servers.ray_cluster",
     "tests.generated",
     "tests.skip_summary",
+    "tests.parallel",
     "pytester",
 ]
 
