@@ -8,10 +8,12 @@ shards. Reading them: :mod:`.rows`; getting them back out as files: :mod:`.expor
 :mod:`.copying`; comparing two: :mod:`.diff`. The public area: :mod:`.public`.
 """
 
-from datamount.datasets import catalog, layout, public
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from datamount.datasets import catalog, layout
 from datamount.datasets.catalog import commit, dataset_names, latest, remove, resolve, versions
-from datamount.datasets.copying import CopyResult, copy_version
-from datamount.datasets.diff import DiffRow, VersionDiff, diff_versions
 from datamount.datasets.errors import (
     CommitConflictError,
     DatasetNotFoundError,
@@ -32,18 +34,36 @@ from datamount.datasets.errors import (
     StreamFormatError,
 )
 from datamount.datasets.export import ExportResult, export
-from datamount.datasets.importing import import_batches
+from datamount.datasets.lazy_exports import lazy_exports
 from datamount.datasets.listfile import ParsedList, parse_list
 from datamount.datasets.manifest import FileEntry, Kind, Manifest, ShardEntry
 from datamount.datasets.names import DatasetRef, parse_ref, validate_name
 from datamount.datasets.pack import pack
 from datamount.datasets.pack_ray import pack_ray
 from datamount.datasets.progress import Progress, Silent
-from datamount.datasets.public import imagenet, imdb, mnist, wmt14
 from datamount.datasets.rows import RowSource, open_rows
-from datamount.datasets.transform import map_version
 from datamount.datasets.upload import UploadResult, upload
 from datamount.datasets.verify import RepairReport, VerifyReport, repair, verify
+
+if TYPE_CHECKING:
+    from datamount.datasets import public
+    from datamount.datasets.copying import CopyResult, copy_version
+    from datamount.datasets.diff import DiffRow, VersionDiff, diff_versions
+    from datamount.datasets.importing import import_batches
+    from datamount.datasets.public import imagenet, imdb, mnist, wmt14
+    from datamount.datasets.transform import map_version
+
+#: Names whose modules are imported when first used: a process that only reads (``reader(name)``) never needs them,
+#: and they bring ``pyarrow.compute`` and every public dataset's module. A name that is also its module's (``pack``,
+#: ``export``...) is imported above: importing the module elsewhere would put the module under that name first.
+_LAZY = {
+    **dict.fromkeys(["CopyResult", "copy_version"], "datamount.datasets.copying"),
+    **dict.fromkeys(["DiffRow", "VersionDiff", "diff_versions"], "datamount.datasets.diff"),
+    "import_batches": "datamount.datasets.importing",
+    **dict.fromkeys(["imagenet", "imdb", "mnist", "wmt14"], "datamount.datasets.public"),
+    "map_version": "datamount.datasets.transform",
+}
+
 
 __all__ = [
     "CommitConflictError",
@@ -107,3 +127,5 @@ __all__ = [
     "versions",
     "wmt14",
 ]
+
+__getattr__, __dir__ = lazy_exports(globals(), _LAZY, submodules=["public"])

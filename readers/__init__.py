@@ -8,7 +8,11 @@ states and elastic resume in ``resume.py``; the visitation ledger in ``ledger.py
 ``stream.py``; the task master and :func:`dist_reader` in ``master/``.
 """
 
-from datamount.readers.dataloader import DataLoader
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from datamount.datasets.lazy_exports import lazy_exports
 from datamount.readers.dataset import DatasetReader, reader
 from datamount.readers.decorators import (
     batch,
@@ -37,10 +41,24 @@ from datamount.readers.errors import (
     TaskQueueSnapshotError,
     WorkerDiedError,
 )
-from datamount.readers.ledger import Ledger
-from datamount.readers.master import DistReader, connect, dist_reader, start_master, stop_master
 from datamount.readers.mixture import Mixture, mix
-from datamount.readers.stream import import_stream, read_from, stream_reader, write_to
+
+if TYPE_CHECKING:
+    from datamount.readers.dataloader import DataLoader
+    from datamount.readers.ledger import Ledger
+    from datamount.readers.master import DistReader, connect, dist_reader, start_master, stop_master
+    from datamount.readers.stream import import_stream, read_from, stream_reader, write_to
+
+#: Names whose modules are imported when first used: ``reader(name)`` alone needs neither numpy and multiprocessing
+#: (the DataLoader's) nor Ray's client (the task master's).
+_LAZY = {
+    "DataLoader": "datamount.readers.dataloader",
+    "Ledger": "datamount.readers.ledger",
+    **dict.fromkeys(
+        ["DistReader", "connect", "dist_reader", "start_master", "stop_master"], "datamount.readers.master"
+    ),
+    **dict.fromkeys(["import_stream", "read_from", "stream_reader", "write_to"], "datamount.readers.stream"),
+}
 
 __all__ = [
     "ComposeNotAligned",
@@ -82,3 +100,5 @@ __all__ = [
     "write_to",
     "xmap_readers",
 ]
+
+__getattr__, __dir__ = lazy_exports(globals(), _LAZY)

@@ -1,0 +1,31 @@
+"""Public names of a package whose modules are imported when a name is first used (PEP 562)."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Collection, Mapping
+from typing import Any
+
+
+def lazy_exports(
+    namespace: dict[str, Any], names: Mapping[str, str], submodules: Collection[str] = ()
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """A package's ``__getattr__`` and ``__dir__``: each of ``names`` (public name -> the module that defines it) and
+    of ``submodules`` (the package's own modules) is imported on its first use and then kept in ``namespace`` (the
+    package's ``globals()``), so later uses cost nothing."""
+    package = namespace["__name__"]
+
+    def __getattr__(name: str) -> Any:
+        if name in submodules:
+            value = importlib.import_module(f"{package}.{name}")
+        elif name in names:
+            value = getattr(importlib.import_module(names[name]), name)
+        else:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        namespace[name] = value
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted(set(namespace) | set(namespace.get("__all__", ())))
+
+    return __getattr__, __dir__
