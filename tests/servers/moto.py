@@ -17,11 +17,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -91,13 +93,37 @@ def s3_test_store(server: S3Server, bucket: str, **options: str) -> Store:
 @pytest.fixture(scope="session")
 def moto_server() -> Iterator[S3Server]:
     """moto's S3 server in a thread of this process, on a free loopback port, for the whole session."""
-    moto_server_module = pytest.importorskip("moto.server", reason=MOTO_MISSING)
+    pytest.importorskip("moto.server", reason=MOTO_MISSING)
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+    from werkzeug.serving import make_server
+
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one access-log line per request otherwise
-    server = moto_server_module.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
+    app = ConditionalRequestsInTurn(DomainDispatcherApplication(create_backend_app))
+    server = make_server("127.0.0.1", 0, app, threaded=True, request_handler=MotoRequestHandler)
+    serving = threading.Thread(target=server.serve_forever, name="moto", daemon=True)
+    serving.start()
+    host, port = server.server_address[:2]
     yield S3Server(f"http://{host}:{port}")
-    server.stop()
+    server.shutdown()
+    serving.join()
+
+
+class ConditionalRequestsInTurn:
+    """moto's S3 app, answering one conditional request (``If-None-Match``, ``If-Match``) at a time.
+
+    moto checks a conditional write's condition, then writes, with no lock between (``moto/s3/responses.py``): of
+    two racing ``If-None-Match: *`` PUTs both succeed, where S3 (and Ceph RGW, SeaweedFS, GCS) refuses the second.
+    Taking such requests in turn makes moto's answer S3's."""
+
+    def __init__(self, app: Callable[..., Iterable[bytes]]) -> None:
+        self.app = app
+        self.lock = threading.Lock()
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if "HTTP_IF_NONE_MATCH" not in environ and "HTTP_IF_MATCH" not in environ:
+            return self.app(environ, start_response)
+        with self.lock:
+            return list(self.app(environ, start_response))
 
 
 @pytest.fixture
