@@ -68,8 +68,11 @@ class ParsedList:
     list_size: int
     normalised_path: str
     files: FileSpool
+    #: Bytes of :attr:`files`, all together.
+    files_bytes: int
     _folder: str = field(repr=False)
     _sizes_path: str = field(repr=False, default="")
+    _spools: list[FileSpool] = field(repr=False, default_factory=list)
 
     def __post_init__(self) -> None:
         # A list nobody closed still leaves nothing behind once it is collected.
@@ -98,9 +101,20 @@ class ParsedList:
     def source_file(self, entry: FileEntry) -> SourceFile:
         return SourceFile(self.local_path(entry.path), entry.path, entry.size)
 
+    def spool(self) -> FileSpool:
+        """A new spool of file entries beside the list's, removed with them."""
+        spool = FileSpool(self._folder, f"spool-{len(self._spools)}")
+        self._spools.append(spool)
+        return spool
+
+    def external_sort(self) -> ExternalSort:
+        """A new external sort whose runs go beside the list's copy, removed with it."""
+        return ExternalSort(self._folder)
+
     def close(self) -> None:
         """Remove the temporary copy and spools."""
-        self.files.close()
+        for spool in (self.files, *self._spools):
+            spool.close()
         self._cleanup()
 
     def __enter__(self) -> ParsedList:
@@ -209,11 +223,12 @@ def _check(
         raise ListFormatError(path, [ListProblem(0, "the list is empty: expected one sample per line")])
     files = FileSpool(folder)
     sizes_path = os.path.join(folder, "sizes")
+    files_bytes = 0
     if kind is Kind.IMAGE:
         if root is not None and not os.path.isdir(root_dir):
             raise ListFormatError(path, [ListProblem(0, f"the root folder {root_dir} does not exist")])
         resolved = _FileCheck(root_dir, first_line, problems, folder, follow_links=follow_links)
-        resolved.run(paths, files, sizes_path, report)
+        files_bytes = resolved.run(paths, files, sizes_path, report)
     hint = ""
     if evidence is not None:
         hint = (
@@ -222,7 +237,18 @@ def _check(
         )
     problems.raise_if_any(hint=hint)
     return ParsedList(
-        path, kind, width, written.rows, root_dir, written.sha256, written.size, written.path, files, folder, sizes_path
+        path,
+        kind,
+        width,
+        written.rows,
+        root_dir,
+        written.sha256,
+        written.size,
+        written.path,
+        files,
+        files_bytes,
+        folder,
+        sizes_path,
     )
 
 
@@ -345,14 +371,17 @@ class _FileCheck:
         #: A link leading outside the root: each row going through it, as ``(link, line, value)``.
         self.escaping = ExternalSort(folder)
 
-    def run(self, paths: ExternalSort, files: FileSpool, sizes_path: str, report: Progress) -> None:
+    def run(self, paths: ExternalSort, files: FileSpool, sizes_path: str, report: Progress) -> int:
+        """Check the files of ``paths``, spooled into ``files`` and ``sizes_path``; their bytes."""
         sizes = ExternalSort(self.folder)  # (row index, size)
+        total = 0
         report.start("files", items=len(paths), size=0)
         for relative, group in itertools.groupby(paths.sorted(), key=lambda record: record[0]):
             rows = list(group)  # the rows naming one file (a few, or one)
             size = self._check(relative, rows)
             if size is not None:
                 files.append(FileEntry(relative, size, ""))
+                total += size
                 for record in rows:
                     sizes.add((record[3], size))
             report.advance(items=len(rows))
@@ -362,6 +391,7 @@ class _FileCheck:
             while block := array.array("Q", itertools.islice(source, BLOCK_RECORDS)):
                 block.tofile(out)
         self._report_escaping()
+        return total
 
     def _check(self, relative: str, rows: list[tuple[str, int, str, int]]) -> int | None:
         """The size of the file ``relative``, or None: its problem is reported for each of ``rows``."""

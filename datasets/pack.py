@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from datamount.datasets import catalog, layout, locks
@@ -152,26 +152,33 @@ def plan_pack(
 
 
 def cut_shards(
-    sizes: list[int], shard_bytes: int, row_group_bytes: int, first_group_bytes: int = FIRST_ROW_GROUP_BYTES
+    sizes: Iterable[int], shard_bytes: int, row_group_bytes: int, first_group_bytes: int = FIRST_ROW_GROUP_BYTES
 ) -> list[list[tuple[int, int]]]:
     """Rows of ``sizes`` bytes each, cut into row groups of at least ``row_group_bytes`` (each shard's first of at
     least ``first_group_bytes``, when that is less; the last may hold less) and those into shards of at least
-    ``shard_bytes``: each shard's row groups as ``(start, stop)`` row numbers."""
+    ``shard_bytes``: each shard's row groups as ``(start, stop)`` row numbers. ``sizes`` is read once, as a stream
+    (the plan holds row groups, not rows)."""
     first_group_bytes = min(first_group_bytes, row_group_bytes)
     plans: list[list[tuple[int, int]]] = [[]]
     group_start = group_bytes = shard_data = 0
-    for index, size in enumerate(sizes):
-        group_bytes += size
-        opens_a_shard = not plans[-1] or shard_data >= shard_bytes
-        wanted = first_group_bytes if opens_a_shard else row_group_bytes
-        if group_bytes < wanted and index + 1 < len(sizes):
-            continue
+
+    def close_group(stop: int) -> None:
+        nonlocal group_start, group_bytes, shard_data
         if shard_data >= shard_bytes:
             plans.append([])
             shard_data = 0
-        plans[-1].append((group_start, index + 1))
+        plans[-1].append((group_start, stop))
         shard_data += group_bytes
-        group_start, group_bytes = index + 1, 0
+        group_start, group_bytes = stop, 0
+
+    rows = 0
+    for rows, size in enumerate(sizes, start=1):
+        group_bytes += size
+        opens_a_shard = not plans[-1] or shard_data >= shard_bytes
+        if group_bytes >= (first_group_bytes if opens_a_shard else row_group_bytes):
+            close_group(rows)
+    if group_start < rows:  # the last rows, however few
+        close_group(rows)
     return [plan for plan in plans if plan]
 
 
