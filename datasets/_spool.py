@@ -12,6 +12,7 @@ import heapq
 import itertools
 import marshal
 import os
+import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from typing import IO, Any, overload
 
@@ -30,12 +31,15 @@ Record = tuple[Any, ...]
 class ExternalSort:
     """Records (tuples of comparable values) sorted in bounded memory, whatever their number.
 
-    :meth:`add` keeps up to ``run_records`` in memory; then they are sorted and written to a run file in ``folder``.
-    :meth:`sorted` merges the runs (``fan_in`` at a time) and yields every record once, in order. Records compare as
-    tuples, so a record's first values are its key and the later ones break ties.
+    :meth:`add` keeps up to ``run_records`` (default :data:`RUN_RECORDS`) in memory; then they are sorted and
+    written to a run file in ``folder``. :meth:`sorted` merges the runs (``fan_in`` at a time, default
+    :data:`FAN_IN`) and yields every record once, in order. Records compare as tuples, so a record's first values
+    are its key and the later ones break ties.
     """
 
-    def __init__(self, folder: str, *, run_records: int = RUN_RECORDS, fan_in: int = FAN_IN) -> None:
+    def __init__(self, folder: str, *, run_records: int | None = None, fan_in: int | None = None) -> None:
+        run_records = RUN_RECORDS if run_records is None else run_records
+        fan_in = FAN_IN if fan_in is None else fan_in
         if run_records < 1 or fan_in < 2:
             raise ValueError(f"run_records must be >= 1 and fan_in >= 2, got {run_records} and {fan_in}")
         self._folder = folder
@@ -44,7 +48,6 @@ class ExternalSort:
         self._pending: list[Record] = []
         self._runs: list[str] = []
         self._count = 0
-        self._names = itertools.count()
 
     def __len__(self) -> int:
         return self._count
@@ -68,8 +71,8 @@ class ExternalSort:
         yield from heapq.merge(*(_read_run(path) for path in runs), pending)
 
     def _write_run(self, records: Iterable[Record]) -> str:
-        path = os.path.join(self._folder, f"run-{next(self._names)}")
-        with open(path, "wb") as out:
+        handle, path = tempfile.mkstemp(prefix="run-", dir=self._folder)  # other sorts share the folder
+        with os.fdopen(handle, "wb") as out:
             source = iter(records)
             while block := list(itertools.islice(source, BLOCK_RECORDS)):
                 marshal.dump(block, out)
@@ -81,17 +84,16 @@ def _merged(paths: list[str]) -> Iterator[Record]:
 
 
 def _read_run(path: str) -> Iterator[Record]:
-    """The records of a run, a block at a time; the run's file is removed once read."""
-    try:
-        with open(path, "rb") as run:
-            while True:
-                try:
-                    block = marshal.load(run)
-                except EOFError:
-                    return
-                yield from block
-    finally:
+    """The records of a run, a block at a time; the run's file is removed as soon as it is open (its space is freed
+    when the reading ends, read to the end or not)."""
+    with open(path, "rb") as run:
         os.unlink(path)
+        while True:
+            try:
+                block = marshal.load(run)
+            except EOFError:
+                return
+            yield from block
 
 
 class FileSpool(Sequence[FileEntry]):
