@@ -10,8 +10,8 @@ from __future__ import annotations
 import array
 import heapq
 import itertools
-import marshal
 import os
+import pickle
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from typing import IO, Any, overload
@@ -60,6 +60,13 @@ class ExternalSort:
             self._runs.append(self._write_run(self._pending))
             self._pending = []
 
+    def spill(self) -> None:
+        """Write the records kept in memory out as a run (for a sort read only later, if at all)."""
+        if self._pending:
+            self._pending.sort()
+            self._runs.append(self._write_run(self._pending))
+            self._pending = []
+
     def sorted(self) -> Iterator[Record]:
         """Every record added, in order (the runs are removed as they are read: call it once)."""
         self._pending.sort()
@@ -75,7 +82,7 @@ class ExternalSort:
         with os.fdopen(handle, "wb") as out:
             source = iter(records)
             while block := list(itertools.islice(source, BLOCK_RECORDS)):
-                marshal.dump(block, out)
+                pickle.dump(block, out, protocol=pickle.HIGHEST_PROTOCOL)
         return path
 
 
@@ -90,7 +97,7 @@ def _read_run(path: str) -> Iterator[Record]:
         os.unlink(path)
         while True:
             try:
-                block = marshal.load(run)
+                block = pickle.load(run)
             except EOFError:
                 return
             yield from block

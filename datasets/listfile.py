@@ -18,6 +18,7 @@ import array
 import codecs
 import hashlib
 import itertools
+import operator
 import os
 import shutil
 import stat
@@ -27,6 +28,7 @@ import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from types import TracebackType
+from typing import BinaryIO
 
 from datamount.datasets._list_problems import ProblemLog
 from datamount.datasets._spool import BLOCK_RECORDS, ExternalSort, FileSpool
@@ -35,8 +37,10 @@ from datamount.datasets.manifest import FileEntry, Kind
 from datamount.datasets.progress import Progress, Silent
 from datamount.storage.paths import LinkGuard
 
-#: Bytes of the list read between two reports of progress.
-PROGRESS_BYTES = 4 << 20
+#: Bytes of the list read at once (whole lines of them decoded at once).
+READ_BYTES = 4 << 20
+#: Rows whose files are checked between two reports of progress.
+PROGRESS_ROWS = 1 << 14
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,8 @@ class ParsedList:
     #: Bytes of :attr:`files`, all together.
     files_bytes: int
     _folder: str = field(repr=False)
+    #: Each row's file size as ``(line, size)``, sorted into row order when first asked for.
+    _sizes: ExternalSort | None = field(repr=False, default=None)
     _sizes_path: str = field(repr=False, default="")
     _spools: list[FileSpool] = field(repr=False, default_factory=list)
 
@@ -89,7 +95,14 @@ class ParsedList:
                 yield tuple(line[:-1].decode().split("\t"))
 
     def row_sizes(self) -> Iterator[int]:
-        """Each row's file size, in row order (image lists)."""
+        """Each row's file size, in row order (image lists); sorted on disk the first time."""
+        if self._sizes is not None:
+            self._sizes_path = os.path.join(self._folder, "sizes")
+            with open(self._sizes_path, "wb") as out:
+                source = (size for _, size in self._sizes.sorted())
+                while block := array.array("Q", itertools.islice(source, BLOCK_RECORDS)):
+                    block.tofile(out)
+            self._sizes = None
         with open(self._sizes_path, "rb") as sizes:
             while block := sizes.read(8 * BLOCK_RECORDS):
                 yield from array.array("Q", block)
@@ -198,12 +211,12 @@ def _check(
     """The list's checked form in ``folder``; its problems raised."""
     problems = ProblemLog(path, folder)
     written = _NormalisedCopy(os.path.join(folder, "list"))
-    paths = ExternalSort(folder)  # (relative path, line, value as written when it differs, row index)
+    paths = ExternalSort(folder)  # (relative path, line, value as written when it differs)
     width = first_line = 0
     report.start("check", items=0, size=os.path.getsize(path))
     with written:
-        for index, (number, row, read) in enumerate(_read_rows(path)):
-            if not index:
+        for number, row in _read_rows(path, report):
+            if not first_line:
                 width, first_line = len(row), number
             elif len(row) != width:
                 problems.add(
@@ -213,22 +226,24 @@ def _check(
                 relative, problem = _relative_file(row[0], root_dir)
                 if problem:
                     problems.add(number, problem, order=1)
+                elif relative == row[0]:
+                    paths.add((relative, number, ""))
                 else:
-                    paths.add((relative, number, "" if relative == row[0] else row[0], index))
+                    paths.add((relative, number, row[0]))
                     row = (relative, *row[1:])
             written.add(row)
-            report.advance(items=1, size=read)
     report.finish()
     if not written.rows:
         raise ListFormatError(path, [ListProblem(0, "the list is empty: expected one sample per line")])
     files = FileSpool(folder)
-    sizes_path = os.path.join(folder, "sizes")
+    sizes = ExternalSort(folder)  # (line, size) of each row
     files_bytes = 0
     if kind is Kind.IMAGE:
         if root is not None and not os.path.isdir(root_dir):
             raise ListFormatError(path, [ListProblem(0, f"the root folder {root_dir} does not exist")])
         resolved = _FileCheck(root_dir, first_line, problems, folder, follow_links=follow_links)
-        files_bytes = resolved.run(paths, files, sizes_path, report)
+        files_bytes = resolved.run(paths, files, sizes, report)
+        sizes.spill()  # read only by an upload into shards
     hint = ""
     if evidence is not None:
         hint = (
@@ -248,7 +263,7 @@ def _check(
         files,
         files_bytes,
         folder,
-        sizes_path,
+        sizes,
     )
 
 
@@ -258,9 +273,10 @@ def _list_kind(kind: Kind | str) -> Kind:
     return Kind(kind)
 
 
-def _read_rows(path: str) -> Iterator[tuple[int, tuple[str, ...], int]]:
-    """The list's rows as a stream: ``(line number, columns, bytes read up to it)``; blank lines are skipped, and a
-    line that is not UTF-8 stops the reading with its problem."""
+def _read_rows(path: str, report: Progress | None = None) -> Iterator[tuple[int, tuple[str, ...]]]:
+    """The list's rows as a stream, ``(line number, columns)``, read and decoded a block at a time (``report``
+    advanced by each block's bytes); blank lines are skipped, and a line that is not UTF-8 stops the reading with
+    its problem."""
     try:
         source = open(path, "rb")  # noqa: SIM115 (closed below, once the generator ends)
     except IsADirectoryError:
@@ -269,22 +285,43 @@ def _read_rows(path: str) -> Iterator[tuple[int, tuple[str, ...], int]]:
         raise ListFormatError(path, [ListProblem(0, "no such file")]) from None
     except PermissionError:
         raise ListFormatError(path, [ListProblem(0, "cannot be read (permission denied)")]) from None
-    read = 0
+    number = 0
     with source:
-        for number, raw in enumerate(source, start=1):
-            if number == 1 and raw.startswith(codecs.BOM_UTF8):
-                raw = raw[len(codecs.BOM_UTF8) :]
-                read += len(codecs.BOM_UTF8)
-            read += len(raw)
+        for block in _whole_lines(source, report):
             try:
-                line = raw.decode("utf-8")
+                text = block.decode("utf-8")
             except UnicodeDecodeError as exc:
-                problem = ListProblem(number, f"not UTF-8 text (byte {raw[exc.start]:#04x})")
-                raise ListFormatError(path, [problem]) from None
-            line = line.removesuffix("\n").removesuffix("\r")
-            if line.strip(" "):  # a line of spaces is blank; one with a TAB is a row, however empty its fields
-                yield number, tuple(line.split("\t")), read
-                read = 0
+                line = number + block.count(b"\n", 0, exc.start) + 1
+                raise ListFormatError(
+                    path, [ListProblem(line, f"not UTF-8 text (byte {block[exc.start]:#04x})")]
+                ) from None
+            for line in text.split("\n"):
+                number += 1
+                line = line.removesuffix("\r")
+                if line.strip(" "):  # a line of spaces is blank; one with a TAB is a row, however empty its fields
+                    yield number, tuple(line.split("\t"))
+
+
+def _whole_lines(source: BinaryIO, report: Progress | None) -> Iterator[bytes]:
+    """The file's bytes in blocks of whole lines (each without its last line break), a byte-order mark at its start
+    left out. A line break is never part of a multi-byte UTF-8 character, so each block decodes on its own."""
+    tail = b""
+    first = True
+    while chunk := source.read(READ_BYTES):
+        if report is not None:
+            report.advance(items=0, size=len(chunk))
+        if first and chunk.startswith(codecs.BOM_UTF8):
+            chunk = chunk[len(codecs.BOM_UTF8) :]
+        first = False
+        chunk = tail + chunk
+        cut = chunk.rfind(b"\n")
+        if cut < 0:
+            tail = chunk
+            continue
+        tail = chunk[cut + 1 :]
+        yield chunk[:cut]
+    if tail:
+        yield tail
 
 
 class _NormalisedCopy:
@@ -338,7 +375,7 @@ def _file_evidence(path: str, root: str) -> str | None:
     that names an existing file), or None: a text list. Read as a stream, up to the first row that looks like a
     path."""
     names_a_file = None
-    for number, row, _ in _read_rows(path):
+    for number, row in _read_rows(path):
         if _looks_like_path(row[0]):
             return f"line {number} names a file ({row[0]!r})"
         if names_a_file is None and _names_a_file(row[0], root):
@@ -371,29 +408,28 @@ class _FileCheck:
         #: A link leading outside the root: each row going through it, as ``(link, line, value)``.
         self.escaping = ExternalSort(folder)
 
-    def run(self, paths: ExternalSort, files: FileSpool, sizes_path: str, report: Progress) -> int:
-        """Check the files of ``paths``, spooled into ``files`` and ``sizes_path``; their bytes."""
-        sizes = ExternalSort(self.folder)  # (row index, size)
-        total = 0
+    def run(self, paths: ExternalSort, files: FileSpool, sizes: ExternalSort, report: Progress) -> int:
+        """Check the files of ``paths``, spooled into ``files`` (and each row's size into ``sizes``); their bytes."""
+        total = checked = 0
         report.start("files", items=len(paths), size=0)
-        for relative, group in itertools.groupby(paths.sorted(), key=lambda record: record[0]):
+        for relative, group in itertools.groupby(paths.sorted(), key=operator.itemgetter(0)):
             rows = list(group)  # the rows naming one file (a few, or one)
             size = self._check(relative, rows)
             if size is not None:
                 files.append(FileEntry(relative, size, ""))
                 total += size
                 for record in rows:
-                    sizes.add((record[3], size))
-            report.advance(items=len(rows))
+                    sizes.add((record[1], size))
+            checked += len(rows)
+            if checked >= PROGRESS_ROWS:  # a report per file would cost more than the check
+                report.advance(items=checked)
+                checked = 0
+        report.advance(items=checked)
         report.finish()
-        with open(sizes_path, "wb") as out:
-            source = (size for _, size in sizes.sorted())
-            while block := array.array("Q", itertools.islice(source, BLOCK_RECORDS)):
-                block.tofile(out)
         self._report_escaping()
         return total
 
-    def _check(self, relative: str, rows: list[tuple[str, int, str, int]]) -> int | None:
+    def _check(self, relative: str, rows: list[tuple[str, int, str]]) -> int | None:
         """The size of the file ``relative``, or None: its problem is reported for each of ``rows``."""
         local = os.path.join(self.root, relative)
         try:  # one lstat tells a link from a file and, for a file (almost every one), all the rest
@@ -403,7 +439,7 @@ class _FileCheck:
         is_link = info is not None and stat.S_ISLNK(info.st_mode)
         if self.links is not None and not self.links.leads_inside(local, is_link=is_link):
             link = _escaping_link(self.links, relative)
-            for _, number, value, _ in rows:
+            for _, number, value in rows:
                 self.escaping.add((link, number, value or relative))
             return None
         try:
@@ -416,24 +452,24 @@ class _FileCheck:
             if not os.access(local, os.R_OK):  # not an open and a close: a third of the check's time
                 raise PermissionError(local)
         except FileNotFoundError:
-            for _, number, value, _ in rows:
+            for _, number, value in rows:
                 value = value or relative
                 hint = _path_hint(value, self.root, first=number == self.first_line)
                 self.problems.add(number, f"file {value!r} does not exist ({local}){hint}", order=1)
             return None
         except IsADirectoryError:
-            for _, number, value, _ in rows:
+            for _, number, value in rows:
                 self.problems.add(number, f"{value or relative!r} is a folder, not a file", order=1)
             return None
         except PermissionError:
-            for _, number, value, _ in rows:
+            for _, number, value in rows:
                 self.problems.add(number, f"file {value or relative!r} cannot be read (permission denied)", order=1)
             return None
         return info.st_size
 
     def _report_escaping(self) -> None:
         """One problem per link leading outside the root, at the first row going through it."""
-        for link, through in itertools.groupby(self.escaping.sorted(), key=lambda record: record[0]):
+        for link, through in itertools.groupby(self.escaping.sorted(), key=operator.itemgetter(0)):
             rows = iter(through)
             _, number, value = next(rows)
             others = sum(1 for _ in rows)
