@@ -120,12 +120,15 @@ class FileSpool(Sequence[FileEntry]):
         self._pending_ends = array.array("Q")
         self._written = 0
         self._count = 0
+        #: Whether an entry carries an xxh3-64 (what decides the manifest's format, which cannot read them all).
+        self.any_xxh3 = False
 
     def append(self, entry: FileEntry) -> None:
         path, size, sha256, xxh3 = entry
         if "\t" in path or "\n" in path:
             raise ValueError(f"a spooled file's path holds no TAB or line break, got {path!r}")
         line = f"{path}\t{size}\t{sha256}\t{xxh3}\n".encode()
+        self.any_xxh3 = self.any_xxh3 or bool(xxh3)
         self._data.write(line)
         self._written += len(line)
         self._pending_ends.append(self._written)

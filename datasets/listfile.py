@@ -100,8 +100,8 @@ class ParsedList:
             self._sizes_path = os.path.join(self._folder, "sizes")
             with open(self._sizes_path, "wb") as out:
                 source = (size for _, size in self._sizes.sorted())
-                while block := array.array("Q", itertools.islice(source, BLOCK_RECORDS)):
-                    block.tofile(out)
+                while run := array.array("Q", itertools.islice(source, BLOCK_RECORDS)):
+                    run.tofile(out)
             self._sizes = None
         with open(self._sizes_path, "rb") as sizes:
             while block := sizes.read(8 * BLOCK_RECORDS):
@@ -291,9 +291,9 @@ def _read_rows(path: str, report: Progress | None = None) -> Iterator[tuple[int,
             try:
                 text = block.decode("utf-8")
             except UnicodeDecodeError as exc:
-                line = number + block.count(b"\n", 0, exc.start) + 1
+                bad = number + block.count(b"\n", 0, exc.start) + 1
                 raise ListFormatError(
-                    path, [ListProblem(line, f"not UTF-8 text (byte {block[exc.start]:#04x})")]
+                    path, [ListProblem(bad, f"not UTF-8 text (byte {block[exc.start]:#04x})")]
                 ) from None
             for line in text.split("\n"):
                 number += 1

@@ -15,7 +15,14 @@ from typing import TypeVar
 from datamount.datasets import catalog, layout, locks
 from datamount.datasets._spool import FileSpool
 from datamount.datasets.listfile import ParsedList, parse_list
-from datamount.datasets.manifest import SPLITS_KEY, FileEntry, Kind, Manifest, same_files
+from datamount.datasets.manifest import (
+    FILE_CHECKS_FORMAT_VERSION,
+    SPLITS_KEY,
+    FileEntry,
+    Kind,
+    Manifest,
+    same_files,
+)
 from datamount.datasets.names import validate_name
 from datamount.datasets.pack import pack
 from datamount.datasets.progress import Progress, Silent
@@ -154,7 +161,7 @@ def _upload(
     direct = sizes.packed and parsed.kind is Kind.IMAGE
     hashed_first = same_list or not (direct or target.names_after_writing)
     if hashed_first:
-        draft = dataclasses.replace(draft, files=hash_files(parsed, report))
+        draft = _with_files(draft, hash_files(parsed, report))
     same_splits = latest is not None and latest.extra.get(SPLITS_KEY) == draft.extra.get(SPLITS_KEY)
     if latest is not None and same_list and same_files(latest.files, draft.files) and same_splits:
         if latest.objects:
@@ -174,8 +181,8 @@ def _upload(
     if hashed_first:
         sent = _send_hashed(target, draft, parsed, present, report, max_requests)
     else:
-        sent = _store_by_content(target, draft, parsed, present, report, max_requests)
-        draft = dataclasses.replace(draft, files=sent.files)
+        sent, files = _store_by_content(target, draft, parsed, present, report, max_requests)
+        draft = _with_files(draft, files)
     store_list(target, layout.list_path(draft), parsed)
     again = 0
 
@@ -192,6 +199,13 @@ def _upload(
     return UploadResult(manifest, sent.files_sent + again, sent.bytes_sent, reused, created=True)
 
 
+def _with_files(draft: Manifest, files: FileSpool) -> Manifest:
+    """``draft`` with ``files``, in the format their entries need (format 4 for entries with an xxh3-64: a spool is
+    not read through to find out)."""
+    needed = FILE_CHECKS_FORMAT_VERSION if files.any_xxh3 else draft.format_version
+    return dataclasses.replace(draft, files=files, format_version=max(draft.format_version, needed))
+
+
 def _committed(store: Store, manifest: Manifest) -> Manifest:
     """``manifest`` as its commit stored it: the draft's files were spooled in a temporary folder, gone once the
     upload returns."""
@@ -206,11 +220,10 @@ def store_list(store: Store, path: str, parsed: ParsedList) -> None:
 
 @dataclass(frozen=True)
 class _Sent:
-    """What storing a version's files sent, and (when they were hashed as they were stored) their entries."""
+    """What storing a version's files sent."""
 
     files_sent: int
     bytes_sent: int
-    files: Sequence[FileEntry] = ()
 
 
 def _send_hashed(
@@ -236,7 +249,7 @@ def _store_by_content(
     present: Mapping[str, int],
     report: Progress,
     max_requests: int | None,
-) -> _Sent:
+) -> tuple[_Sent, FileSpool]:
     """Store the list's files as objects named by their content, each read once (hashed as it is stored), those
     ``present`` already (the objects listed) hashed but not written; their manifest entries (the ``upload`` phase),
     spooled in path order."""
@@ -260,7 +273,7 @@ def _store_by_content(
     files_sent = bytes_sent = 0
     for entry in _by_content(parsed, written):
         files_sent, bytes_sent = files_sent + 1, bytes_sent + entry.size
-    return _Sent(files_sent, bytes_sent, entries)
+    return _Sent(files_sent, bytes_sent), entries
 
 
 def _upload_shards(

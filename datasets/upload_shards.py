@@ -317,10 +317,10 @@ class _ShardsOfRows:
     def _finish(self, number: int, writer: ShardWriter, files: list[tuple[int, str]]) -> dict[str, Any]:
         """Close shard ``number`` and leave its marker; the shard's entry."""
         (entry,) = writer.close()
-        marker = {"entry": dataclasses.asdict(entry), "files": files}
+        fields = dataclasses.asdict(entry)
         marker_path = f"{layout.dataset_folder(self.name)}/{layout.shard_marker(self.folder, number)}"
-        self.store.write(marker_path, json.dumps(marker).encode())
-        return marker["entry"]
+        self.store.write(marker_path, json.dumps({"entry": fields, "files": files}).encode())
+        return fields
 
 
 def _read_hashed(files: list[SourceFile]) -> list[tuple[bytes, str]]:
