@@ -20,15 +20,15 @@ BOUND_MB = 320
 UPLOAD = """
 import resource, sys
 from datamount.datasets import upload
-upload(sys.argv[1], sys.argv[2], store=sys.argv[3], kind=sys.argv[4])
+upload(sys.argv[1], sys.argv[2], store=sys.argv[3], kind=sys.argv[4], packed=sys.argv[5] == "packed")
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
 """
 
 
-def _peak_mb(list_file: Path, name: str, store: Path, kind: str) -> int:
+def _peak_mb(list_file: Path, name: str, store: Path, kind: str, *, packed: bool = False) -> int:
     """Upload ``list_file`` in a new process; its peak resident memory in MB."""
     done = subprocess.run(
-        [sys.executable, "-c", UPLOAD, str(list_file), name, str(store), kind],
+        [sys.executable, "-c", UPLOAD, str(list_file), name, str(store), kind, "packed" if packed else "objects"],
         capture_output=True,
         text=True,
         timeout=540,
@@ -39,13 +39,17 @@ def _peak_mb(list_file: Path, name: str, store: Path, kind: str) -> int:
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_a_million_row_text_list_is_uploaded_in_bounded_memory(tmp_path: Path) -> None:
+@pytest.mark.parametrize("packed", [False, True], ids=["objects", "packed"])
+def test_a_million_row_text_list_is_uploaded_in_bounded_memory(tmp_path: Path, packed: bool) -> None:
+    """Packed, its shards are planned from the stored list read as a stream, and written a row group at a time
+    (968 MB before)."""
     list_file = tmp_path / "mt.list"
     with list_file.open("w", encoding="utf-8") as out:
         for i in range(ROWS):
             out.write(f"the source sentence number {i}\tla phrase cible numéro {i}\n")
-    peak = _peak_mb(list_file, "mt", tmp_path / "store", "text")
-    assert catalog.resolve(open_store(str(tmp_path / "store")), "mt").rows == ROWS
+    peak = _peak_mb(list_file, "mt", tmp_path / "store", "text", packed=packed)
+    manifest = catalog.resolve(open_store(str(tmp_path / "store")), "mt")
+    assert manifest.rows == ROWS and bool(manifest.shards) == packed
     assert peak < BOUND_MB, f"the upload took {peak} MB"
 
 
