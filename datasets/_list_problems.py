@@ -7,8 +7,8 @@ import itertools
 import os
 import tempfile
 
-from datamount.datasets._spool import ExternalSort
 from datamount.datasets.errors import SHOWN_PROBLEMS, ListFormatError, ListProblem
+from datamount.datasets.spool import ExternalSort
 
 #: Problems an error carries (:attr:`ListFormatError.problems`); the rest are counted and written to its report.
 KEPT_PROBLEMS = 1000

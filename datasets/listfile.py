@@ -7,7 +7,7 @@ before anything is written anywhere.
 A list of any length is checked in memory that does not grow with its rows: it is read as a stream (twice when its
 kind is detected: the detection stops at the first row that decides it), the normalised list is written to a
 temporary file as it is read, and what must be compared across rows (an image list's paths, each named by one or
-more rows) is sorted on disk (:class:`~datamount.datasets._spool.ExternalSort`): each distinct file is then checked
+more rows) is sorted on disk (:class:`~datamount.datasets.spool.ExternalSort`): each distinct file is then checked
 once, in path order, and the files' entries and each row's file size are spooled to disk for the upload. Problems
 are sorted by line on disk too; an error spells out the first (:mod:`._list_problems`).
 """
@@ -31,10 +31,10 @@ from types import TracebackType
 from typing import BinaryIO
 
 from datamount.datasets._list_problems import ProblemLog
-from datamount.datasets._spool import BLOCK_RECORDS, ExternalSort, FileSpool
 from datamount.datasets.errors import ListFormatError, ListProblem
 from datamount.datasets.manifest import FileEntry, Kind
 from datamount.datasets.progress import Progress, Silent
+from datamount.datasets.spool import BLOCK_RECORDS, ExternalSort, FileSpool
 from datamount.storage.paths import LinkGuard
 
 #: Bytes of the list read at once (whole lines of them decoded at once).

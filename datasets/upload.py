@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from datamount.datasets import catalog, layout, locks
-from datamount.datasets._spool import FileSpool
 from datamount.datasets.listfile import ParsedList, parse_list
 from datamount.datasets.manifest import (
     FILE_CHECKS_FORMAT_VERSION,
@@ -28,6 +27,7 @@ from datamount.datasets.pack import pack
 from datamount.datasets.progress import Progress, Silent
 from datamount.datasets.rows.split import row_splits
 from datamount.datasets.shard_writer import DEFAULT_ROW_GROUP_BYTES, DEFAULT_SHARD_BYTES, check_sizes
+from datamount.datasets.spool import FileSpool
 from datamount.datasets.upload_shards import commit_packed
 from datamount.storage import Store, arguments, open_store
 from datamount.storage.checksums import file_digests

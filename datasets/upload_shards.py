@@ -25,12 +25,12 @@ from typing import Any
 import pyarrow as pa
 
 from datamount.datasets import catalog, layout
-from datamount.datasets._spool import BLOCK_RECORDS, ExternalSort, FileSpool
 from datamount.datasets.listfile import ParsedList, SourceFile
 from datamount.datasets.manifest import FileEntry, Kind, Manifest, ShardEntry
 from datamount.datasets.pack import cut_shards
 from datamount.datasets.progress import Progress
 from datamount.datasets.shard_writer import FIRST_ROW_GROUP_BYTES, ShardWriter, check_sizes, list_schema
+from datamount.datasets.spool import BLOCK_RECORDS, ExternalSort, FileSpool
 from datamount.storage import IntegrityError, ObjectNotFoundError, Store
 from datamount.storage.checksums import require_unchanged
 from datamount.storage.files import read_file

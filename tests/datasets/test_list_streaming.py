@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from datamount.datasets import _spool
-from datamount.datasets._spool import ExternalSort, FileSpool
+from datamount.datasets import spool as spool_module
 from datamount.datasets.errors import ListFormatError
 from datamount.datasets.listfile import Kind, parse_list
 from datamount.datasets.manifest import FileEntry
+from datamount.datasets.spool import ExternalSort, FileSpool
 from tests.datasets._list_reference import reference_check
 
 #: First columns an image list may hold: files, the same file written two ways, missing ones, a folder, paths
@@ -87,8 +87,8 @@ def test_the_streaming_checks_find_what_the_checks_in_memory_found(
     list_file.write_text(text, encoding="utf-8")
     expected_kind, expected_rows, expected = reference_check(str(list_file), kind=kind, follow_links=follow_links)
     with pytest.MonkeyPatch.context() as patch:  # every sort spills runs to disk and merges them in rounds
-        patch.setattr(_spool, "RUN_RECORDS", 2)
-        patch.setattr(_spool, "FAN_IN", 2)
+        patch.setattr(spool_module, "RUN_RECORDS", 2)
+        patch.setattr(spool_module, "FAN_IN", 2)
         if expected:
             with pytest.raises(ListFormatError) as caught:
                 parse_list(list_file, kind=kind, follow_links=follow_links)
