@@ -22,22 +22,35 @@ class ListProblem:
 
 
 class ListFormatError(DatamountError, ValueError):
-    """A ``.list`` file is wrong; :attr:`problems` holds every problem found, each with its line number."""
+    """A ``.list`` file is wrong: :attr:`problems` holds the first problems found (every one, up to a thousand),
+    each with its line number, in line order; :attr:`total` counts them all and, when the message cannot show them
+    all, :attr:`report` is a file that lists every one."""
 
-    def __init__(self, path: str, problems: list[ListProblem], *, hint: str = "") -> None:
+    def __init__(
+        self,
+        path: str,
+        problems: list[ListProblem],
+        *,
+        hint: str = "",
+        total: int | None = None,
+        report: str | None = None,
+    ) -> None:
         self.path = path
         self.problems = problems
+        self.total = len(problems) if total is None else total
+        self.report = report
         ending = f"\n{hint}" if hint else ""
-        if len(problems) == 1:
+        if self.total == 1:
             only = problems[0]
             where = f"{path}:{only.line}" if only.line else path
             super().__init__(f"{where}: {only.message}{ending}")
             return
         shown = [f"  {problem}" for problem in problems[:SHOWN_PROBLEMS]]
-        more = len(problems) - SHOWN_PROBLEMS
+        more = self.total - len(shown)
         if more > 0:
-            shown.append(f"  ... and {more} more")
-        super().__init__(f"{path}: {len(problems)} problems:\n" + "\n".join(shown) + ending)
+            listed = f" (every problem is listed in {report})" if report else ""
+            shown.append(f"  ... and {more} more{listed}")
+        super().__init__(f"{path}: {self.total} problems:\n" + "\n".join(shown) + ending)
 
 
 class InvalidDatasetNameError(DatamountError, ValueError):

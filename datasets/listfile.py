@@ -1,21 +1,46 @@
 """Reading and checking ``.list`` files: one sample per line, columns separated by one TAB.
 
 Image lists name a file in their first column (relative to the list's folder, or to ``root``) and labels in the
-others; text lists (e.g. translation pairs) hold text in every column. Every problem is collected, with its line
-number, before anything is written anywhere.
+others; text lists (e.g. translation pairs) hold text in every column. Every problem is found, with its line number,
+before anything is written anywhere.
+
+A list of any length is checked in memory that does not grow with its rows: it is read as a stream (twice when its
+kind is detected: the detection stops at the first row that decides it), the normalised list is written to a
+temporary file as it is read, and what must be compared across rows (an image list's paths, each named by one or
+more rows) is sorted on disk (:class:`~datamount.datasets.spool.ExternalSort`): each distinct file is then checked
+once, in path order, and the files' entries and each row's file size are spooled to disk for the upload. Problems
+are sorted by line on disk too; an error spells out the first (:mod:`._list_problems`).
 """
 
 from __future__ import annotations
 
+import array
+import codecs
+import hashlib
+import itertools
+import operator
 import os
+import shutil
 import stat
+import tempfile
 import unicodedata
-from dataclasses import dataclass
-from pathlib import Path
+import weakref
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import BinaryIO
 
+from datamount.datasets._list_problems import ProblemLog
 from datamount.datasets.errors import ListFormatError, ListProblem
-from datamount.datasets.manifest import Kind
+from datamount.datasets.manifest import FileEntry, Kind
+from datamount.datasets.progress import Progress, Silent
+from datamount.datasets.spool import BLOCK_RECORDS, ExternalSort, FileSpool
 from datamount.storage.paths import LinkGuard
+
+#: Bytes of the list read at once (whole lines of them decoded at once).
+READ_BYTES = 4 << 20
+#: Rows whose files are checked between two reports of progress.
+PROGRESS_ROWS = 1 << 14
 
 
 @dataclass(frozen=True)
@@ -27,20 +52,91 @@ class SourceFile:
     size: int
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False)
 class ParsedList:
-    """A checked ``.list`` file: its kind, its rows (tuples of strings) and, for image lists, the files."""
+    """A checked ``.list`` file, kept on local disk until :meth:`close` (it is a context manager).
+
+    :attr:`row_count` rows of :attr:`width` columns; :meth:`rows` reads them again, normalised (image paths
+    normalised, UTF-8, LF) from the temporary copy whose sha256 and size are :attr:`list_sha256` and
+    :attr:`list_size`, the list as a version stores it. For an image list, :attr:`files` holds each distinct file
+    once, sorted by path, as :class:`FileEntry` without digests (its ``size`` as checked), and :meth:`row_sizes` each
+    row's file size in row order.
+    """
 
     path: str
     kind: Kind
     width: int
-    rows: list[tuple[str, ...]]
-    line_numbers: list[int]
-    files: dict[str, SourceFile]
+    row_count: int
+    root: str
+    list_sha256: str
+    list_size: int
+    normalised_path: str
+    files: FileSpool
+    #: Bytes of :attr:`files`, all together.
+    files_bytes: int
+    _folder: str = field(repr=False)
+    #: Each row's file size as ``(line, size)``, sorted into row order when first asked for.
+    _sizes: ExternalSort | None = field(repr=False, default=None)
+    _sizes_path: str = field(repr=False, default="")
+    _spools: list[FileSpool] = field(repr=False, default_factory=list)
+
+    def __post_init__(self) -> None:
+        # A list nobody closed still leaves nothing behind once it is collected.
+        self._cleanup = weakref.finalize(self, shutil.rmtree, self._folder, ignore_errors=True)
 
     def columns(self) -> list[str]:
         """Column names, in list order."""
         return column_names(self.kind, self.width)
+
+    def rows(self) -> Iterator[tuple[str, ...]]:
+        """The rows, normalised, read again from the temporary copy (each call a new pass)."""
+        with open(self.normalised_path, "rb") as lines:
+            for line in lines:
+                yield tuple(line[:-1].decode().split("\t"))
+
+    def row_sizes(self) -> Iterator[int]:
+        """Each row's file size, in row order (image lists); sorted on disk the first time."""
+        if self._sizes is not None:
+            self._sizes_path = os.path.join(self._folder, "sizes")
+            with open(self._sizes_path, "wb") as out:
+                source = (size for _, size in self._sizes.sorted())
+                while run := array.array("Q", itertools.islice(source, BLOCK_RECORDS)):
+                    run.tofile(out)
+            self._sizes = None
+        with open(self._sizes_path, "rb") as sizes:
+            while block := sizes.read(8 * BLOCK_RECORDS):
+                yield from array.array("Q", block)
+
+    def local_path(self, relative: str) -> str:
+        """The local file of the list's path ``relative`` (as :attr:`files` and :meth:`rows` write it)."""
+        return os.path.join(self.root, relative)
+
+    def source_file(self, entry: FileEntry) -> SourceFile:
+        return SourceFile(self.local_path(entry.path), entry.path, entry.size)
+
+    def spool(self) -> FileSpool:
+        """A new spool of file entries beside the list's, removed with them."""
+        spool = FileSpool(self._folder, f"spool-{len(self._spools)}")
+        self._spools.append(spool)
+        return spool
+
+    def external_sort(self) -> ExternalSort:
+        """A new external sort whose runs go beside the list's copy, removed with it."""
+        return ExternalSort(self._folder)
+
+    def close(self) -> None:
+        """Remove the temporary copy and spools."""
+        for spool in (self.files, *self._spools):
+            spool.close()
+        self._cleanup()
+
+    def __enter__(self) -> ParsedList:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self.close()
 
 
 def column_names(kind: Kind, width: int) -> list[str]:
@@ -61,8 +157,9 @@ def parse_list(
     kind: Kind | str | None = None,
     root: str | None = None,
     follow_links: bool = False,
+    progress: Progress | None = None,
 ) -> ParsedList:
-    """Read and check the ``.list`` file at ``path``.
+    """Read and check the ``.list`` file at ``path``; close the result when done with it.
 
     Parameters
     ----------
@@ -77,32 +174,97 @@ def parse_list(
     follow_links
         Read files through links that lead outside the root (a ``data/`` folder that is a link elsewhere); by
         default such paths are refused, one problem per link.
+    progress
+        Receives the ``check`` phase (the list's bytes read), then for an image list the ``files`` phase (its files
+        checked).
 
     Raises
     ------
     ListFormatError
-        With every problem found (file, line number, what is wrong).
+        With every problem found (file, line number, what is wrong): the first are in the message and in its
+        ``problems``, all of them in its ``report`` file when there are more than the message shows.
     """
     path = os.fspath(path)
-    rows, numbers = _read_rows(path)
-    problems = _check_widths(rows, numbers)
+    report = progress or Silent()
     root_dir = os.path.abspath(root if root is not None else os.path.dirname(os.path.abspath(path)))
-    evidence = None if kind is not None else _file_evidence(rows, numbers, root_dir)
+    evidence = None if kind is not None else _file_evidence(path, root_dir)
     chosen = _list_kind(kind) if kind is not None else Kind.IMAGE if evidence else Kind.TEXT
-    files: dict[str, SourceFile] = {}
-    if chosen is Kind.IMAGE:
+    folder = tempfile.mkdtemp(prefix="datamount-list-")
+    try:
+        return _check(path, chosen, root, root_dir, evidence, folder, report, follow_links=follow_links)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+
+
+def _check(
+    path: str,
+    kind: Kind,
+    root: str | None,
+    root_dir: str,
+    evidence: str | None,
+    folder: str,
+    report: Progress,
+    *,
+    follow_links: bool,
+) -> ParsedList:
+    """The list's checked form in ``folder``; its problems raised."""
+    problems = ProblemLog(path, folder)
+    written = _NormalisedCopy(os.path.join(folder, "list"))
+    paths = ExternalSort(folder)  # (relative path, line, value as written when it differs)
+    width = first_line = 0
+    report.start("check", items=0, size=os.path.getsize(path))
+    with written:
+        for number, row in _read_rows(path, report):
+            if not first_line:
+                width, first_line = len(row), number
+            elif len(row) != width:
+                problems.add(
+                    number, f"{len(row)} column(s), but line {first_line} has {width} (columns are TAB-separated)"
+                )
+            if kind is Kind.IMAGE:
+                relative, problem = _relative_file(row[0], root_dir)
+                if problem:
+                    problems.add(number, problem, order=1)
+                elif relative == row[0]:
+                    paths.add((relative, number, ""))
+                else:
+                    paths.add((relative, number, row[0]))
+                    row = (relative, *row[1:])
+            written.add(row)
+    report.finish()
+    if not written.rows:
+        raise ListFormatError(path, [ListProblem(0, "the list is empty: expected one sample per line")])
+    files = FileSpool(folder)
+    sizes = ExternalSort(folder)  # (line, size) of each row
+    files_bytes = 0
+    if kind is Kind.IMAGE:
         if root is not None and not os.path.isdir(root_dir):
             raise ListFormatError(path, [ListProblem(0, f"the root folder {root_dir} does not exist")])
-        problems += _resolve_files(rows, numbers, root_dir, files, follow_links=follow_links)
-    if problems:
-        hint = ""
-        if evidence is not None:
-            hint = (
-                f"(taken for an image list because {evidence}; if its first column is text, not file paths, "
-                "say so: --kind text)"
-            )
-        raise ListFormatError(path, sorted(problems, key=lambda p: p.line), hint=hint)
-    return ParsedList(path, chosen, len(rows[0]), rows, numbers, files)
+        resolved = _FileCheck(root_dir, first_line, problems, folder, follow_links=follow_links)
+        files_bytes = resolved.run(paths, files, sizes, report)
+        sizes.spill()  # read only by an upload into shards
+    hint = ""
+    if evidence is not None:
+        hint = (
+            f"(taken for an image list because {evidence}; if its first column is text, not file paths, "
+            "say so: --kind text)"
+        )
+    problems.raise_if_any(hint=hint)
+    return ParsedList(
+        path,
+        kind,
+        width,
+        written.rows,
+        root_dir,
+        written.sha256,
+        written.size,
+        written.path,
+        files,
+        files_bytes,
+        folder,
+        sizes,
+    )
 
 
 def _list_kind(kind: Kind | str) -> Kind:
@@ -111,39 +273,90 @@ def _list_kind(kind: Kind | str) -> Kind:
     return Kind(kind)
 
 
-def _read_rows(path: str) -> tuple[list[tuple[str, ...]], list[int]]:
+def _read_rows(path: str, report: Progress | None = None) -> Iterator[tuple[int, tuple[str, ...]]]:
+    """The list's rows as a stream, ``(line number, columns)``, read and decoded a block at a time (``report``
+    advanced by each block's bytes); blank lines are skipped, and a line that is not UTF-8 stops the reading with
+    its problem."""
     try:
-        raw = Path(path).read_bytes()
+        source = open(path, "rb")  # noqa: SIM115 (closed below, once the generator ends)
     except IsADirectoryError:
         raise ListFormatError(path, [ListProblem(0, "is a folder, not a .list file")]) from None
     except FileNotFoundError:
         raise ListFormatError(path, [ListProblem(0, "no such file")]) from None
     except PermissionError:
         raise ListFormatError(path, [ListProblem(0, "cannot be read (permission denied)")]) from None
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        bad_line = raw[: exc.start].count(b"\n") + 1
-        raise ListFormatError(path, [ListProblem(bad_line, f"not UTF-8 text (byte {raw[exc.start]:#04x})")]) from None
-    rows: list[tuple[str, ...]] = []
-    numbers: list[int] = []
-    for number, line in enumerate(text.split("\n"), start=1):
-        line = line.removesuffix("\r")
-        if line.strip(" "):  # a line of spaces is blank; one with a TAB is a row, however empty its fields
-            rows.append(tuple(line.split("\t")))
-            numbers.append(number)
-    if not rows:
-        raise ListFormatError(path, [ListProblem(0, "the list is empty: expected one sample per line")])
-    return rows, numbers
+    number = 0
+    with source:
+        for block in _whole_lines(source, report):
+            try:
+                text = block.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                bad = number + block.count(b"\n", 0, exc.start) + 1
+                raise ListFormatError(
+                    path, [ListProblem(bad, f"not UTF-8 text (byte {block[exc.start]:#04x})")]
+                ) from None
+            for line in text.split("\n"):
+                number += 1
+                line = line.removesuffix("\r")
+                if line.strip(" "):  # a line of spaces is blank; one with a TAB is a row, however empty its fields
+                    yield number, tuple(line.split("\t"))
 
 
-def _check_widths(rows: list[tuple[str, ...]], numbers: list[int]) -> list[ListProblem]:
-    width = len(rows[0])
-    return [
-        ListProblem(number, f"{len(row)} column(s), but line {numbers[0]} has {width} (columns are TAB-separated)")
-        for row, number in zip(rows, numbers, strict=True)
-        if len(row) != width
-    ]
+def _whole_lines(source: BinaryIO, report: Progress | None) -> Iterator[bytes]:
+    """The file's bytes in blocks of whole lines (each without its last line break), a byte-order mark at its start
+    left out. A line break is never part of a multi-byte UTF-8 character, so each block decodes on its own."""
+    tail = b""
+    first = True
+    while chunk := source.read(READ_BYTES):
+        if report is not None:
+            report.advance(items=0, size=len(chunk))
+        if first and chunk.startswith(codecs.BOM_UTF8):
+            chunk = chunk[len(codecs.BOM_UTF8) :]
+        first = False
+        chunk = tail + chunk
+        cut = chunk.rfind(b"\n")
+        if cut < 0:
+            tail = chunk
+            continue
+        tail = chunk[cut + 1 :]
+        yield chunk[:cut]
+    if tail:
+        yield tail
+
+
+class _NormalisedCopy:
+    """The list as a version stores it (UTF-8, LF, TAB-separated), written to ``path`` and hashed as rows come."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.rows = self.size = 0
+        self._digest = hashlib.sha256()
+        self._out = open(path, "wb")  # noqa: SIM115 (closed by __exit__)
+        self._pending: list[bytes] = []
+
+    def add(self, row: tuple[str, ...]) -> None:
+        self._pending.append(("\t".join(row) + "\n").encode())
+        self.rows += 1
+        if len(self._pending) >= BLOCK_RECORDS:
+            self._flush()
+
+    def _flush(self) -> None:
+        block = b"".join(self._pending)
+        self._pending = []
+        self._digest.update(block)
+        self._out.write(block)
+        self.size += len(block)
+
+    @property
+    def sha256(self) -> str:
+        return self._digest.hexdigest()
+
+    def __enter__(self) -> _NormalisedCopy:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._flush()
+        self._out.close()
 
 
 #: Suffixes that make a first-column value a file's path: images, audio, video, arrays and binary blobs.
@@ -157,16 +370,17 @@ FILE_SUFFIXES = frozenset(
 )
 
 
-def _file_evidence(rows: list[tuple[str, ...]], numbers: list[int], root: str) -> str | None:
-    """Why the list is an image list (the first row whose first column looks like a file's path, then the first
-    that names an existing file), or None: a text list."""
-    for row, number in zip(rows, numbers, strict=True):
+def _file_evidence(path: str, root: str) -> str | None:
+    """Why the list is an image list (the first row whose first column looks like a file's path, else the first
+    that names an existing file), or None: a text list. Read as a stream, up to the first row that looks like a
+    path."""
+    names_a_file = None
+    for number, row in _read_rows(path):
         if _looks_like_path(row[0]):
             return f"line {number} names a file ({row[0]!r})"
-    for row, number in zip(rows, numbers, strict=True):
-        if _names_a_file(row[0], root):
-            return f"line {number} names an existing file ({row[0]!r})"
-    return None
+        if names_a_file is None and _names_a_file(row[0], root):
+            names_a_file = f"line {number} names an existing file ({row[0]!r})"
+    return names_a_file
 
 
 def _looks_like_path(value: str) -> bool:
@@ -183,29 +397,51 @@ def _names_a_file(value: str, root: str) -> bool:
     return os.path.isfile(os.path.join(root, value))
 
 
-def _resolve_files(
-    rows: list[tuple[str, ...]], numbers: list[int], root: str, files: dict[str, SourceFile], *, follow_links: bool
-) -> list[ListProblem]:
-    links = None if follow_links else LinkGuard(root)
-    problems = []
-    escaping: dict[str, list[tuple[int, str]]] = {}  # a link leading outside the root: the rows going through it
-    for row, number in zip(rows, numbers, strict=True):
-        value = row[0]
-        relative, problem = _relative_file(value, root)
-        if problem:
-            problems.append(ListProblem(number, problem))
-            continue
-        if relative in files:
-            continue
-        local = os.path.join(root, relative)
+class _FileCheck:
+    """Checks each distinct file an image list names once, in path order (the paths sorted on disk): its problems
+    for each row that names it, its entry into the spool of files and its size for each row (sorted back into row
+    order on disk)."""
+
+    def __init__(self, root: str, first_line: int, problems: ProblemLog, folder: str, *, follow_links: bool) -> None:
+        self.root, self.first_line, self.problems, self.folder = root, first_line, problems, folder
+        self.links = None if follow_links else LinkGuard(root)
+        #: A link leading outside the root: each row going through it, as ``(link, line, value)``.
+        self.escaping = ExternalSort(folder)
+
+    def run(self, paths: ExternalSort, files: FileSpool, sizes: ExternalSort, report: Progress) -> int:
+        """Check the files of ``paths``, spooled into ``files`` (and each row's size into ``sizes``); their bytes."""
+        total = checked = 0
+        report.start("files", items=len(paths), size=0)
+        for relative, group in itertools.groupby(paths.sorted(), key=operator.itemgetter(0)):
+            rows = list(group)  # the rows naming one file (a few, or one)
+            size = self._check(relative, rows)
+            if size is not None:
+                files.append(FileEntry(relative, size, ""))
+                total += size
+                for record in rows:
+                    sizes.add((record[1], size))
+            checked += len(rows)
+            if checked >= PROGRESS_ROWS:  # a report per file would cost more than the check
+                report.advance(items=checked)
+                checked = 0
+        report.advance(items=checked)
+        report.finish()
+        self._report_escaping()
+        return total
+
+    def _check(self, relative: str, rows: list[tuple[str, int, str]]) -> int | None:
+        """The size of the file ``relative``, or None: its problem is reported for each of ``rows``."""
+        local = os.path.join(self.root, relative)
         try:  # one lstat tells a link from a file and, for a file (almost every one), all the rest
             info: os.stat_result | None = os.lstat(local)
         except (FileNotFoundError, NotADirectoryError):  # the second: a folder of the path is a file
             info = None
         is_link = info is not None and stat.S_ISLNK(info.st_mode)
-        if links is not None and not links.leads_inside(local, is_link=is_link):  # only where links are checked
-            escaping.setdefault(_escaping_link(links, relative), []).append((number, value))
-            continue
+        if self.links is not None and not self.links.leads_inside(local, is_link=is_link):
+            link = _escaping_link(self.links, relative)
+            for _, number, value in rows:
+                self.escaping.add((link, number, value or relative))
+            return None
         try:
             if info is None:
                 raise FileNotFoundError(local)
@@ -216,28 +452,35 @@ def _resolve_files(
             if not os.access(local, os.R_OK):  # not an open and a close: a third of the check's time
                 raise PermissionError(local)
         except FileNotFoundError:
-            hint = _path_hint(value, root, first=number == numbers[0])
-            problems.append(ListProblem(number, f"file {value!r} does not exist ({local}){hint}"))
-            continue
+            for _, number, value in rows:
+                value = value or relative
+                hint = _path_hint(value, self.root, first=number == self.first_line)
+                self.problems.add(number, f"file {value!r} does not exist ({local}){hint}", order=1)
+            return None
         except IsADirectoryError:
-            problems.append(ListProblem(number, f"{value!r} is a folder, not a file"))
-            continue
+            for _, number, value in rows:
+                self.problems.add(number, f"{value or relative!r} is a folder, not a file", order=1)
+            return None
         except PermissionError:
-            problems.append(ListProblem(number, f"file {value!r} cannot be read (permission denied)"))
-            continue
-        files[relative] = SourceFile(local, relative, info.st_size)
-    for link, through in escaping.items():
-        (number, value), others = through[0], len(through) - 1
-        more = f" (and {others} more line{'s' if others > 1 else ''} through it)" if others else ""
-        problems.append(
-            ListProblem(
+            for _, number, value in rows:
+                self.problems.add(number, f"file {value or relative!r} cannot be read (permission denied)", order=1)
+            return None
+        return info.st_size
+
+    def _report_escaping(self) -> None:
+        """One problem per link leading outside the root, at the first row going through it."""
+        for link, through in itertools.groupby(self.escaping.sorted(), key=operator.itemgetter(0)):
+            rows = iter(through)
+            _, number, value = next(rows)
+            others = sum(1 for _ in rows)
+            more = f" (and {others} more line{'s' if others > 1 else ''} through it)" if others else ""
+            self.problems.add(
                 number,
-                f"path {value!r}{more} leads outside the root folder {root} through the link {link!r} (to "
-                f"{os.path.realpath(os.path.join(root, link))}); give a --root that holds both, or --follow-links "
-                "to read files through links",
+                f"path {value!r}{more} leads outside the root folder {self.root} through the link {link!r} (to "
+                f"{os.path.realpath(os.path.join(self.root, link))}); give a --root that holds both, or "
+                "--follow-links to read files through links",
+                order=1,
             )
-        )
-    return problems
 
 
 #: First-line paths that are column names: a header line, which a ``.list`` does not have.

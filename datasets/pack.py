@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from datamount.datasets import catalog, layout, locks
@@ -128,7 +128,10 @@ def plan_pack(
     compression: str = COMPRESSION,
 ) -> list[PackUnit]:
     """Cut ``manifest``'s version into shards of row groups, from its list alone (no file is read), to be written
-    with ``compression``."""
+    with ``compression``. A text version's list is read as a stream (the plan holds row groups, not rows)."""
+    folder = layout.version_pack_folder(manifest.version, shard_bytes, row_group_bytes, first_group_bytes, compression)
+    if manifest.kind is not Kind.IMAGE:
+        return _plan_text(store, manifest, folder, shard_bytes, row_group_bytes, first_group_bytes, compression)
     raw = store.read(layout.list_path(manifest))
     rows, starts = parse_lines(raw)
     starts.append(len(raw))
@@ -137,7 +140,6 @@ def plan_pack(
         sizes = [o.size + sum(len(value) for value in row[1:]) for row, o in zip(rows, objects, strict=True)]
     else:
         sizes = [sum(len(value) for value in row) for row in rows]
-    folder = layout.version_pack_folder(manifest.version, shard_bytes, row_group_bytes, first_group_bytes, compression)
     return [
         PackUnit(
             folder,
@@ -152,26 +154,41 @@ def plan_pack(
 
 
 def cut_shards(
-    sizes: list[int], shard_bytes: int, row_group_bytes: int, first_group_bytes: int = FIRST_ROW_GROUP_BYTES
+    sizes: Iterable[int],
+    shard_bytes: int,
+    row_group_bytes: int,
+    first_group_bytes: int = FIRST_ROW_GROUP_BYTES,
+    *,
+    on_group: Callable[[int], object] | None = None,
 ) -> list[list[tuple[int, int]]]:
     """Rows of ``sizes`` bytes each, cut into row groups of at least ``row_group_bytes`` (each shard's first of at
     least ``first_group_bytes``, when that is less; the last may hold less) and those into shards of at least
-    ``shard_bytes``: each shard's row groups as ``(start, stop)`` row numbers."""
+    ``shard_bytes``: each shard's row groups as ``(start, stop)`` row numbers. ``sizes`` is read once, as a stream
+    (the plan holds row groups, not rows); ``on_group(stop)`` is called as each group closes, right after its last
+    row's size was taken."""
     first_group_bytes = min(first_group_bytes, row_group_bytes)
     plans: list[list[tuple[int, int]]] = [[]]
     group_start = group_bytes = shard_data = 0
-    for index, size in enumerate(sizes):
-        group_bytes += size
-        opens_a_shard = not plans[-1] or shard_data >= shard_bytes
-        wanted = first_group_bytes if opens_a_shard else row_group_bytes
-        if group_bytes < wanted and index + 1 < len(sizes):
-            continue
+
+    def close_group(stop: int) -> None:
+        nonlocal group_start, group_bytes, shard_data
         if shard_data >= shard_bytes:
             plans.append([])
             shard_data = 0
-        plans[-1].append((group_start, index + 1))
+        plans[-1].append((group_start, stop))
+        if on_group is not None:
+            on_group(stop)
         shard_data += group_bytes
-        group_start, group_bytes = index + 1, 0
+        group_start, group_bytes = stop, 0
+
+    rows = 0
+    for rows, size in enumerate(sizes, start=1):
+        group_bytes += size
+        opens_a_shard = not plans[-1] or shard_data >= shard_bytes
+        if group_bytes >= (first_group_bytes if opens_a_shard else row_group_bytes):
+            close_group(rows)
+    if group_start < rows:  # the last rows, however few
+        close_group(rows)
     return [plan for plan in plans if plan]
 
 
@@ -180,11 +197,9 @@ def write_unit(
 ) -> ShardEntry:
     """Write the shard ``unit`` plans to the store; return its manifest entry. With ``sha256`` (a shard made again),
     a shard whose bytes do not have it is not stored: an :class:`~datamount.storage.IntegrityError`."""
-    rows, _ = parse_lines(store.read_range(layout.list_path(manifest), *unit.list_range))
-    if len(rows) != unit.stop - unit.start:
-        raise ManifestError(
-            f"{store.url_for(layout.list_path(manifest))} changed while {manifest.ref} was being packed"
-        )
+    changed = ManifestError(
+        f"{store.url_for(layout.list_path(manifest))} changed while {manifest.ref} was being packed"
+    )
     writer = ShardWriter(
         store,
         manifest.name,
@@ -197,23 +212,89 @@ def write_unit(
         compression=unit.compression,
         expected=None if sha256 is None else {layout.shard_key(unit.folder, unit.number): sha256},
     )
+    rows = _rows_in_range(store, layout.list_path(manifest), *unit.list_range)
     with contextlib.closing(_samples(store, manifest, unit, rows)) as samples:
-        for start, stop in unit.row_groups:
-            columns = [list(column) for column in zip(*itertools.islice(samples, stop - start), strict=True)]
+        for start, stop in unit.row_groups:  # the list read a row group at a time
+            group = list(itertools.islice(samples, stop - start))
+            if len(group) != stop - start:
+                raise changed
+            columns = [list(column) for column in zip(*(sample for _, sample in group), strict=True)]
             if manifest.kind is Kind.IMAGE:
-                columns.append([row[0] for row in rows[start - unit.start : stop - unit.start]])
+                columns.append([row[0] for row, _ in group])
             writer.add_group(columns)
+        if next(samples, None) is not None:
+            raise changed
     [entry] = writer.close()
     return entry
 
 
 def _samples(
-    store: Store, manifest: Manifest, unit: PackUnit, rows: list[tuple[str, ...]]
-) -> Iterator[tuple[object, ...]]:
+    store: Store, manifest: Manifest, unit: PackUnit, rows: Iterator[tuple[str, ...]]
+) -> Iterator[tuple[tuple[str, ...], tuple[object, ...]]]:
+    """Each row of ``unit`` with its sample (an image's file read from its object and checked)."""
     if not unit.objects:
-        yield from rows
+        yield from ((row, row) for row in rows)
         return
     blobs = store.read_many((o.path for o in unit.objects), sizes=(o.size for o in unit.objects))
     located = enumerate(unit.objects, start=unit.start)
-    for (index, location, data), row in zip(objects_read(store, manifest, located, blobs), rows, strict=True):
-        yield (check_object(store, manifest, index, location, data), *row[1:])
+    for (index, location, data), row in zip(objects_read(store, manifest, located, blobs), rows, strict=False):
+        yield row, (check_object(store, manifest, index, location, data), *row[1:])
+    for row in rows:  # more rows than objects: the list changed
+        yield row, row
+
+
+#: Bytes of a version's list read at once when it is read as a stream.
+LIST_BLOCK_BYTES = 8 << 20
+
+
+def _lines_in_range(store: Store, path: str, start: int, end: int) -> Iterator[bytes]:
+    """The lines of bytes ``start`` to ``end`` of the list at ``path``, each with its line break, read a block at a
+    time."""
+    tail = b""
+    for at in range(start, end, LIST_BLOCK_BYTES):
+        lines = (tail + store.read_range(path, at, min(at + LIST_BLOCK_BYTES, end))).split(b"\n")
+        tail = lines.pop()
+        for line in lines:
+            yield line + b"\n"
+    if tail:
+        yield tail
+
+
+def _rows_in_range(store: Store, path: str, start: int, end: int) -> Iterator[tuple[str, ...]]:
+    """The rows of bytes ``start`` to ``end`` of a normalised list, as :func:`~.rows.list_rows` reads them."""
+    for line in _lines_in_range(store, path, start, end):
+        text = line.decode("utf-8").removesuffix("\n")
+        if text:
+            yield tuple(text.split("\t"))
+
+
+def _plan_text(
+    store: Store,
+    manifest: Manifest,
+    folder: str,
+    shard_bytes: int,
+    row_group_bytes: int,
+    first_group_bytes: int,
+    compression: str,
+) -> list[PackUnit]:
+    """The plan of a text version, its list read once as a stream: each row's size is its characters but TABs, and
+    where each row group ends in the list is noted as the group closes."""
+    path = layout.list_path(manifest)
+    position = 0
+    ends = {0: 0}  # row number -> where its line starts
+
+    def sizes() -> Iterator[int]:
+        nonlocal position
+        for line in _lines_in_range(store, path, 0, manifest.list_size):
+            position += len(line)
+            text = line.decode("utf-8").removesuffix("\n")
+            if text:
+                yield len(text) - text.count("\t")
+
+    plans = cut_shards(
+        sizes(), shard_bytes, row_group_bytes, first_group_bytes, on_group=lambda stop: ends.update({stop: position})
+    )
+    return [
+        PackUnit(folder, number, tuple(groups), (ends[groups[0][0]], ends[groups[-1][1]]), [], compression)
+        for number, groups in enumerate(plans)
+    ]

@@ -16,8 +16,9 @@ import dataclasses
 import hashlib
 import itertools
 import json
-import os
+import operator
 import uuid
+from collections.abc import Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -29,7 +30,8 @@ from datamount.datasets.manifest import FileEntry, Kind, Manifest, ShardEntry
 from datamount.datasets.pack import cut_shards
 from datamount.datasets.progress import Progress
 from datamount.datasets.shard_writer import FIRST_ROW_GROUP_BYTES, ShardWriter, check_sizes, list_schema
-from datamount.storage import Store
+from datamount.datasets.spool import BLOCK_RECORDS, ExternalSort, FileSpool
+from datamount.storage import IntegrityError, ObjectNotFoundError, Store
 from datamount.storage.checksums import require_unchanged
 from datamount.storage.files import read_file
 
@@ -41,6 +43,8 @@ CHUNK_FILES = 32
 Row = tuple[str, ...]
 #: A shard's row groups, as ``(start, stop)`` row numbers.
 Plan = list[tuple[int, int]]
+#: The rows of one row group with their files' sizes, in order: ``(shard number, start, stop, [(row, size)])``.
+Group = tuple[int, int, int, list[tuple[Row, int]]]
 
 
 def commit_packed(
@@ -57,31 +61,37 @@ def commit_packed(
 
     Each file is read once: its sha256 is computed from the very bytes that go into the shard. Rows are cut into
     row groups and shards as ``pack`` cuts a version (:func:`~datamount.datasets.pack.cut_shards`); the next row
-    group's files are read while one is encoded and sent. A file named by two rows that has other bytes the second
-    time (it changed meanwhile) is an :class:`~datamount.storage.IntegrityError`. If anything fails, nothing is
-    committed and the shards written stay for the next run (or go with the dataset's unused data when one of its
-    versions is removed).
+    group's files are read while one is encoded and sent. The rows are read as a stream from the list's copy, a row
+    group at a time; each row's file entry is kept on disk, and the files' entries are sorted there by path before
+    the commit. A file named by two rows that has other bytes the second time (it changed meanwhile) is an
+    :class:`~datamount.storage.IntegrityError`. If anything fails, nothing is committed and the shards written stay
+    for the next run (or go with the dataset's unused data when one of its versions is removed).
     """
     check_sizes(shard_bytes, row_group_bytes)
-    rows: list[Row] = [(os.path.normpath(row[0]), *row[1:]) for row in parsed.rows]
-    sizes = [parsed.files[row[0]].size + sum(len(value) for value in row[1:]) for row in rows]
+    sizes = _RowSizes(parsed, shard_bytes, row_group_bytes)
     plans = cut_shards(sizes, shard_bytes, row_group_bytes, FIRST_ROW_GROUP_BYTES)
-    folder = _free_folder(store, draft.name, draft.list_sha256, sizes, shard_bytes, row_group_bytes)
-    progress.start("pack", items=len(rows), size=sum(sizes))
+    folder = _free_folder(store, draft.name, sizes.digest.hexdigest()[:16])
+    progress.start("pack", items=parsed.row_count, size=sizes.total)
     written = _written_shards(store, draft.name, folder, plans)
-    entries: dict[str, FileEntry] = {}
-    for number, marker in sorted(written.items()):
-        start, stop = plans[number][0][0], plans[number][-1][1]
-        _record_files(entries, rows[start:stop], marker["files"], parsed)
-        progress.advance(items=stop - start, size=sum(sizes[start:stop]))
-    resumed = len(entries)
-    pending = [number for number in range(len(plans)) if number not in written]
-    shards = _ShardsOfRows(store, draft.name, folder, parsed, rows, row_group_bytes, progress)
-    written.update(shards.write({number: plans[number] for number in pending}, entries))
+    read = parsed.external_sort()  # (path, 1 if read by this run else 0, sha256, size): one per row
+    shards = _ShardsOfRows(store, draft.name, folder, parsed, row_group_bytes, progress)
+    resumed = _Resumed(store, draft.name, folder, plans, written, read, progress)
+    entries = {**written, **shards.write(resumed.pending(_groups(parsed, plans)), plans, read)}
+    files = parsed.spool()
+    try:
+        sent_files = _spool_files(parsed, read, files)
+    except IntegrityError:  # a file changed between two rows' reads: this run's shards disagree on it
+        dataset = layout.dataset_folder(draft.name)
+        ours = [number for number in entries if number not in written]
+        store.remove_many(
+            [f"{dataset}/{entries[number]['path']}" for number in ours]
+            + [f"{dataset}/{layout.shard_marker(folder, number)}" for number in ours]
+        )
+        raise
     packed = dataclasses.replace(
         draft,
-        files=sorted(entries.values(), key=lambda entry: entry.path),
-        shards=[ShardEntry(**written[number]["entry"]) for number in range(len(plans))],
+        files=files,
+        shards=[ShardEntry(**entries[number]) for number in range(len(plans))],
         objects=False,
     )
     progress.finish()
@@ -89,8 +99,8 @@ def commit_packed(
     store.write(f"{dataset}/{layout.taken_marker(folder)}", b"")
     manifest = catalog.commit(store, packed)
     store.remove_many(f"{dataset}/{layout.shard_marker(folder, number)}" for number in range(len(plans)))
-    sent = sum(packed.shards[number].size for number in pending)
-    return PackedUpload(manifest, len(entries) - resumed, sent, resumed)
+    sent = sum(packed.shards[number].size for number in range(len(plans)) if number not in written)
+    return PackedUpload(manifest, sent_files, sent, len(files) - sent_files)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,56 +114,138 @@ class PackedUpload:
     resumed_files: int
 
 
-def _free_folder(
-    store: Store, name: str, list_sha256: str, sizes: list[int], shard_bytes: int, row_group_bytes: int
-) -> str:
-    """The pack folder of this upload: the first folder named after its list, sizes and shard sizes that no version
-    may use yet."""
-    digest = hashlib.sha256(list_sha256.encode())
-    cut = [shard_bytes, row_group_bytes, *([FIRST_ROW_GROUP_BYTES] if row_group_bytes > FIRST_ROW_GROUP_BYTES else [])]
-    digest.update(array.array("q", [*cut, *sizes]).tobytes())
+class _RowSizes:
+    """Each row's bytes (its file's and its labels' characters), read as a stream; what a pass over them added up:
+    their total, and the digest of the cut they make (:func:`_free_folder`)."""
+
+    def __init__(self, parsed: ParsedList, shard_bytes: int, row_group_bytes: int) -> None:
+        self.parsed = parsed
+        self.total = 0
+        self.digest = hashlib.sha256(parsed.list_sha256.encode())
+        cut = [shard_bytes, row_group_bytes]
+        if row_group_bytes > FIRST_ROW_GROUP_BYTES:
+            cut.append(FIRST_ROW_GROUP_BYTES)
+        self.digest.update(array.array("q", cut).tobytes())
+
+    def __iter__(self) -> Iterator[int]:
+        rows = zip(self.parsed.rows(), self.parsed.row_sizes(), strict=True)
+        sizes = (size + sum(len(value) for value in row[1:]) for row, size in rows)
+        while block := array.array("q", itertools.islice(sizes, BLOCK_RECORDS)):
+            self.digest.update(block.tobytes())
+            self.total += sum(block)
+            yield from block
+
+
+def _groups(parsed: ParsedList, plans: list[Plan]) -> Iterator[Group]:
+    """The row groups of ``plans``, each with its rows, read as a stream from the list's copy."""
+    rows = zip(parsed.rows(), parsed.row_sizes(), strict=True)
+    for number, plan in enumerate(plans):
+        for start, stop in plan:
+            yield number, start, stop, list(itertools.islice(rows, stop - start))
+
+
+def _free_folder(store: Store, name: str, cut: str) -> str:
+    """The pack folder of this upload: the first folder named after its list, sizes and shard sizes (``cut``) that no
+    version may use yet."""
     dataset = layout.dataset_folder(name)
     for attempt in itertools.count(1):
-        folder = layout.upload_pack_folder(digest.hexdigest()[:16], attempt)
+        folder = layout.upload_pack_folder(cut, attempt)
         if not store.exists(f"{dataset}/{layout.taken_marker(folder)}"):
             return folder
     raise AssertionError("unreachable")
 
 
 def _written_shards(store: Store, name: str, folder: str, plans: list[Plan]) -> dict[int, dict[str, Any]]:
-    """The markers of the shards an earlier run wrote into ``folder``, by shard number: those whose shard is there,
-    of the size the marker says, and whose rows are the plan's. Any other marker is ignored (its shard is written
-    again)."""
+    """The entries of the shards an earlier run wrote into ``folder``, by shard number: those whose marker is
+    there, whose shard is there of the size the marker says, and whose rows are the plan's. Any other marker is
+    ignored (its shard is written again)."""
     dataset = layout.dataset_folder(name)
     stored = store.list(f"{dataset}/{folder}")
     written = {}
     for number, plan in enumerate(plans):
-        marker_path = f"{dataset}/{layout.shard_marker(folder, number)}"
-        if marker_path not in stored:
+        marker = _marker(store, name, folder, number, stored)
+        if marker is None:
             continue
-        try:
-            marker = json.loads(store.read(marker_path))
-            entry = ShardEntry(**marker["entry"])
-            run = entry.path.removeprefix(f"{folder}/shard-{number:05d}-").removesuffix(".parquet")
-            files = marker["files"]
-        except (ValueError, TypeError, KeyError, AttributeError):
-            continue
-        fits = bool(run) and "/" not in run and entry.path == layout.shard_key(folder, number, run)
+        entry = ShardEntry(**marker["entry"])
         rows = plan[-1][1] - plan[0][0]
-        if fits and stored.get(f"{dataset}/{entry.path}") == entry.size and entry.rows == rows == len(files):
-            written[number] = marker
+        if stored.get(f"{dataset}/{entry.path}") == entry.size and entry.rows == rows == len(marker["files"]):
+            written[number] = marker["entry"]
     return written
 
 
-def _record_files(entries: dict[str, FileEntry], rows: list[Row], files: list[Any], parsed: ParsedList) -> None:
-    """Keep the entries of ``rows``' files (``files``: each one's size and sha256, as read)."""
-    for row, (size, sha256) in zip(rows, files, strict=True):
-        _record(entries, FileEntry(row[0], int(size), str(sha256)), parsed.files[row[0]].local_path)
+def _marker(
+    store: Store, name: str, folder: str, number: int, stored: Mapping[str, int] | None = None
+) -> dict[str, Any] | None:
+    """The marker of shard ``number`` (``stored``: the folder's listing, when known), or None where there is none
+    or it is not one this upload wrote."""
+    marker_path = f"{layout.dataset_folder(name)}/{layout.shard_marker(folder, number)}"
+    if stored is not None and marker_path not in stored:
+        return None
+    try:
+        marker = json.loads(store.read(marker_path))
+        entry = ShardEntry(**marker["entry"])
+        run = entry.path.removeprefix(f"{folder}/shard-{number:05d}-").removesuffix(".parquet")
+        if not isinstance(marker["files"], list):
+            return None
+    except (ValueError, TypeError, KeyError, AttributeError, ObjectNotFoundError):
+        return None
+    fits = bool(run) and "/" not in run and entry.path == layout.shard_key(folder, number, run)
+    return marker if fits else None
+
+
+class _Resumed:
+    """Passes on the row groups of shards still to write; records the files of those an earlier run wrote (their
+    marker's, read one shard at a time)."""
+
+    def __init__(
+        self,
+        store: Store,
+        name: str,
+        folder: str,
+        plans: list[Plan],
+        written: Mapping[int, Any],
+        read: ExternalSort,
+        progress: Progress,
+    ) -> None:
+        self.store, self.name, self.folder, self.plans = store, name, folder, plans
+        self.written, self.read, self.progress = written, read, progress
+
+    def pending(self, groups: Iterator[Group]) -> Iterator[Group]:
+        files: list[Any] = []
+        for group in groups:
+            number, start, stop, rows = group
+            if number not in self.written:
+                yield group
+                continue
+            first = self.plans[number][0][0]
+            if start == first:
+                marker = _marker(self.store, self.name, self.folder, number)
+                if marker is None:
+                    raise ObjectNotFoundError(f"the marker of shard {number} in {self.folder} is gone; upload again")
+                files = marker["files"]
+            for (row, _), (size, sha256) in zip(rows, files[start - first : stop - first], strict=True):
+                self.read.add((row[0], 0, str(sha256), int(size)))
+            self.progress.advance(items=stop - start, size=sum(size for _, size in rows))
+
+
+def _spool_files(parsed: ParsedList, read: ExternalSort, files: FileSpool) -> int:
+    """The files' entries of ``read`` (one per row), one per path in path order, into ``files``; how many were read
+    by this run (not only found in an earlier run's shards). A file that had other bytes when another row read it
+    is an :class:`~datamount.storage.IntegrityError`."""
+    sent = 0
+    for path, same in itertools.groupby(read.sorted(), key=operator.itemgetter(0)):
+        records = iter(same)  # an earlier run's first: what it read is what the version holds
+        _, fresh, sha256, size = next(records)
+        for _, _, other, _ in records:
+            require_unchanged(parsed.local_path(path), other, sha256)
+        files.append(FileEntry(path, size, sha256))
+        sent += fresh
+    return sent
 
 
 class _ShardsOfRows:
-    """Writes shards of ``rows`` into ``folder``, each one's marker after it; the files of the next row group are
-    read while one is encoded and sent."""
+    """Writes shards into ``folder``, each one's marker after it; the files of the next row group are read while
+    one is encoded and sent."""
 
     def __init__(
         self,
@@ -161,37 +253,38 @@ class _ShardsOfRows:
         name: str,
         folder: str,
         parsed: ParsedList,
-        rows: list[Row],
         row_group_bytes: int,
         progress: Progress,
     ) -> None:
-        self.store, self.name, self.folder, self.parsed, self.rows = store, name, folder, parsed, rows
+        self.store, self.name, self.folder, self.parsed = store, name, folder, parsed
         self.row_group_bytes, self.progress = row_group_bytes, progress
         self.schema: pa.Schema = list_schema(name, Kind.IMAGE, parsed.columns())
         self.run = uuid.uuid4().hex[:8]
 
-    def write(self, plans: dict[int, Plan], entries: dict[str, FileEntry]) -> dict[int, dict[str, Any]]:
-        """Write the shards of ``plans`` (by number), recording their files into ``entries``; their markers."""
-        groups = [(number, group) for number, plan in plans.items() for group in plan]
+    def write(self, groups: Iterator[Group], plans: list[Plan], read: ExternalSort) -> dict[int, dict[str, Any]]:
+        """Write the row groups of ``groups`` (their shards' plans in ``plans``), recording their files into
+        ``read``; the entries of the shards written."""
         written: dict[int, dict[str, Any]] = {}
         writer: ShardWriter | None = None
         files: list[tuple[int, str]] = []
         ahead: list[Future[list[tuple[bytes, str]]]] = []
         with ThreadPoolExecutor(max_workers=READERS, thread_name_prefix="datamount-read") as pool:
             try:
-                ahead = self._read(pool, groups[0][1]) if groups else []
-                for position, (number, (start, stop)) in enumerate(groups):
-                    current = ahead
-                    ahead = self._read(pool, groups[position + 1][1]) if position + 1 < len(groups) else []
+                following = next(groups, None)
+                ahead = self._read(pool, following[3]) if following else []
+                while following is not None:
+                    (number, start, stop, rows), current = following, ahead
+                    following = next(groups, None)
+                    ahead = self._read(pool, following[3]) if following else []
                     read_back = [item for future in current for item in future.result()]
-                    group_rows = self.rows[start:stop]
                     group_files = [(len(data), sha256) for data, sha256 in read_back]
-                    _record_files(entries, group_rows, group_files, self.parsed)
+                    for (row, _), (size, sha256) in zip(rows, group_files, strict=True):
+                        read.add((row[0], 1, sha256, size))
                     files.extend(group_files)
                     if writer is None:
                         writer = self._writer(number, start)
-                    labels = [list(column) for column in zip(*(row[1:] for row in group_rows), strict=True)]
-                    writer.add_group([[data for data, _ in read_back], *labels, [row[0] for row in group_rows]])
+                    labels = [list(column) for column in zip(*(row[1:] for row, _ in rows), strict=True)]
+                    writer.add_group([[data for data, _ in read_back], *labels, [row[0] for row, _ in rows]])
                     if stop == plans[number][-1][1]:  # the shard's last row group
                         written[number] = self._finish(number, writer, files)
                         writer, files = None, []
@@ -203,8 +296,8 @@ class _ShardsOfRows:
                 raise
         return written
 
-    def _read(self, pool: ThreadPoolExecutor, group: tuple[int, int]) -> list[Future[list[tuple[bytes, str]]]]:
-        files = [self.parsed.files[row[0]] for row in self.rows[group[0] : group[1]]]
+    def _read(self, pool: ThreadPoolExecutor, rows: list[tuple[Row, int]]) -> list[Future[list[tuple[bytes, str]]]]:
+        files = [SourceFile(self.parsed.local_path(row[0]), row[0], size) for row, size in rows]
         return [pool.submit(_read_hashed, files[at : at + CHUNK_FILES]) for at in range(0, len(files), CHUNK_FILES)]
 
     def _writer(self, number: int, first_row: int) -> ShardWriter:
@@ -222,12 +315,12 @@ class _ShardsOfRows:
         )
 
     def _finish(self, number: int, writer: ShardWriter, files: list[tuple[int, str]]) -> dict[str, Any]:
-        """Close shard ``number`` and leave its marker; the marker."""
+        """Close shard ``number`` and leave its marker; the shard's entry."""
         (entry,) = writer.close()
-        marker = {"entry": dataclasses.asdict(entry), "files": files}
+        fields = dataclasses.asdict(entry)
         marker_path = f"{layout.dataset_folder(self.name)}/{layout.shard_marker(self.folder, number)}"
-        self.store.write(marker_path, json.dumps(marker).encode())
-        return marker
+        self.store.write(marker_path, json.dumps({"entry": fields, "files": files}).encode())
+        return fields
 
 
 def _read_hashed(files: list[SourceFile]) -> list[tuple[bytes, str]]:
@@ -236,10 +329,3 @@ def _read_hashed(files: list[SourceFile]) -> list[tuple[bytes, str]]:
         data = read_file(file.local_path, file.size)
         found.append((data, hashlib.sha256(data).hexdigest()))
     return found
-
-
-def _record(entries: dict[str, FileEntry], entry: FileEntry, local: str) -> None:
-    """Keep ``entry``; a file already read with other bytes changed in between."""
-    known = entries.setdefault(entry.path, entry)
-    if known.sha256 != entry.sha256:
-        require_unchanged(local, entry.sha256, known.sha256)

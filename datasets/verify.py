@@ -14,7 +14,7 @@ from datamount.datasets.manifest import FileEntry, Kind, Manifest, ShardEntry
 from datamount.datasets.pack import plan_pack, write_unit
 from datamount.datasets.progress import Progress, Silent
 from datamount.datasets.rows import ShardRows, read_lines
-from datamount.datasets.upload import hash_files, normalised_list
+from datamount.datasets.upload import hash_files, store_list
 from datamount.storage import Store
 from datamount.storage.errors import DatamountError
 
@@ -137,8 +137,8 @@ def _source_files(
     manifest: Manifest, source: str | os.PathLike[str], root: str | None, report: Progress
 ) -> dict[str, str]:
     """The local file of every sha256 the source list's files have (hashed now)."""
-    parsed = parse_list(source, kind=manifest.kind, root=root)
-    return {entry.sha256: parsed.files[entry.path].local_path for entry in hash_files(parsed, report)}
+    with parse_list(source, kind=manifest.kind, root=root) as parsed:
+        return {entry.sha256: parsed.local_path(entry.path) for entry in hash_files(parsed, report)}
 
 
 def _put_back(
@@ -156,10 +156,10 @@ def _put_back(
         return _put_back_shard(store, manifest, damage.entry)
     if source is None:
         return "the list can come back only from the .list it was uploaded from (--from LIST)"
-    data = normalised_list(parse_list(source, kind=manifest.kind, root=root))
-    if hashlib.sha256(data).hexdigest() != manifest.list_sha256:
-        return f"{os.fspath(source)} is not the list this version was uploaded from (its rows differ)"
-    store.write(damage.path, data)
+    with parse_list(source, kind=manifest.kind, root=root) as parsed:
+        if parsed.list_sha256 != manifest.list_sha256:
+            return f"{os.fspath(source)} is not the list this version was uploaded from (its rows differ)"
+        store_list(store, damage.path, parsed)
     return None
 
 

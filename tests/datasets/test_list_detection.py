@@ -87,8 +87,10 @@ def test_every_non_blank_line_is_a_row_empty_fields_included(tmp_path: Path) -> 
     path = tmp_path / "mt.list"
     path.write_bytes(b"a\tb\n\t\n  \t  \n\n   \nc\td\n")
     parsed = parse_list(path)
-    assert parsed.rows == [("a", "b"), ("", ""), ("  ", "  "), ("c", "d")]
-    assert parsed.line_numbers == [1, 2, 3, 6]
+    assert list(parsed.rows()) == [("a", "b"), ("", ""), ("  ", "  "), ("c", "d")]
+    path.write_bytes(b"a\tb\n\t\n  \t  \n\n   \nc\n")
+    with pytest.raises(ListFormatError, match=":6: 1 column"):  # the line numbers count the blank lines
+        parse_list(path)
 
 
 def test_an_image_row_with_an_empty_path_is_reported_not_dropped(tmp_path: Path) -> None:

@@ -27,9 +27,9 @@ def test_image_list_rows_and_files(tmp_path: Path) -> None:
     write(tmp_path / "data" / "b.jpg", b"BB")
     parsed = parse_list(write(tmp_path / "x.list", "./data/a.jpg\t1\ndata/b.jpg\t5\n./data/a.jpg\t2\n"))
     assert parsed.kind is Kind.IMAGE
-    assert parsed.rows == [("./data/a.jpg", "1"), ("data/b.jpg", "5"), ("./data/a.jpg", "2")]
-    assert sorted(parsed.files) == ["data/a.jpg", "data/b.jpg"]
-    assert parsed.files["data/b.jpg"].size == 2
+    assert list(parsed.rows()) == [("data/a.jpg", "1"), ("data/b.jpg", "5"), ("data/a.jpg", "2")]
+    assert [entry.path for entry in parsed.files] == ["data/a.jpg", "data/b.jpg"]
+    assert parsed.files[1].size == 2 and list(parsed.row_sizes()) == [1, 2, 1]
     assert parsed.columns() == ["file", "label"]
 
 
@@ -37,15 +37,15 @@ def test_text_list_with_bom_crlf_and_blank_lines(tmp_path: Path) -> None:
     path = write(tmp_path / "mt.list", "\ufeffbonjour\thello\r\n\r\n  \nle chat\tthe cat\r\n".encode())
     parsed = parse_list(path)
     assert parsed.kind is Kind.TEXT
-    assert parsed.rows == [("bonjour", "hello"), ("le chat", "the cat")]
-    assert parsed.line_numbers == [1, 4]
+    assert list(parsed.rows()) == [("bonjour", "hello"), ("le chat", "the cat")]
+    assert parsed.row_count == 2
     assert parsed.columns() == ["source", "target"]
 
 
 def test_labels_stay_exactly_as_written(tmp_path: Path) -> None:
     write(tmp_path / "a.jpg", b"A")
     parsed = parse_list(write(tmp_path / "x.list", "a.jpg\t007\t 1.50 \tcat dog\n"))
-    assert parsed.rows == [("a.jpg", "007", " 1.50 ", "cat dog")]
+    assert list(parsed.rows()) == [("a.jpg", "007", " 1.50 ", "cat dog")]
     assert parsed.columns() == ["file", "label1", "label2", "label3"]
 
 
@@ -109,14 +109,15 @@ def test_a_linked_folder_is_one_problem_per_link_and_follow_links_reads_through_
     assert f"through the link 'data' (to {tmp_path / 'real'})" in data.message and "--follow-links" in data.message
     assert "'more/3.jpg' leads outside" in more.message and "through the link 'more'" in more.message
     parsed = parse_list(path, follow_links=True)
-    assert parsed.files["data/7.jpg"].local_path == str(root / "data" / "7.jpg") and len(parsed.files) == 42
+    files = {entry.path: entry for entry in parsed.files}
+    assert parsed.local_path(files["data/7.jpg"].path) == str(root / "data" / "7.jpg") and len(parsed.files) == 42
 
 
 def test_root_option_changes_where_paths_point(tmp_path: Path) -> None:
     write(tmp_path / "images" / "a.jpg", b"A")
     parsed = parse_list(write(tmp_path / "lists" / "x.list", "a.jpg\tcat\n"), root=str(tmp_path / "images"))
     assert parsed.kind is Kind.IMAGE
-    assert parsed.files["a.jpg"].local_path == str(tmp_path / "images" / "a.jpg")
+    assert parsed.local_path(parsed.files[0].path) == str(tmp_path / "images" / "a.jpg")
 
 
 @pytest.mark.parametrize(
@@ -139,7 +140,7 @@ def test_a_folder_or_a_missing_list_file(tmp_path: Path) -> None:
 def test_forcing_text_keeps_paths_as_text(tmp_path: Path) -> None:
     write(tmp_path / "a.jpg", b"A")
     parsed = parse_list(write(tmp_path / "x.list", "a.jpg\tcaption\n"), kind="text")
-    assert parsed.kind is Kind.TEXT and parsed.files == {}
+    assert parsed.kind is Kind.TEXT and len(parsed.files) == 0
 
 
 def test_many_problems_are_summarised(tmp_path: Path) -> None:
@@ -161,4 +162,4 @@ def test_text_lists_round_trip(tmp_path_factory: pytest.TempPathFactory, rows: l
     folder = tmp_path_factory.mktemp("prop")
     path = write(folder / "x.list", "".join(f"{a}\t{b}\n" for a, b in rows))
     parsed = parse_list(path, kind="text")
-    assert parsed.rows == [(a.removeprefix("\ufeff") if i == 0 else a, b) for i, (a, b) in enumerate(rows)]
+    assert list(parsed.rows()) == [(a.removeprefix("\ufeff") if i == 0 else a, b) for i, (a, b) in enumerate(rows)]

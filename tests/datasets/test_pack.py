@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import re
 import subprocess
 import sys
@@ -18,7 +19,7 @@ from hypothesis import strategies as st
 from datamount.datasets import catalog, layout, locks, verify
 from datamount.datasets.pack import cut_shards, pack, plan_pack, write_unit
 from datamount.datasets.progress import Silent
-from datamount.datasets.rows import ShardRows
+from datamount.datasets.rows import ShardRows, parse_lines
 from datamount.datasets.shard_writer import FIRST_ROW_GROUP_BYTES
 from datamount.datasets.upload import upload
 from datamount.datasets.verify import repair
@@ -419,3 +420,33 @@ def test_a_shard_of_a_pack_made_before_zstd_is_made_again_byte_for_byte(
     local_store.remove(damaged)
     assert [d.path for d in repair(local_store, manifest).repaired] == [damaged]
     assert verify(local_store, manifest).ok
+
+
+_TEXT_CELL = st.text(alphabet=st.characters(exclude_characters="\t\n\r", exclude_categories=["Cs"]), max_size=12)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    rows=st.lists(st.tuples(_TEXT_CELL, _TEXT_CELL).filter(lambda r: "\t".join(r).strip(" ")), min_size=1, max_size=60),
+    block=st.integers(min_value=1, max_value=64),
+)
+def test_a_text_version_is_planned_from_its_list_read_as_a_stream_as_it_was_read_whole(
+    local_store: Store, tmp_path_factory: pytest.TempPathFactory, rows: list[tuple[str, str]], block: int
+) -> None:
+    """The plan (row groups, and the bytes of the list each shard reads) of the list read a few bytes at a time is
+    the one made from the whole list: the rows' characters, the lines' starts."""
+    folder = tmp_path_factory.mktemp("plan")
+    (folder / "x.list").write_text("".join(f"{a}\t{b}\n" for a, b in rows), encoding="utf-8")
+    name = f"t{len(list(folder.parent.iterdir()))}"
+    manifest = upload(folder / "x.list", name, store=local_store, kind="text").manifest
+    raw = local_store.read(layout.list_path(manifest))
+    lines, starts = parse_lines(raw)
+    starts.append(len(raw))
+    whole = cut_shards([sum(len(value) for value in row) for row in lines], 40, 16, 8)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(importlib.import_module("datamount.datasets.pack"), "LIST_BLOCK_BYTES", block)
+        units = plan_pack(local_store, manifest, 40, 16, 8)
+        assert [list(unit.row_groups) for unit in units] == whole
+        assert [unit.list_range for unit in units] == [(starts[g[0][0]], starts[g[-1][1]]) for g in whole]
+        for unit in units:  # and each shard is written from its stretch of the list, a block at a time
+            write_unit(local_store, manifest, unit)

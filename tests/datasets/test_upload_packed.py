@@ -28,12 +28,13 @@ class ChangeOnceWritingStarts:
     def __init__(self, victim: Path) -> None:
         self.victim = victim
         self.changed = False
+        self.phase = ""
 
     def start(self, phase: str, *, items: int, size: int) -> None:
-        pass
+        self.phase = phase
 
     def advance(self, *, items: int = 1, size: int = 0) -> None:
-        if not self.changed:
+        if not self.changed and self.phase == "pack":
             self.victim.write_bytes(b"\xff\xd8\xff" + b"changed while it was uploaded" * 20)
             self.changed = True
 
@@ -137,13 +138,13 @@ class KilledAfter:
     ``rows`` rows are written into shards."""
 
     def __init__(self, rows: int) -> None:
-        self.rows, self.done = rows, 0
+        self.rows, self.done, self.phase = rows, 0, ""
 
     def start(self, phase: str, *, items: int, size: int) -> None:
-        pass
+        self.phase = phase
 
     def advance(self, *, items: int = 1, size: int = 0) -> None:
-        self.done += items
+        self.done += items if self.phase == "pack" else 0
         if self.done >= self.rows:
             os.kill(os.getpid(), signal.SIGKILL)
 
