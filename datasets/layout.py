@@ -4,6 +4,7 @@ A dataset is a folder, ``datasets/NAME`` (``datasets/TEAM/NAME``) for users and 
 
     objects/ab/abcdef...                file bytes, named by their sha256 and shared by every version
     lists/abcdef....list                a normalised .list, named by its sha256 (format 1: lists/N.list)
+    entries/abcdef....parquet           a part of the file entries of a version (format 6), named by its sha256
     packs/DRAFT/shard-00000.parquet     the shards a writer wrote before its commit, in a folder of its own
     packs/N-SIZES/shard-00000.parquet   the shards ``pack`` added to committed version N (one folder per set of
                                         sizes: shard, row group, and a smaller first row group per shard)
@@ -31,10 +32,11 @@ OBJECTS = "objects"
 LISTS = "lists"
 PACKS = "packs"
 LOCKS = "locks"
+ENTRIES = "entries"
 #: The codec of the shards of a version's pack folder that names none (packs made before zstd).
 EARLIER_COMPRESSION = "snappy"
 #: The folders of a dataset's data: removing them all removes the dataset.
-DATA_FOLDERS = (VERSIONS, OBJECTS, LISTS, PACKS)
+DATA_FOLDERS = (VERSIONS, OBJECTS, LISTS, PACKS, ENTRIES)
 #: The folders of a dataset's own (its data, and the locks of those who write or remove it:
 #: :mod:`datamount.datasets.locks`); anything else in its folder belongs to the datasets of its namespace.
 OWN_FOLDERS = (*DATA_FOLDERS, LOCKS)
@@ -98,6 +100,12 @@ def object_path(name: str, sha256: str) -> str:
 def list_key(sha256: str) -> str:
     """Where a normalised list lives in the dataset folder: named by its content."""
     return f"{LISTS}/{sha256}.list"
+
+
+def file_part_key(sha256: str) -> str:
+    """Where a part of a version's file entries lives in the dataset folder: named by its content
+    (:mod:`datamount.datasets.file_parts`)."""
+    return f"{ENTRIES}/{sha256}.parquet"
 
 
 def list_path(manifest: Manifest) -> str:

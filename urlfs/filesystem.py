@@ -225,7 +225,7 @@ class DatamountFileSystem(AbstractFileSystem):
         pinned = self._pinned.get(where.key)
         manifest = None
         if pinned is not None and cache is not None:
-            manifest = pinning.recall(cache, pinned, f"datamount://{where.root}")
+            manifest = pinning.recall(cache, pinned, f"datamount://{where.root}", store)
         if manifest is None:
             ref = where.name if where.version == LATEST else f"{where.name}@{where.version}"
             manifest = catalog.resolve(store, ref)
