@@ -41,14 +41,22 @@ _PART_SCHEMA = pa.schema(
 _RUN_SCHEMA = pa.schema([("path", pa.string()), ("size", pa.int64()), ("sha256", pa.string()), ("xxh3", pa.string())])
 
 
-def write_file_parts(store: Store, name: str, entries: Iterable[FileEntry]) -> list[FilePart]:
-    """Store ``entries`` (iterated once) as parts of dataset ``name``, sorted by path; the parts, in order.
+def write_file_parts(
+    store: Store,
+    name: str,
+    entries: Iterable[FileEntry],
+    *,
+    rows_per_part: int = ROWS_PER_PART,
+    run_rows: int = RUN_ROWS,
+) -> list[FilePart]:
+    """Store ``entries`` (iterated once) as parts of dataset ``name`` of ``rows_per_part`` entries, sorted by path
+    (``run_rows`` at a time in memory); the parts, in order.
 
     Two entries with one path are a :class:`ValueError`: a version has one file per path."""
     folder = layout.dataset_folder(name)
     with tempfile.TemporaryDirectory(prefix="datamount-entries-") as spill:
-        ordered = _unique(_sorted_by_path(entries, Path(spill)))
-        return [_store_part(store, folder, batch) for batch in _batches(ordered, ROWS_PER_PART)]
+        ordered = _unique(_sorted_by_path(entries, Path(spill), run_rows))
+        return [_store_part(store, folder, batch) for batch in _batches(ordered, rows_per_part)]
 
 
 def _batches(entries: Iterator[FileEntry], size: int) -> Iterator[list[FileEntry]]:
@@ -56,16 +64,16 @@ def _batches(entries: Iterator[FileEntry], size: int) -> Iterator[list[FileEntry
         yield batch
 
 
-def _sorted_by_path(entries: Iterable[FileEntry], spill: Path) -> Iterator[FileEntry]:
-    """``entries`` sorted by path, holding at most one run of them in memory."""
+def _sorted_by_path(entries: Iterable[FileEntry], spill: Path, run_rows: int) -> Iterator[FileEntry]:
+    """``entries`` sorted by path, holding at most one run of ``run_rows`` of them in memory."""
     runs: list[Path] = []
     in_order = True  # every run after the one before it: read them one after the other, no merge
     last = ""
-    for run in _batches(iter(entries), RUN_ROWS):
+    for run in _batches(iter(entries), run_rows):
         run.sort(key=_path_of)
         in_order = in_order and (not runs or run[0].path > last)
         last = run[-1].path
-        if not runs and len(run) < RUN_ROWS:  # the only run: no disk
+        if not runs and len(run) < run_rows:  # the only run: no disk
             yield from run
             return
         runs.append(_spill(run, spill / f"run-{len(runs)}.arrow"))
