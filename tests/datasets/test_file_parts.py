@@ -18,6 +18,7 @@ from datamount.datasets.errors import ManifestError
 from datamount.datasets.file_parts import FileParts
 from datamount.datasets.file_parts_writer import write_file_parts
 from datamount.datasets.manifest import FileEntry
+from datamount.datasets.verify import repair, verify
 from datamount.readers import reader
 from datamount.storage import IntegrityError, Store
 from tests.generated import MakeImageList, image_rows
@@ -193,3 +194,17 @@ def test_a_manifest_with_its_files_in_its_json_still_reads(local_store: Store, f
     assert manifest.format_version == format_version and not isinstance(manifest.files, FileParts)
     assert [tuple(entry) for entry in manifest.files] == [tuple(file) for file in files]
     assert list(reader("old", local_store)()) == [(b"first", "x"), (b"second!", "y")]
+
+
+def test_verify_checks_the_parts_and_reports_a_damaged_one(local_store: Store, make_image_list: MakeImageList) -> None:
+    manifest = upload(make_image_list(5), "d", store=local_store).manifest
+    assert isinstance(manifest.files, FileParts)
+    report = verify(local_store, manifest)
+    assert report.ok and report.checked == 1 + 1 + 5  # the list, the part, the objects
+    path = f"{layout.dataset_folder('d')}/{manifest.files.parts[0].path}"
+    local_store.write(path, local_store.read(path)[:-1] + b"!")
+    report = verify(local_store, catalog.resolve(local_store, "d"))
+    assert [problem.split(":")[0] for problem in report.problems] == ["wrong content"]
+    assert f"file entries {manifest.files.parts[0].path}" in report.problems[0]
+    repaired = repair(local_store, catalog.resolve(local_store, "d"))
+    assert not repaired.ok and "holds the only copy of those entries" in repaired.unrepaired[0][1]
