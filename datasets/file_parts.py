@@ -28,13 +28,14 @@ from dataclasses import dataclass
 from typing import Any, overload
 
 from datamount.datasets.errors import ManifestError
-from datamount.datasets.file_entry import FileEntry
+from datamount.datasets.file_entry import FileEntry, collector_paused
 from datamount.storage import IntegrityError, ObjectNotFoundError, Store
 
 #: Where a format-6 manifest lists the parts of its files' entries (instead of ``files``).
 FILE_PARTS_KEY = "file_parts"
-#: Entries per part: a part is about 2.5 MB for 65,536 files of an image version, read and decoded in tens of ms.
-ROWS_PER_PART = 1 << 16
+#: Entries per part: a part is about 1.4 MB for 32,768 files of an image version (42 bytes each, most of them its
+#: sha256), read, checked and decoded in tens of ms; the manifest's JSON grows by about 290 bytes a part.
+ROWS_PER_PART = 1 << 15
 #: Parts kept decoded by one sequence, for a reader that asks for entries near each other.
 _PARTS_KEPT = 2
 
@@ -65,7 +66,7 @@ class FileParts(Sequence[FileEntry]):
         for part in self.parts:
             self._starts.append(self._starts[-1] + part.rows)
         self._firsts = [part.first for part in self.parts]
-        self._kept: OrderedDict[int, list[FileEntry]] = OrderedDict()
+        self._kept: OrderedDict[int, _Part] = OrderedDict()
         self._lock = threading.Lock()
 
     @property
@@ -78,20 +79,24 @@ class FileParts(Sequence[FileEntry]):
         return self.store is not None and self.store.url == store.url and self.folder == folder
 
     def part_entries(self, number: int) -> list[FileEntry]:
-        """The entries of part ``number``, read and checked (the last few used are kept)."""
+        """The entries of part ``number``, read and checked."""
+        return self._part(number).entries()
+
+    def _part(self, number: int) -> _Part:
+        """Part ``number``, read, checked and decoded (the last few used are kept)."""
         with self._lock:
             kept = self._kept.get(number)
             if kept is not None:
                 self._kept.move_to_end(number)
                 return kept
-        entries = self._read(self.parts[number])
+        part = self._read(self.parts[number])
         with self._lock:
-            self._kept[number] = entries
+            self._kept[number] = part
             while len(self._kept) > _PARTS_KEPT:
                 self._kept.popitem(last=False)
-        return entries
+        return part
 
-    def _read(self, part: FilePart) -> list[FileEntry]:
+    def _read(self, part: FilePart) -> _Part:
         if self.store is None:
             raise ManifestError(f"{self._where} keeps its files' entries in parts in its store; read it with the store")
         path = f"{self.folder}/{part.path}"
@@ -102,22 +107,18 @@ class FileParts(Sequence[FileEntry]):
             raise ManifestError(f"{self._where}: the part of its file entries {url} is missing") from exc
         if len(data) != part.size or hashlib.sha256(data).hexdigest() != part.sha256:
             raise IntegrityError(
-                f"{self._where}: the part of its file entries {url} does not match its size and "
-                "sha256: the store holds a damaged copy"
+                f"{self._where}: the part of its file entries {url} does not match its size and sha256: the store "
+                "holds a damaged copy"
             )
-        entries = decode_part(data)
-        if len(entries) != part.rows:
-            raise ManifestError(f"{self._where}: {url} has {len(entries)} file entries, not {part.rows}")
-        return entries
+        decoded = _Part(data, url)
+        if len(decoded) != part.rows:
+            raise ManifestError(f"{self._where}: {url} has {len(decoded)} file entries, not {part.rows}")
+        return decoded
 
     def stored_entry(self, path: str) -> FileEntry | None:
         """The entry of ``path``, read from the one part that may hold it; ``None`` when there is none."""
         number = bisect.bisect_right(self._firsts, path) - 1
-        if number < 0:
-            return None
-        entries = self.part_entries(number)
-        found = bisect.bisect_left(entries, path, key=_path_of)
-        return entries[found] if found < len(entries) and entries[found].path == path else None
+        return None if number < 0 else self._part(number).find(path)
 
     def __len__(self) -> int:
         return self._starts[-1]
@@ -133,7 +134,7 @@ class FileParts(Sequence[FileEntry]):
         if not 0 <= position < len(self):
             raise IndexError(f"file entry {index} of {len(self)}")
         number = bisect.bisect_right(self._starts, position) - 1
-        return self.part_entries(number)[position - self._starts[number]]
+        return self._part(number).entry(position - self._starts[number])
 
     def __iter__(self) -> Iterator[FileEntry]:
         for number in range(len(self.parts)):
@@ -156,33 +157,57 @@ class FileParts(Sequence[FileEntry]):
         return (FileParts, (self.store, self.folder, self.parts, self._where))
 
 
-def _path_of(entry: FileEntry) -> str:
-    return entry.path
+class _Part:
+    """One part's entries as its columns: an entry is made when it is asked for, all of them for a pass."""
+
+    __slots__ = ("_checks", "_digests", "_paths", "_sizes")
+
+    def __init__(self, data: bytes, url: str) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        try:
+            table = pq.read_table(pa.BufferReader(data), use_threads=False)  # the asking thread, never Arrow's pools
+            self._paths = table.column("path").combine_chunks()
+            self._sizes = table.column("size").combine_chunks()
+            self._digests = table.column("sha256").combine_chunks()
+            self._checks = table.column("xxh3").combine_chunks()
+        except (pa.ArrowException, KeyError) as exc:
+            raise ManifestError(f"the part of file entries {url} is damaged: {exc}") from exc
+
+    def __len__(self) -> int:
+        return len(self._sizes)
+
+    def entry(self, index: int) -> FileEntry:
+        check = self._checks[index].as_py()
+        digest = self._digests[index].as_py().hex()
+        return FileEntry(self._paths[index].as_py(), self._sizes[index].as_py(), digest, check.hex() if check else "")
+
+    def find(self, path: str) -> FileEntry | None:
+        import pyarrow.compute as pc
+
+        index = pc.index(self._paths, path).as_py()
+        return None if index < 0 else self.entry(index)
+
+    def entries(self) -> list[FileEntry]:
+        text = _hex_text(self._digests, 32)
+        digests = [text[i : i + 64] for i in range(0, len(text), 64)]
+        checks = [""] * len(self) if self._checks.null_count == len(self) else _hex_values(self._checks)
+        with collector_paused():
+            paths, sizes = self._paths.to_pylist(), self._sizes.to_pylist()
+            return list(map(FileEntry._make, zip(paths, sizes, digests, checks, strict=True)))
 
 
-def decode_part(data: bytes) -> list[FileEntry]:
-    """The entries of a part's Parquet bytes."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    try:
-        table = pq.read_table(pa.BufferReader(data))
-        paths = table.column("path").to_pylist()
-        sizes = table.column("size").to_pylist()
-        digests = _hex_column(table.column("sha256").combine_chunks(), 32)
-        checks = _hex_column(table.column("xxh3").combine_chunks(), 8)
-    except (pa.ArrowException, KeyError) as exc:
-        raise ManifestError(f"a part of file entries is damaged: {exc}") from exc
-    return [FileEntry(*entry) for entry in zip(paths, sizes, digests, checks, strict=True)]
+def _hex_text(column: Any, width: int) -> str:
+    """The hex text of a fixed-width binary column without nulls, all values one after the other."""
+    data = column.buffers()[1]
+    return data.to_pybytes()[column.offset * width : (column.offset + len(column)) * width].hex()
 
 
-def _hex_column(column: Any, width: int) -> list[str]:
-    """The hex text of each value of a fixed-width binary column (``""`` for a null), in one conversion."""
-    if column.null_count == len(column):
-        return [""] * len(column)
-    text = column.buffers()[1].to_pybytes()[column.offset * width : (column.offset + len(column)) * width].hex()
-    step = 2 * width
-    values = [text[i : i + step] for i in range(0, len(text), step)]
+def _hex_values(column: Any) -> list[str]:
+    """Each value of a fixed-width binary column as hex (``""`` for a null)."""
     if column.null_count:
-        values = [value if valid else "" for value, valid in zip(values, column.is_valid().to_pylist(), strict=True)]
-    return values
+        return ["" if value is None else value.hex() for value in column.to_pylist()]
+    step = 2 * column.type.byte_width
+    text = _hex_text(column, column.type.byte_width)
+    return [text[i : i + step] for i in range(0, len(text), step)]

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import gc
 import json
 import re
 from collections.abc import Iterator, Sequence
@@ -16,7 +14,7 @@ from typing import Any, overload
 import msgspec
 
 from datamount.datasets.errors import ManifestError
-from datamount.datasets.file_entry import FileEntry
+from datamount.datasets.file_entry import FileEntry, collector_paused
 from datamount.datasets.file_parts import FILE_PARTS_KEY, FilePart, FileParts
 from datamount.storage import Store
 
@@ -288,20 +286,6 @@ class Manifest:
             raise
         except (msgspec.DecodeError, ValueError, KeyError, TypeError) as exc:
             raise ManifestError(f"{where} is damaged: {exc}") from exc
-
-
-@contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
-    """No cyclic garbage collection while a version's objects are made (its manifest's entries, its list's rows):
-    they hold no cycles, and the collections a few hundred thousand new objects set off would walk all of them again
-    and again (a 60,000-file manifest is read in half the time; 1.28 million list rows in 0.37 s instead of 0.89)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def now_utc() -> str:
