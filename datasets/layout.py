@@ -4,11 +4,11 @@ A dataset is a folder, ``datasets/NAME`` (``datasets/TEAM/NAME``) for users and 
 
     objects/ab/abcdef...                file bytes, named by their sha256 and shared by every version
     lists/abcdef....list                a normalised .list, named by its sha256 (format 1: lists/N.list)
-    entries/abcdef....parquet           a part of the file entries of a version (format 6), named by its sha256
     packs/DRAFT/shard-00000.parquet     the shards a writer wrote before its commit, in a folder of its own
     packs/N-SIZES/shard-00000.parquet   the shards ``pack`` added to committed version N (one folder per set of
                                         sizes: shard, row group, and a smaller first row group per shard)
     versions/N.json                     the manifest of version N, created last: the version exists once it is there
+    versions/entries/abcdef....parquet  a part of the file entries a manifest names (format 6), named by its sha256
     versions/N.pack.json                the shards ``pack`` added to version N, created once
     versions/N.removed                  version N was removed: the number is not given again
     locks/shared-ID.json                a writer at work (exclusive-ID.json: a removal): see datasets/locks.py
@@ -32,11 +32,13 @@ OBJECTS = "objects"
 LISTS = "lists"
 PACKS = "packs"
 LOCKS = "locks"
-ENTRIES = "entries"
+#: The parts of versions' file entries: in the versions folder, which only the commit writes (and which no dataset
+#: name can be), not beside it.
+ENTRIES = f"{VERSIONS}/entries"
 #: The codec of the shards of a version's pack folder that names none (packs made before zstd).
 EARLIER_COMPRESSION = "snappy"
 #: The folders of a dataset's data: removing them all removes the dataset.
-DATA_FOLDERS = (VERSIONS, OBJECTS, LISTS, PACKS, ENTRIES)
+DATA_FOLDERS = (VERSIONS, OBJECTS, LISTS, PACKS)
 #: The folders of a dataset's own (its data, and the locks of those who write or remove it:
 #: :mod:`datamount.datasets.locks`); anything else in its folder belongs to the datasets of its namespace.
 OWN_FOLDERS = (*DATA_FOLDERS, LOCKS)

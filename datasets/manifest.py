@@ -249,7 +249,9 @@ class Manifest:
         body = asdict(dataclasses.replace(self, files=[]))
         body["kind"] = self.kind.value
         if isinstance(self.files, FileParts):
-            del body["files"]
+            # An empty "files": what an older datamount reads before the format, which it then refuses by number
+            # (without it, it would call the manifest damaged).
+            body["files"] = []
             body[FILE_PARTS_KEY] = [dataclasses.asdict(part) for part in self.files.parts]
         else:
             body["files"] = [list(entry) if entry.xxh3 else list(entry[:3]) for entry in self.files]
@@ -276,7 +278,7 @@ class Manifest:
                 )
             body["shards"] = [ShardEntry(**shard) for shard in body.get("shards", [])]
             files: Sequence[FileEntry]
-            if raw_parts is not None:
+            if raw_parts is not None:  # its "files" are empty (see to_json)
                 parts = [FilePart(**part) for part in msgspec.json.decode(raw_parts)]
                 files = FileParts(store, _dataset_folder(body["name"]), parts, where)
             else:

@@ -32,7 +32,7 @@ def test_verify_reports_every_missing_and_corrupt_object(store: Store, make_imag
     store.write(f"{folder}/{layout.object_key(second.sha256)}", b"\xff\xd8\xff" + b"x" * (second.size - 3))  # same size
     store.write(f"{folder}/{layout.object_key(third.sha256)}", b"short")
     report = verify(store, manifest)
-    assert report.checked == 7 and not report.ok
+    assert report.checked == 1 + 1 + 6 and not report.ok  # the list, the part of the file entries, the objects
     assert len(report.problems) == 3
     joined = "\n".join(report.problems)
     assert f"missing: {first.path}" in joined
@@ -61,7 +61,8 @@ def test_uploaded_files_carry_their_xxh3_in_parts_of_format_6(
     manifest = upload(list_file, "d", store=local_store).manifest
     body = json.loads(local_store.read("datasets/d/versions/1.json"))
     assert body["format_version"] == manifest.format_version == FILE_PARTS_FORMAT_VERSION == 6
-    assert "files" not in body and [part["rows"] for part in body["file_parts"]] == [4]
+    # Empty files: an older datamount reads them before the format number, then refuses the number.
+    assert body["files"] == [] and [part["rows"] for part in body["file_parts"]] == [4]
     for path, size, sha256, fast in catalog.resolve(local_store, "d").files:
         data = (list_file.parent / path).read_bytes()
         assert (size, sha256, fast) == (len(data), hashlib.sha256(data).hexdigest(), xxhash.xxh3_64_hexdigest(data))
