@@ -1,4 +1,12 @@
-"""The manifest: what a committed dataset version holds. Written last; a version without one does not exist."""
+"""The manifest: what a committed dataset version holds. Written last; a version without one does not exist.
+
+Its file entries (path, size, sha256, xxh3-64 of each file) are, from format 6, kept out of the JSON document in
+Parquet parts it names by sha256 (:mod:`datamount.datasets.file_parts`), so that the document stays small whatever
+the number of files. Every file keeps its sha256, even in a version whose files are only in shards (where it names no
+object): it is what ``diff`` compares content by and what finds an upload of the same list changes nothing. It is 32
+of the 35 to 43 bytes an entry takes in its part (a packed version's entries have no xxh3-64); a packed version could
+name its files by their xxh3-64 instead, which would lose that comparison's strength.
+"""
 
 from __future__ import annotations
 
