@@ -208,3 +208,13 @@ def test_verify_checks_the_parts_and_reports_a_damaged_one(local_store: Store, m
     assert f"file entries {manifest.files.parts[0].path}" in report.problems[0]
     repaired = repair(local_store, catalog.resolve(local_store, "d"))
     assert not repaired.ok and "holds the only copy of those entries" in repaired.unrepaired[0][1]
+
+
+def test_a_packed_version_is_opened_and_read_without_its_parts(
+    local_store: Store, make_image_list: MakeImageList
+) -> None:
+    list_file = make_image_list(6)
+    upload(list_file, "d", store=local_store, packed=True)
+    local_store.remove(f"{layout.dataset_folder('d')}/{layout.ENTRIES}", recursive=True)
+    samples = reader("d", local_store)
+    assert list(samples()) == image_rows(list_file) and samples[4] == image_rows(list_file)[4]
