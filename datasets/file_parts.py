@@ -11,7 +11,7 @@ size and sha256, and the first path it holds. The entries are sorted by path acr
   written over, and checked against its size and sha256 whenever it is read; it is written before the manifest that
   names it, by the commit (:mod:`datamount.datasets.file_parts_writer`);
 - a manifest sent to another process carries the parts' names and the store, not the entries: the process reads
-  the parts it needs.
+  the parts it needs, from the local content cache when the sequence reads through one (``datamount://``'s).
 
 Each part is a Parquet file of four columns: ``path`` (string, delta-encoded: sorted paths share their prefixes),
 ``size`` (int64), ``sha256`` (32 bytes) and ``xxh3`` (8 bytes, null for a file without one), zstd-compressed.
@@ -30,6 +30,7 @@ from typing import Any, overload
 from datamount.datasets.errors import ManifestError
 from datamount.datasets.file_entry import FileEntry, collector_paused
 from datamount.storage import IntegrityError, ObjectNotFoundError, Store
+from datamount.storage.cache import ContentCache
 
 #: Where a format-6 manifest lists the parts of its files' entries (instead of ``files``).
 FILE_PARTS_KEY = "file_parts"
@@ -57,8 +58,17 @@ class FileParts(Sequence[FileEntry]):
     """The file entries of a format-6 manifest, read part by part from ``store`` (the dataset's folder ``folder``)
     when they are used: sorted by path; ``len`` and the files' total size from the manifest alone."""
 
-    def __init__(self, store: Store | None, folder: str, parts: Sequence[FilePart], where: str) -> None:
+    def __init__(
+        self,
+        store: Store | None,
+        folder: str,
+        parts: Sequence[FilePart],
+        where: str,
+        cache: ContentCache | None = None,
+    ) -> None:
         self.store = store
+        #: Where the parts are kept once read (by sha256), for other processes to find them without the store.
+        self.cache = cache
         self.folder = folder
         self.parts = list(parts)
         self._where = where
@@ -73,6 +83,10 @@ class FileParts(Sequence[FileEntry]):
     def files_size(self) -> int:
         """The total size of the files, from the manifest alone."""
         return sum(part.files_size for part in self.parts)
+
+    def cached_in(self, cache: ContentCache | None) -> FileParts:
+        """These parts, read through ``cache`` (as they are, with none)."""
+        return self if cache is None else FileParts(self.store, self.folder, self.parts, self._where, cache)
 
     def stored_in(self, store: Store, folder: str) -> bool:
         """Whether these parts are in ``store``'s dataset folder ``folder`` already."""
@@ -102,7 +116,7 @@ class FileParts(Sequence[FileEntry]):
         path = f"{self.folder}/{part.path}"
         url = self.store.url_for(path)
         try:
-            data = self.store.read(path)
+            data = self._fetch(self.store, path, part)
         except ObjectNotFoundError as exc:
             raise ManifestError(f"{self._where}: the part of its file entries {url} is missing") from exc
         if len(data) != part.size or hashlib.sha256(data).hexdigest() != part.sha256:
@@ -114,6 +128,13 @@ class FileParts(Sequence[FileEntry]):
         if len(decoded) != part.rows:
             raise ManifestError(f"{self._where}: {url} has {len(decoded)} file entries, not {part.rows}")
         return decoded
+
+    def _fetch(self, store: Store, path: str, part: FilePart) -> bytes:
+        """A part's bytes, from the cache when there is one (fetched into it from the store when not there)."""
+        if self.cache is None:
+            return store.read(path)
+        with self.cache.use(part.sha256, part.size, lambda out: out.write(store.read(path)), name=path) as local:
+            return local.read_bytes()
 
     def stored_entry(self, path: str) -> FileEntry | None:
         """The entry of ``path``, read from the one part that may hold it; ``None`` when there is none."""
@@ -154,7 +175,7 @@ class FileParts(Sequence[FileEntry]):
 
     def __reduce__(self) -> tuple[Any, ...]:
         # The parts' names and the store: the process that gets it reads the parts it needs.
-        return (FileParts, (self.store, self.folder, self.parts, self._where))
+        return (FileParts, (self.store, self.folder, self.parts, self._where, self.cache))
 
 
 class _Part:

@@ -25,6 +25,7 @@ from datamount.datasets.errors import ManifestError
 from datamount.datasets.file_entry import FileEntry, collector_paused
 from datamount.datasets.file_parts import FILE_PARTS_KEY, FilePart, FileParts
 from datamount.storage import Store
+from datamount.storage.cache import ContentCache
 
 #: Format 2 keeps a version's list and shards under names that do not depend on its number (the number is given by
 #: the commit); format 1 kept them under ``lists/N.list`` and ``packs/N/``, and is still read. Format 3 is format 2
@@ -266,14 +267,16 @@ class Manifest:
         return (json.dumps(body, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
 
     @classmethod
-    def from_json(cls, data: bytes, where: str, *, store: Store | None = None) -> Manifest:
+    def from_json(
+        cls, data: bytes, where: str, *, store: Store | None = None, cache: ContentCache | None = None
+    ) -> Manifest:
         """The manifest ``data`` (read from ``where``, named in errors); ``store`` holds the parts of its files'
-        entries (format 6), read when they are first used."""
+        entries (format 6), read when they are first used (through ``cache``, when given)."""
         with collector_paused():
-            return cls._from_json(data, where, store)
+            return cls._from_json(data, where, store, cache)
 
     @classmethod
-    def _from_json(cls, data: bytes, where: str, store: Store | None) -> Manifest:
+    def _from_json(cls, data: bytes, where: str, store: Store | None, cache: ContentCache | None) -> Manifest:
         try:
             # Every value is checked to be JSON; all but the files are decoded now (see FileList).
             values = msgspec.json.decode(data, type=dict[str, msgspec.Raw])
@@ -288,7 +291,7 @@ class Manifest:
             files: Sequence[FileEntry]
             if raw_parts is not None:  # its "files" are empty (see to_json)
                 parts = [FilePart(**part) for part in msgspec.json.decode(raw_parts)]
-                files = FileParts(store, _dataset_folder(body["name"]), parts, where)
+                files = FileParts(store, _dataset_folder(body["name"]), parts, where, cache)
             else:
                 files = FileList(raw_files if raw_files is not None else b"[]", where)
             return cls(files=files, **body)

@@ -51,7 +51,7 @@ def recall(cache: ContentCache, pinned: Pinned, where: str, store: Store) -> Man
         return None
     if hashlib.sha256(data).hexdigest() != pinned.sha256:
         return None
-    return Manifest.from_json(data, where, store=store)
+    return Manifest.from_json(data, where, store=store, cache=cache)
 
 
 def same(manifest: Manifest, pinned: Pinned) -> bool:
