@@ -148,6 +148,8 @@ class FileList(Sequence[FileEntry]):
 def same_files(first: Sequence[FileEntry], second: Sequence[FileEntry]) -> bool:
     """Whether two versions' files are the same paths with the same content (whether their entries carry an xxh3-64
     does not matter: a version from before format 4 holds the same files)."""
+    if isinstance(first, FileParts) and isinstance(second, FileParts) and first.parts == second.parts:
+        return True  # the same parts: the same entries, none read
     return len(first) == len(second) and all(a[:3] == b[:3] for a, b in zip(first, second, strict=True))
 
 
