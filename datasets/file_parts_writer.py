@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from datamount.datasets import layout
-from datamount.datasets.file_entry import FileEntry
+from datamount.datasets.file_entry import FileEntry, collector_paused
 from datamount.datasets.file_parts import ROWS_PER_PART, FilePart
 from datamount.storage import ObjectExistsError, Store
 
@@ -66,7 +66,8 @@ def entry_table(entries: Sequence[FileEntry]) -> pa.Table:
     """``entries`` as a table of the parts' columns."""
     if not entries:
         return SCHEMA.empty_table()
-    paths, sizes, digests, checks = zip(*entries, strict=True)
+    with collector_paused():  # four tuples as long as the entries, no cycles: see collector_paused
+        paths, sizes, digests, checks = zip(*entries, strict=True)
     return pa.Table.from_arrays(
         [pa.array(paths, pa.string()), pa.array(sizes, pa.int64()), _binary(digests, 32), _binary(checks, 8)],
         schema=SCHEMA,
