@@ -284,7 +284,7 @@ def info(name: str, store: Store, as_json: bool) -> None:
         ("kind", manifest.kind),
         ("columns", ", ".join(manifest.columns)),
         ("rows", f"{manifest.rows:,}"),
-        ("files", f"{len(manifest.files):,} ({format_size(sum(entry.size for entry in manifest.files))})"),
+        ("files", f"{len(manifest.files):,} ({format_size(manifest.files_size)})"),
         ("stored", f"{format_size(manifest.total_bytes)} (objects, list and shards)"),
         ("versions", ", ".join(f"@{v}" for v in all_versions) + f" ({len(all_versions)} kept)"),
         ("packed", _packed(manifest)),

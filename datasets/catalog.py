@@ -25,6 +25,8 @@ from importlib.metadata import version as package_version
 
 from datamount.datasets import layout, locks
 from datamount.datasets.errors import CommitConflictError, DatasetBusyError, DatasetNotFoundError, ManifestError
+from datamount.datasets.file_parts import FileParts
+from datamount.datasets.file_parts_writer import write_file_parts
 from datamount.datasets.manifest import Manifest, ShardEntry, now_utc
 from datamount.datasets.names import PUBLIC_NAMESPACE, DatasetRef, parse_ref
 from datamount.storage import DatamountError, ObjectExistsError, ObjectNotFoundError, Store
@@ -94,7 +96,7 @@ def read_manifest(store: Store, name: str, version: int, *, packed: bool | None 
 def _with_pack_record(store: Store, path: str, data: bytes, record: bytes | None, *, look: bool) -> Manifest:
     """The manifest ``data`` (read from ``path``) with the shards its pack record adds (``record``, its bytes when
     read already; else read here when ``look``)."""
-    manifest = Manifest.from_json(data, store.url_for(path))
+    manifest = Manifest.from_json(data, store.url_for(path), store=store)
     if manifest.shards or (record is None and not look):
         return manifest
     shards = _pack_record(store, manifest, hashlib.sha256(data).hexdigest(), record)
@@ -193,10 +195,14 @@ def commit(store: Store, draft: Manifest, *, restore: Callable[[list[str]], obje
     the time and the datamount version are filled in here, and the manifest is created exclusively: when another
     writer takes the number first, this one takes the next. From the moment the manifest exists the version exists
     for every reader, and it never changes.
+
+    The draft's files (any sequence of entries: a list, or one read from disk) are iterated once, sorted by path and
+    stored as the parts the manifest names (:mod:`datamount.datasets.file_parts`), before anything is checked.
     """
     if draft.version:
         raise ValueError(f"{draft.ref} is already committed")
     lock = _lock_held(store, draft.name, "commit a version of")
+    draft = _with_file_parts(store, draft)
     gone = missing(store, draft)
     if gone and restore is not None:  # removed since it was stored (a racing removal): stored again, then checked
         restore(gone)
@@ -226,6 +232,18 @@ def commit(store: Store, draft: Manifest, *, restore: Callable[[list[str]], obje
     )
 
 
+def _with_file_parts(store: Store, draft: Manifest) -> Manifest:
+    """``draft`` with its files' entries in parts stored in ``store`` (as it is when they are there already, or it
+    has no files: a version without files keeps the format it has)."""
+    folder = layout.dataset_folder(draft.name)
+    if isinstance(draft.files, FileParts) and draft.files.stored_in(store, folder):
+        return draft
+    if not len(draft.files):
+        return dataclasses.replace(draft, files=[])
+    parts = write_file_parts(store, draft.name, draft.files)
+    return dataclasses.replace(draft, files=FileParts(store, folder, parts, f"{store.url}/{folder}"))
+
+
 def _lock_held(store: Store, name: str, doing: str, kind: str = locks.SHARED) -> locks.Lock:
     """The lock this process holds on dataset ``name`` (of ``kind`` or stronger), which ``doing`` needs."""
     lock = locks.held(store, name)
@@ -245,7 +263,16 @@ def named_files(draft: Manifest) -> dict[str, int]:
     if draft.objects:
         named.update((layout.object_path(draft.name, entry.sha256), entry.size) for entry in draft.files)
     named.update((layout.shard_path(draft.name, shard), shard.size) for shard in draft.shards)
+    named.update(file_part_paths(draft))
     return named
+
+
+def file_part_paths(manifest: Manifest) -> dict[str, int]:
+    """The store path and size of each part of ``manifest``'s file entries (none before format 6)."""
+    if not isinstance(manifest.files, FileParts):
+        return {}
+    folder = layout.dataset_folder(manifest.name)
+    return {f"{folder}/{part.path}": part.size for part in manifest.files.parts}
 
 
 def missing(store: Store, draft: Manifest) -> list[str]:
@@ -480,8 +507,12 @@ def remove_unused(store: Store, name: str, kept: list[Manifest]) -> None:
     used = {layout.list_path(m) for m in kept if m.has_list}
     used.update(layout.object_path(name, entry.sha256) for m in kept if m.objects for entry in m.files)
     used.update(layout.pack_record_path(name, m.version) for m in kept)
+    used.update(path for m in kept for path in file_part_paths(m))
     stored = [
-        path for area in (layout.LISTS, layout.OBJECTS) for path in store.list(f"{folder}/{area}") if path not in used
+        path
+        for area in (layout.LISTS, layout.OBJECTS, layout.ENTRIES)
+        for path in store.list(f"{folder}/{area}")
+        if path not in used
     ]
     records = {layout.pack_record_path(name, n) for n in versions_folder(store, name).packed}
     store.remove_many([*stored, *sorted(records - used)])

@@ -77,7 +77,7 @@ def _export_files(store: Store, manifest: Manifest, out: Path, counts: _Counts, 
     sha256 its manifest records for that path."""
     lines = read_lines(store, manifest)
     digests = {entry.path: entry.sha256 for entry in manifest.files}
-    report.start("export", items=len(lines), size=sum(entry.size for entry in manifest.files))
+    report.start("export", items=len(lines), size=manifest.files_size)
     done: set[str] = set()
     rows = open_rows(store, manifest, verify=False).rows(0, len(lines))  # checked here, once, for every layout
     with closing(rows):

@@ -8,6 +8,7 @@ A dataset is a folder, ``datasets/NAME`` (``datasets/TEAM/NAME``) for users and 
     packs/N-SIZES/shard-00000.parquet   the shards ``pack`` added to committed version N (one folder per set of
                                         sizes: shard, row group, and a smaller first row group per shard)
     versions/N.json                     the manifest of version N, created last: the version exists once it is there
+    versions/entries/abcdef....parquet  a part of the file entries a manifest names (format 6), named by its sha256
     versions/N.pack.json                the shards ``pack`` added to version N, created once
     versions/N.removed                  version N was removed: the number is not given again
     locks/shared-ID.json                a writer at work (exclusive-ID.json: a removal): see datasets/locks.py
@@ -31,6 +32,9 @@ OBJECTS = "objects"
 LISTS = "lists"
 PACKS = "packs"
 LOCKS = "locks"
+#: The parts of versions' file entries: in the versions folder, which only the commit writes (and which no dataset
+#: name can be), not beside it.
+ENTRIES = f"{VERSIONS}/entries"
 #: The codec of the shards of a version's pack folder that names none (packs made before zstd).
 EARLIER_COMPRESSION = "snappy"
 #: The folders of a dataset's data: removing them all removes the dataset.
@@ -98,6 +102,12 @@ def object_path(name: str, sha256: str) -> str:
 def list_key(sha256: str) -> str:
     """Where a normalised list lives in the dataset folder: named by its content."""
     return f"{LISTS}/{sha256}.list"
+
+
+def file_part_key(sha256: str) -> str:
+    """Where a part of a version's file entries lives in the dataset folder: named by its content
+    (:mod:`datamount.datasets.file_parts`)."""
+    return f"{ENTRIES}/{sha256}.parquet"
 
 
 def list_path(manifest: Manifest) -> str:

@@ -58,7 +58,7 @@ def pack(
             return manifest
         report = progress or Silent()
         units = plan_pack(target, manifest, shard_bytes, row_group_bytes)
-        report.start("pack", items=manifest.rows, size=sum(f.size for f in manifest.files))
+        report.start("pack", items=manifest.rows, size=manifest.files_size)
 
         def write() -> list[ShardEntry]:
             shards = [write_unit(target, manifest, unit, report) for unit in units]

@@ -53,7 +53,7 @@ def pack_ray(
         def write() -> list[ShardEntry]:
             ray, connected_here = connect_ray(address, start_local=True)
             try:
-                report.start("pack", items=manifest.rows, size=sum(f.size for f in manifest.files))
+                report.start("pack", items=manifest.rows, size=manifest.files_size)
                 shards = _run(ray, target, manifest, units, report)
                 report.finish()
                 return shards

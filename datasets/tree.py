@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from datamount.datasets.export import list_name
+from datamount.datasets.file_parts import FileParts
 from datamount.datasets.manifest import FileEntry, FileList, Kind, Manifest, ShardEntry, collector_paused
 from datamount.datasets.row_folders import RowFile, shows_rows
 from datamount.datasets.rows.listed import Line
@@ -258,11 +259,12 @@ def look_up(manifest: Manifest, listed: bytes, path: str) -> Content | str | Non
     """What the tree of an image version with a list, which ``listed`` (its normalised list's bytes) names, has at
     ``path`` (``a/b``, ``""`` for the root), found without building the tree: a file's :class:`Content` (the list's,
     a shard's, or a row's, its first row's number counted in ``listed`` and its entry decoded alone from the
-    manifest's stored files), :data:`FOLDER`, ``None`` when there is nothing at ``path``, or :data:`UNKNOWN` when
-    only the tree can answer (a path that the list or the manifest may spell otherwise than plain ASCII, a list with
-    empty lines, a manifest whose files are decoded already or stored with other spacing: see
-    :meth:`~datamount.datasets.manifest.FileList.stored_entry`). The answer is the tree's
-    (with ``image_shards``), but for a version that the tree refuses whole (a path of the list it cannot show)."""
+    manifest's stored files, or read from the one part of them that holds it), :data:`FOLDER`, ``None`` when there
+    is nothing at ``path``, or :data:`UNKNOWN` when only the tree can answer (a path that the list or the manifest
+    may spell otherwise than plain ASCII, a list with empty lines, a manifest whose files are decoded already or
+    stored with other spacing: see :meth:`~datamount.datasets.manifest.FileList.stored_entry`). The answer is the
+    tree's (with ``image_shards``), but for a version that the tree refuses whole (a path of its list it cannot
+    show)."""
     if not path:
         return FOLDER
     if path == list_name(manifest):
@@ -273,7 +275,7 @@ def look_up(manifest: Manifest, listed: bytes, path: str) -> Content | str | Non
                 return Content("shard", shard.size, shard=shard)
         return FOLDER if path == SHARDS_FOLDER and manifest.shards else None
     plain = path.isascii() and path.isprintable() and '"' not in path and "\\" not in path
-    if not plain or not isinstance(manifest.files, FileList):
+    if not plain or not isinstance(manifest.files, FileList | FileParts):
         return UNKNOWN
     if listed.startswith(b"\n") or b"\n\n" in listed:
         return UNKNOWN

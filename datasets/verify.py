@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from datamount.datasets import layout, locks
+from datamount.datasets.file_parts import FilePart, FileParts
 from datamount.datasets.listfile import parse_list
 from datamount.datasets.manifest import FileEntry, Kind, Manifest, ShardEntry
 from datamount.datasets.pack import plan_pack, write_unit
@@ -30,8 +32,8 @@ class Damage:
     path: str
     label: str
     reason: str
-    #: What is damaged: the list, a file's object, or a shard (with its manifest entry).
-    entry: FileEntry | ShardEntry | None = None
+    #: What is damaged: the list, a file's object, a shard or a part of the files' entries (with its manifest entry).
+    entry: FileEntry | ShardEntry | FilePart | None = None
 
     def __str__(self) -> str:
         return self.reason
@@ -58,15 +60,26 @@ def verify(store: Store, manifest: Manifest, *, on_checked: Callable[[int], None
     """Re-hash the list, every object and every shard of ``manifest``; report every missing one and every mismatch."""
     report = VerifyReport(manifest)
     folder = layout.dataset_folder(manifest.name)
-    targets: list[tuple[str, int, str, str, FileEntry | ShardEntry | None]] = []
-    if manifest.has_list:
-        targets.append((layout.list_path(manifest), manifest.list_size, manifest.list_sha256, "the list", None))
-    if manifest.objects:
-        targets += [(layout.object_path(manifest.name, e.sha256), e.size, e.sha256, e.path, e) for e in manifest.files]
-    targets += [(layout.shard_path(manifest.name, s), s.size, s.sha256, f"shard {s.path}", s) for s in manifest.shards]
+    parts = manifest.files.parts if isinstance(manifest.files, FileParts) else []
+
+    def objects() -> Iterator[Target]:
+        # Read from the parts once they are checked: a damaged part is reported, not raised.
+        if manifest.objects and not any(isinstance(damage.entry, FilePart) for damage in report.damaged):
+            yield from (
+                (layout.object_path(manifest.name, e.sha256), e.size, e.sha256, e.path, e) for e in manifest.files
+            )
+
+    targets: Iterable[Target] = itertools.chain(
+        [(layout.list_path(manifest), manifest.list_size, manifest.list_sha256, "the list", None)]
+        if manifest.has_list
+        else [],
+        ((f"{folder}/{part.path}", part.size, part.sha256, f"file entries {part.path}", part) for part in parts),
+        objects(),
+        ((layout.shard_path(manifest.name, s), s.size, s.sha256, f"shard {s.path}", s) for s in manifest.shards),
+    )
     present: dict[str, int] = {}
     packs = {layout.pack_folder_of(shard) for shard in manifest.shards}
-    for area in (layout.OBJECTS, layout.LISTS, *sorted(packs)):
+    for area in (layout.OBJECTS, layout.LISTS, layout.ENTRIES, *sorted(packs)):
         present.update(store.list(f"{folder}/{area}"))
     for path, size, sha256, label, entry in targets:
         report.checked += 1
@@ -84,6 +97,10 @@ def verify(store: Store, manifest: Manifest, *, on_checked: Callable[[int], None
         if on_checked is not None:
             on_checked(size)
     return report
+
+
+#: What verify checks: a store path, its size and sha256, what to call it, and its manifest entry.
+Target = tuple[str, int, str, str, FileEntry | ShardEntry | FilePart | None]
 
 
 @dataclass
@@ -154,6 +171,8 @@ def _put_back(
         return _put_back_object(store, manifest, damage.entry, sources)
     if isinstance(damage.entry, ShardEntry):
         return _put_back_shard(store, manifest, damage.entry)
+    if isinstance(damage.entry, FilePart):
+        return f"{damage.label} holds the only copy of those entries: copy the version from another store"
     if source is None:
         return "the list can come back only from the .list it was uploaded from (--from LIST)"
     with parse_list(source, kind=manifest.kind, root=root) as parsed:

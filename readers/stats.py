@@ -205,7 +205,7 @@ def stored_bytes_per_row(manifest: Manifest, *, packed: bool) -> float:
         rows = sum(shard.rows for shard in manifest.shards)
         return sum(shard.size for shard in manifest.shards) / rows if rows else 0.0
     if manifest.kind is Kind.IMAGE and manifest.files:
-        return sum(entry.size for entry in manifest.files) / len(manifest.files)
+        return manifest.files_size / len(manifest.files)
     rows = sum(manifest.splits.values()) or manifest.rows  # a split's manifest keeps the whole list's size
     return manifest.list_size / rows if rows else 0.0
 

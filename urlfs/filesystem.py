@@ -16,6 +16,7 @@ The rules, each kept here once:
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import datetime
 import errno
 import threading
@@ -26,6 +27,7 @@ from fsspec import AbstractFileSystem
 from fsspec.spec import AbstractBufferedFile
 
 from datamount.datasets import catalog
+from datamount.datasets.file_parts import FileParts
 from datamount.datasets.manifest import Kind, Manifest
 from datamount.datasets.rows.listed import list_rows
 from datamount.datasets.tree import FOLDER, UNKNOWN, Content, Node, Tree, look_up
@@ -225,10 +227,12 @@ class DatamountFileSystem(AbstractFileSystem):
         pinned = self._pinned.get(where.key)
         manifest = None
         if pinned is not None and cache is not None:
-            manifest = pinning.recall(cache, pinned, f"datamount://{where.root}")
+            manifest = pinning.recall(cache, pinned, f"datamount://{where.root}", store)
         if manifest is None:
             ref = where.name if where.version == LATEST else f"{where.name}@{where.version}"
             manifest = catalog.resolve(store, ref)
+            if isinstance(manifest.files, FileParts):  # its entries' parts kept with the manifest, for workers
+                manifest = dataclasses.replace(manifest, files=manifest.files.cached_in(cache))
             if pinned is not None and not pinning.same(manifest, pinned):
                 raise FileNotFoundError(
                     errno.ENOENT,

@@ -13,7 +13,7 @@ import hashlib
 from typing import NamedTuple
 
 from datamount.datasets.manifest import Manifest
-from datamount.storage import IntegrityError
+from datamount.storage import IntegrityError, Store
 from datamount.storage.cache import ContentCache
 
 
@@ -37,9 +37,9 @@ def remember(cache: ContentCache, manifest: Manifest) -> Pinned:
     return Pinned(manifest.version, sha256, len(data))
 
 
-def recall(cache: ContentCache, pinned: Pinned, where: str) -> Manifest | None:
-    """The manifest ``pinned`` names, from ``cache`` (checked against its sha256 there); ``None`` when the cache has
-    it not."""
+def recall(cache: ContentCache, pinned: Pinned, where: str, store: Store) -> Manifest | None:
+    """The manifest ``pinned`` names, from ``cache`` (checked against its sha256 there; the parts of its file
+    entries, if any, read from ``store`` when used); ``None`` when the cache has it not."""
 
     def absent(_: object) -> None:
         raise _NotCached
@@ -51,7 +51,7 @@ def recall(cache: ContentCache, pinned: Pinned, where: str) -> Manifest | None:
         return None
     if hashlib.sha256(data).hexdigest() != pinned.sha256:
         return None
-    return Manifest.from_json(data, where)
+    return Manifest.from_json(data, where, store=store, cache=cache)
 
 
 def same(manifest: Manifest, pinned: Pinned) -> bool:

@@ -67,7 +67,7 @@ def test_upload_then_catalog_commands(store_dir: str, make_image_list: MakeImage
     assert head.output.splitlines() == ["(<JPEG 303 bytes>, '0')", "(<JPEG 304 bytes>, '1')"]
 
     verified = run("verify", "cats", "--store", store_dir, "--quiet")
-    assert verified.exit_code == 0 and "all 9 objects match" in verified.output
+    assert verified.exit_code == 0 and "all 10 objects match" in verified.output  # the list, the entries' part, 8 files
 
 
 def test_pack_twice_says_the_version_is_packed_and_info_counts_the_versions_kept(
@@ -90,7 +90,7 @@ def test_verify_fails_on_a_corrupt_object(store_dir: str, make_image_list: MakeI
     store.write(victim, b"tampered")
     result = run("verify", "cats", "--store", store_dir, "--quiet")
     assert result.exit_code == 1
-    assert "wrong size" in result.output and "1 of 4 objects do not match" in result.output
+    assert "wrong size" in result.output and "1 of 5 objects do not match" in result.output  # the list, a part, 3
 
 
 def test_rm_asks_unless_yes(store_dir: str, make_image_list: MakeImageList) -> None:

@@ -15,12 +15,13 @@ from hypothesis import strategies as st
 
 from datamount.datasets import catalog, layout, verify
 from datamount.datasets.errors import DatasetNotFoundError, InvalidDatasetNameError, ManifestError
-from datamount.datasets.manifest import FILE_CHECKS_FORMAT_VERSION, FORMAT_VERSION, Manifest
+from datamount.datasets.manifest import FILE_PARTS_FORMAT_VERSION, FORMAT_VERSION, Manifest
 from datamount.datasets.names import DatasetRef, parse_ref, validate_name
 from datamount.datasets.upload import upload
 from datamount.readers import reader
 from datamount.storage import Store
 from tests.generated import MakeImageList
+from tests.manifests import inline_body
 
 
 def test_verify_reports_every_missing_and_corrupt_object(store: Store, make_image_list: MakeImageList) -> None:
@@ -31,7 +32,7 @@ def test_verify_reports_every_missing_and_corrupt_object(store: Store, make_imag
     store.write(f"{folder}/{layout.object_key(second.sha256)}", b"\xff\xd8\xff" + b"x" * (second.size - 3))  # same size
     store.write(f"{folder}/{layout.object_key(third.sha256)}", b"short")
     report = verify(store, manifest)
-    assert report.checked == 7 and not report.ok
+    assert report.checked == 1 + 1 + 6 and not report.ok  # the list, the part of the file entries, the objects
     assert len(report.problems) == 3
     joined = "\n".join(report.problems)
     assert f"missing: {first.path}" in joined
@@ -45,7 +46,7 @@ def test_verify_reports_a_file_whose_recorded_xxh3_is_not_its_content(
     """Reads check a file's xxh3-64, so a manifest whose xxh3 is wrong (its objects right) fails every read of that
     file: verify says so, rather than finding nothing wrong."""
     upload(make_image_list(3), "d", store=local_store)
-    body = json.loads(local_store.read("datasets/d/versions/1.json"))
+    body = inline_body(local_store, "d")
     body["files"][1][3] = "0" * 16
     local_store.write("datasets/d/versions/1.json", json.dumps(body).encode())
     report = verify(local_store, catalog.resolve(local_store, "d"))
@@ -53,12 +54,16 @@ def test_verify_reports_a_file_whose_recorded_xxh3_is_not_its_content(
     assert body["files"][1][0] in report.problems[0] and "0" * 16 in report.problems[0]
 
 
-def test_uploaded_files_carry_their_xxh3_and_make_format_4(local_store: Store, make_image_list: MakeImageList) -> None:
+def test_uploaded_files_carry_their_xxh3_in_parts_of_format_6(
+    local_store: Store, make_image_list: MakeImageList
+) -> None:
     list_file = make_image_list(4)
     manifest = upload(list_file, "d", store=local_store).manifest
     body = json.loads(local_store.read("datasets/d/versions/1.json"))
-    assert body["format_version"] == manifest.format_version == FILE_CHECKS_FORMAT_VERSION == 4
-    for path, size, sha256, fast in body["files"]:
+    assert body["format_version"] == manifest.format_version == FILE_PARTS_FORMAT_VERSION == 6
+    # Empty files: an older datamount reads them before the format number, then refuses the number.
+    assert body["files"] == [] and [part["rows"] for part in body["file_parts"]] == [4]
+    for path, size, sha256, fast in catalog.resolve(local_store, "d").files:
         data = (list_file.parent / path).read_bytes()
         assert (size, sha256, fast) == (len(data), hashlib.sha256(data).hexdigest(), xxhash.xxh3_64_hexdigest(data))
 
@@ -70,7 +75,7 @@ def test_a_version_from_before_format_4_reads_and_is_not_uploaded_again(
     of the same list finds the version holds it already."""
     list_file = make_image_list(4)
     upload(list_file, "d", store=local_store)
-    body = json.loads(local_store.read("datasets/d/versions/1.json"))
+    body = inline_body(local_store, "d")
     body["files"] = [entry[:3] for entry in body["files"]]
     body["format_version"] = 2
     local_store.write("datasets/d/versions/1.json", json.dumps(body).encode())
@@ -129,7 +134,7 @@ def test_a_damaged_file_entry_is_named_when_the_files_are_used(
     local_store: Store, make_image_list: MakeImageList, entry: list[object], cause: str
 ) -> None:
     upload(make_image_list(2), "d", store=local_store)
-    body = json.loads(local_store.read("datasets/d/versions/1.json"))
+    body = inline_body(local_store, "d")
     body["files"][0] = entry
     local_store.write("datasets/d/versions/1.json", json.dumps(body).encode())
     manifest = catalog.resolve(local_store, "d")
@@ -143,7 +148,7 @@ def test_a_packed_read_does_not_decode_the_files(local_store: Store, make_image_
     """Opening a version leaves its file list as the manifest's bytes until something uses it: a packed read never
     does, and a worker process is sent those bytes."""
     upload(make_image_list(3), "d", store=local_store, packed=True)
-    body = json.loads(local_store.read("datasets/d/versions/1.json"))
+    body = inline_body(local_store, "d")
     body["files"][0][1] = "not a size"
     local_store.write("datasets/d/versions/1.json", json.dumps(body).encode())
     manifest = catalog.resolve(local_store, "d")

@@ -20,6 +20,7 @@ from datamount.datasets.diff import DiffRow, FileCounts, diff_versions
 from datamount.datasets.errors import DatasetNotFoundError
 from datamount.storage import IntegrityError, Store, open_store
 from tests.datasets.public_files import make_mnist, registered, with_checksums_of
+from tests.manifests import inline_body
 from tests.servers.fault_proxy import FaultProxyFactory
 from tests.servers.moto import S3_TEST_KEY, S3_TEST_SECRET, S3Server
 
@@ -121,7 +122,7 @@ def rewrite_manifest(store: Store, ref: str, *, extra_file: bool = False, spaced
     """Write ``ref``'s manifest again, naming one more file than its list, or with spaces between JSON items."""
     name, version = ref.split("@")
     path = layout.manifest_path(name, int(version))
-    body = json.loads(store.read(path))
+    body = inline_body(store, name, int(version))
     if extra_file:
         body["files"].append(["z.png", 1, "0" * 64])
     store.write(path, json.dumps(body, separators=(", ", ": ") if spaced else (",", ":")).encode())

@@ -22,6 +22,7 @@ from datamount.readers import reader
 from datamount.storage import IntegrityError, ObjectNotFoundError, Store
 from datamount.storage.cache import ContentCache
 from tests.generated import MakeImageList, image_rows
+from tests.manifests import inline_body
 
 ROWS = 40
 
@@ -47,7 +48,7 @@ def damage(store: Store, path: str, how: str, position: int | None = None) -> No
 def as_before_format_4(store: Store, name: str) -> None:
     """Rewrite version 1 of ``name`` as a datamount before format 4 wrote it: file entries without their xxh3-64."""
     path = layout.manifest_path(name, 1)
-    body = json.loads(store.read(path))
+    body = inline_body(store, name)
     body["files"] = [entry[:3] for entry in body["files"]]
     body["format_version"] = 2
     store.write(path, json.dumps(body).encode())

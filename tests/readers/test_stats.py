@@ -107,9 +107,10 @@ def test_against_a_slow_store_the_consumers_share_is_measured_and_the_wait_domin
     truth = own / (own + waited)
     assert abs(compute_share(stats) - truth) <= 0.1 * truth, (stats, own, waited)
     assert stats["wait_share"] > 0.8, stats
-    # Every GET the proxy saw during the pass is one of its requests: the list, then the 40 objects.
+    # Every GET the proxy saw during the pass is one of its requests: the list, the part of the file entries, then the
+    # 40 objects.
     gets = [record for record in proxy.requests[before:] if record.method == "GET"]
-    assert stats["requests"] == len(gets) == 41
+    assert stats["requests"] == len(gets) == 42
     assert sum(record.action is Action.DELAY for record in gets) == 40
 
 
@@ -123,7 +124,7 @@ def test_retries_and_throttling_pauses_are_counted(slow_s3: Any) -> None:
     stats = samples.stats()
     assert stats["retries"] == 2
     assert 0.1 <= stats["throttled_s"] <= 0.2  # one pause, of THROTTLE_PAUSE (0.2 s) times 0.5 to 1
-    assert stats["requests"] == 41  # the list and the objects: a new attempt is not a request of its own
+    assert stats["requests"] == 42  # the list, the entries' part, the objects: a retry is not a request of its own
 
 
 # -- counters --------------------------------------------------------------------------------------------------------

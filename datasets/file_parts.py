@@ -1,0 +1,234 @@
+"""A version's file entries kept out of its manifest's JSON: Parquet parts that the manifest lists (format 6).
+
+The rule: a manifest of format 6 names its files' entries by the parts that hold them, each part by its path, rows,
+size and sha256, and the first path it holds. The entries are sorted by path across the parts, so that
+
+- the manifest's JSON is a few hundred bytes per part of :data:`ROWS_PER_PART` entries whatever the number of
+  files (``info``, ``ls`` and opening a version read it alone);
+- entry ``i`` is in the part whose rows cover ``i``, and the entry of a path in the last part whose first path is
+  not after it (the index by path, built by the commit's sort): either is found reading that part alone;
+- a part is named by its sha256 (``entries/SHA256.parquet`` in the dataset folder), created exclusively, never
+  written over, and checked against its size and sha256 whenever it is read; it is written before the manifest that
+  names it, by the commit (:mod:`datamount.datasets.file_parts_writer`);
+- a manifest sent to another process carries the parts' names and the store, not the entries: the process reads
+  the parts it needs, from the local content cache when the sequence reads through one (``datamount://``'s).
+
+Each part is a Parquet file of four columns: ``path`` (string, delta-encoded: sorted paths share their prefixes),
+``size`` (int64), ``sha256`` (32 bytes) and ``xxh3`` (8 bytes, null for a file without one), zstd-compressed.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, overload
+
+from datamount.datasets.errors import ManifestError
+from datamount.datasets.file_entry import FileEntry, collector_paused
+from datamount.storage import IntegrityError, ObjectNotFoundError, Store
+from datamount.storage.cache import ContentCache
+
+#: Where a format-6 manifest lists the parts of its files' entries (instead of ``files``).
+FILE_PARTS_KEY = "file_parts"
+#: Entries per part: a part is about 1.4 MB for 32,768 files of an image version (42 bytes each, most of them its
+#: sha256), read, checked and decoded in tens of ms; the manifest's JSON grows by about 290 bytes a part.
+ROWS_PER_PART = 1 << 15
+#: Parts kept decoded by one sequence, for a reader that asks for entries near each other.
+_PARTS_KEPT = 2
+
+
+@dataclass(frozen=True)
+class FilePart:
+    """One part of a version's file entries: its path in the dataset folder, its entries (``rows``), its size and
+    sha256, the total size of the files it names (``files_size``) and the first path it holds."""
+
+    path: str
+    rows: int
+    size: int
+    sha256: str
+    files_size: int
+    first: str
+
+
+class FileParts(Sequence[FileEntry]):
+    """The file entries of a format-6 manifest, read part by part from ``store`` (the dataset's folder ``folder``)
+    when they are used: sorted by path; ``len`` and the files' total size from the manifest alone."""
+
+    def __init__(
+        self,
+        store: Store | None,
+        folder: str,
+        parts: Sequence[FilePart],
+        where: str,
+        cache: ContentCache | None = None,
+    ) -> None:
+        self.store = store
+        #: Where the parts are kept once read (by sha256), for other processes to find them without the store.
+        self.cache = cache
+        self.folder = folder
+        self.parts = list(parts)
+        self._where = where
+        self._starts = [0]
+        for part in self.parts:
+            self._starts.append(self._starts[-1] + part.rows)
+        self._firsts = [part.first for part in self.parts]
+        self._kept: OrderedDict[int, _Part] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @property
+    def files_size(self) -> int:
+        """The total size of the files, from the manifest alone."""
+        return sum(part.files_size for part in self.parts)
+
+    def cached_in(self, cache: ContentCache | None) -> FileParts:
+        """These parts, read through ``cache`` (as they are, with none)."""
+        return self if cache is None else FileParts(self.store, self.folder, self.parts, self._where, cache)
+
+    def stored_in(self, store: Store, folder: str) -> bool:
+        """Whether these parts are in ``store``'s dataset folder ``folder`` already."""
+        return self.store is not None and self.store.url == store.url and self.folder == folder
+
+    def part_entries(self, number: int) -> list[FileEntry]:
+        """The entries of part ``number``, read and checked."""
+        return self._part(number).entries()
+
+    def _part(self, number: int) -> _Part:
+        """Part ``number``, read, checked and decoded (the last few used are kept)."""
+        with self._lock:
+            kept = self._kept.get(number)
+            if kept is not None:
+                self._kept.move_to_end(number)
+                return kept
+        part = self._read(self.parts[number])
+        with self._lock:
+            self._kept[number] = part
+            while len(self._kept) > _PARTS_KEPT:
+                self._kept.popitem(last=False)
+        return part
+
+    def _read(self, part: FilePart) -> _Part:
+        if self.store is None:
+            raise ManifestError(f"{self._where} keeps its files' entries in parts in its store; read it with the store")
+        path = f"{self.folder}/{part.path}"
+        url = self.store.url_for(path)
+        try:
+            data = self._fetch(self.store, path, part)
+        except ObjectNotFoundError as exc:
+            raise ManifestError(f"{self._where}: the part of its file entries {url} is missing") from exc
+        if len(data) != part.size or hashlib.sha256(data).hexdigest() != part.sha256:
+            raise IntegrityError(
+                f"{self._where}: the part of its file entries {url} does not match its size and sha256: the store "
+                "holds a damaged copy"
+            )
+        decoded = _Part(data, url)
+        if len(decoded) != part.rows:
+            raise ManifestError(f"{self._where}: {url} has {len(decoded)} file entries, not {part.rows}")
+        return decoded
+
+    def _fetch(self, store: Store, path: str, part: FilePart) -> bytes:
+        """A part's bytes, from the cache when there is one (fetched into it from the store when not there)."""
+        if self.cache is None:
+            return store.read(path)
+        with self.cache.use(part.sha256, part.size, lambda out: out.write(store.read(path)), name=path) as local:
+            return local.read_bytes()
+
+    def stored_entry(self, path: str) -> FileEntry | None:
+        """The entry of ``path``, read from the one part that may hold it; ``None`` when there is none."""
+        number = bisect.bisect_right(self._firsts, path) - 1
+        return None if number < 0 else self._part(number).find(path)
+
+    def __len__(self) -> int:
+        return self._starts[-1]
+
+    @overload
+    def __getitem__(self, index: int) -> FileEntry: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[FileEntry]: ...
+    def __getitem__(self, index: int | slice) -> FileEntry | list[FileEntry]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        position = index + len(self) if index < 0 else index
+        if not 0 <= position < len(self):
+            raise IndexError(f"file entry {index} of {len(self)}")
+        number = bisect.bisect_right(self._starts, position) - 1
+        return self._part(number).entry(position - self._starts[number])
+
+    def __iter__(self) -> Iterator[FileEntry]:
+        for number in range(len(self.parts)):
+            yield from self.part_entries(number)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, FileParts) and self.parts == other.parts:
+            return True
+        if not isinstance(other, Sequence):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"FileParts({len(self)} entries in {len(self.parts)} parts of {self._where})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The parts' names and the store: the process that gets it reads the parts it needs.
+        return (FileParts, (self.store, self.folder, self.parts, self._where, self.cache))
+
+
+class _Part:
+    """One part's entries as its columns: an entry is made when it is asked for, all of them for a pass."""
+
+    __slots__ = ("_checks", "_digests", "_paths", "_sizes")
+
+    def __init__(self, data: bytes, url: str) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        try:
+            table = pq.read_table(pa.BufferReader(data), use_threads=False)  # the asking thread, never Arrow's pools
+            self._paths = table.column("path").combine_chunks()
+            self._sizes = table.column("size").combine_chunks()
+            self._digests = table.column("sha256").combine_chunks()
+            self._checks = table.column("xxh3").combine_chunks()
+        except (pa.ArrowException, KeyError) as exc:
+            raise ManifestError(f"the part of file entries {url} is damaged: {exc}") from exc
+
+    def __len__(self) -> int:
+        return len(self._sizes)
+
+    def entry(self, index: int) -> FileEntry:
+        check = self._checks[index].as_py()
+        digest = self._digests[index].as_py().hex()
+        return FileEntry(self._paths[index].as_py(), self._sizes[index].as_py(), digest, check.hex() if check else "")
+
+    def find(self, path: str) -> FileEntry | None:
+        import pyarrow.compute as pc
+
+        index = pc.index(self._paths, path).as_py()
+        return None if index < 0 else self.entry(index)
+
+    def entries(self) -> list[FileEntry]:
+        text = _hex_text(self._digests, 32)
+        digests = [text[i : i + 64] for i in range(0, len(text), 64)]
+        checks = [""] * len(self) if self._checks.null_count == len(self) else _hex_values(self._checks)
+        with collector_paused():
+            paths, sizes = self._paths.to_pylist(), self._sizes.to_pylist()
+            return list(map(FileEntry._make, zip(paths, sizes, digests, checks, strict=True)))
+
+
+def _hex_text(column: Any, width: int) -> str:
+    """The hex text of a fixed-width binary column without nulls, all values one after the other."""
+    data = column.buffers()[1]
+    return data.to_pybytes()[column.offset * width : (column.offset + len(column)) * width].hex()
+
+
+def _hex_values(column: Any) -> list[str]:
+    """Each value of a fixed-width binary column as hex (``""`` for a null)."""
+    if column.null_count:
+        return ["" if value is None else value.hex() for value in column.to_pylist()]
+    step = 2 * column.type.byte_width
+    text = _hex_text(column, column.type.byte_width)
+    return [text[i : i + step] for i in range(0, len(text), step)]
