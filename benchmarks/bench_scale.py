@@ -47,6 +47,7 @@ import contextlib
 import json
 import os
 import random
+import resource
 import shutil
 import signal
 import subprocess
@@ -83,10 +84,13 @@ THIS = [sys.executable, str(Path(__file__).resolve())]
 
 @dataclass
 class Outcome:
-    """What one guarded process did: wall seconds, peak RSS in MB, its output, and why it failed (None: it did
-    not). ``limit`` says the failure was the guard's (memory or time), a figure rather than an error."""
+    """What one guarded process did: wall seconds, CPU seconds (user and system, its waited-for children's
+    included: less sensitive than wall time to a machine shared with other work), peak RSS in MB, its output, and
+    why it failed (None: it did not). ``limit`` says the failure was the guard's (memory or time), a figure rather
+    than an error."""
 
     seconds: float
+    cpu_seconds: float
     peak_mb: float
     stdout: str
     failure: str | None = None
@@ -116,19 +120,21 @@ class Guard:
         if failure is None and process.returncode != 0:
             last = stderr.strip().splitlines()[-1:] or ["(no message)"]
             failure = f"exit {process.returncode}: {last[0][:160]}"
-            return Outcome(seconds, usage / 1024, stdout, failure)
-        return Outcome(seconds, usage / 1024, stdout, failure, limit=failure is not None)
+            return Outcome(seconds, cpu_seconds(usage), usage.ru_maxrss / 1024, stdout, failure)
+        return Outcome(seconds, cpu_seconds(usage), usage.ru_maxrss / 1024, stdout, failure, limit=failure is not None)
 
-    def wait(self, process: subprocess.Popen[bytes], also: Sequence[int] = ()) -> tuple[str | None, int]:
+    def wait(
+        self, process: subprocess.Popen[bytes], also: Sequence[int] = ()
+    ) -> tuple[str | None, resource.struct_rusage]:
         """Wait for ``process`` under the guard: the guard's reason if it killed it (None otherwise), and its
-        ``ru_maxrss`` in KiB. Its exit status is set on ``process``."""
+        resource usage (``ru_maxrss`` in KiB). Its exit status is set on ``process``."""
         deadline = time.monotonic() + self.timeout
         failure = None
         while True:
             pid, status, usage = os.wait4(process.pid, os.WNOHANG)
             if pid:
                 process.returncode = os.waitstatus_to_exitcode(status)
-                return failure, usage.ru_maxrss
+                return failure, usage
             if failure is None:
                 failure = self._over(process.pid, also, deadline)
                 if failure is not None:
@@ -142,6 +148,10 @@ class Guard:
         if sessions_rss([session, *also]) > self.max_rss:
             return over(self.max_rss)
         return None
+
+
+def cpu_seconds(usage: resource.struct_rusage) -> float:
+    return usage.ru_utime + usage.ru_stime
 
 
 def over(limit: int) -> str:
@@ -267,10 +277,12 @@ def manifest_bytes(store: Path) -> int:
 def measure(layout: str, source: Source, store: Path, guard: Guard, seed: int) -> Figures:
     figures = Figures(layout, source.rows, os.getloadavg()[0])
     start = guard.run([*DATAMOUNT, "--version"])
-    figures.record("command start", start, f"{start.seconds:.2f} s", start.seconds)
+    figures.record("command start", start, f"{start.seconds:.2f} s (CPU {start.cpu_seconds:.2f})", start.seconds)
     uploaded = guard.run(upload_command(source, layout, store))
     rate = source.rows / uploaded.seconds
-    figures.record("upload", uploaded, f"{uploaded.seconds:.1f} s, {rate:,.0f}/s", uploaded.seconds)
+    shown = f"{uploaded.seconds:.1f} s (CPU {uploaded.cpu_seconds:.1f} s), {rate:,.0f}/s"
+    figures.record("upload", uploaded, shown, uploaded.seconds)
+    figures.values["upload CPU"] = uploaded.cpu_seconds if uploaded.failure is None else None
     figures.record("upload RSS", uploaded, f"{uploaded.peak_mb:,.0f} MB", uploaded.peak_mb)
     if uploaded.failure is not None:
         return figures
@@ -284,7 +296,8 @@ def measure(layout: str, source: Source, store: Path, guard: Guard, seed: int) -
     for command in ("info", "ls"):
         name = [DATASET] if command == "info" else []
         done = guard.run([*DATAMOUNT, command, *name, "--store", str(store), "--json"])
-        figures.record(command, done, f"{done.seconds:.2f} s, {done.peak_mb:,.0f} MB", done.seconds)
+        shown = f"{done.seconds:.2f} s (CPU {done.cpu_seconds:.2f}), {done.peak_mb:,.0f} MB"
+        figures.record(command, done, shown, done.seconds)
     row = random.Random(seed).randrange(source.rows)
     path = image_path(row) if source.kind == "image" else source.list_file.name
     measure_reader(figures, guard, store, row)
@@ -323,11 +336,15 @@ def measure_mount(figures: Figures, guard: Guard, store: Path, path: str) -> Non
         finally:
             subprocess.run([*DATAMOUNT, "unmount", mountpoint], capture_output=True, check=False)
             failure, usage = guard.wait(server)
-        served = Outcome(0, usage / 1024, "", walked.failure or failure, walked.limit or failure is not None)
+        served = Outcome(
+            0, cpu_seconds(usage), usage.ru_maxrss / 1024, "", walked.failure or failure,
+            walked.limit or failure is not None,
+        )  # fmt: skip
         if served.failure is None and server.returncode != 0:
             served.failure = f"serving process exit {server.returncode}"
         figures.record("mount up/stat/find", served, shown, walked.seconds)
-        figures.record("mount RSS", served, f"{served.peak_mb:,.0f} MB", served.peak_mb)
+        memory = f"{served.peak_mb:,.0f} MB (CPU {served.cpu_seconds:.1f} s)"
+        figures.record("mount RSS", served, memory, served.peak_mb)
 
 
 def walk_mount(
@@ -338,9 +355,9 @@ def walk_mount(
     while not os.path.ismount(mountpoint):
         if server.poll() is not None or time.monotonic() > deadline:
             message = (server.stderr.read() if server.stderr else b"").decode(errors="replace").strip()
-            return "", Outcome(0, 0, "", f"did not mount: {message.splitlines()[-1:] or 'timed out'}")
+            return "", Outcome(0, 0, 0, "", f"did not mount: {message.splitlines()[-1:] or 'timed out'}")
         if sessions_rss([server.pid]) > guard.max_rss:
-            return "", Outcome(0, 0, "", over(guard.max_rss), limit=True)
+            return "", Outcome(0, 0, 0, "", over(guard.max_rss), limit=True)
         time.sleep(POLL_SECONDS)
     up = time.perf_counter() - started
     before = time.perf_counter()
@@ -407,9 +424,8 @@ def generated(folder: Path, layout: str, rows: int) -> Iterator[Source]:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def run_size(folder: Path, layouts: Sequence[str], rows: int, guard: Guard, seed: int) -> list[Figures]:
-    """Every layout at ``rows`` rows; the image layouts share one generated source."""
-    results = []
+def run_size(folder: Path, layouts: Sequence[str], rows: int, guard: Guard, seed: int) -> Iterator[Figures]:
+    """Every layout at ``rows`` rows, each as soon as it is measured; the image layouts share one source."""
     for kind in ("image", "text"):
         chosen = [layout for layout in layouts if (layout in IMAGE_LAYOUTS) == (kind == "image")]
         fitting = [layout for layout in chosen if fits(folder, layout, rows, chosen)]
@@ -419,11 +435,9 @@ def run_size(folder: Path, layouts: Sequence[str], rows: int, guard: Guard, seed
             for layout in fitting:
                 store = Path(tempfile.mkdtemp(prefix=f"datamount-scale-store-{layout}-", dir=folder))
                 try:
-                    results.append(measure(layout, source, store, guard, seed))
+                    yield measure(layout, source, store, guard, seed)
                 finally:
                     shutil.rmtree(store, ignore_errors=True)
-                print_figures(results[-1])
-    return results
 
 
 def fits(folder: Path, layout: str, rows: int, chosen: Sequence[str]) -> bool:
@@ -438,6 +452,13 @@ COLUMNS = (
     "command start", "upload", "upload RSS", "manifest B/row", "info", "ls", "reader import/open/first/[i]",
     "reader RSS", "url info/find", "url RSS", "mount up/stat/find", "mount RSS",
 )  # fmt: skip
+
+
+def warm_up(guard: Guard) -> None:
+    """Import, untimed, what the steps import, so that no step pays for compiling it to bytecode."""
+    modules = "datamount.cli.main, datamount.readers, datamount.urlfs, datamount.mount, fsspec"
+    for command in ([*DATAMOUNT, "--version"], [sys.executable, "-c", f"import {modules}"]):
+        guard.run(command)
 
 
 def print_figures(figures: Figures) -> None:
@@ -493,10 +514,15 @@ def main() -> None:
         parser.error(f"--rows or --max-rss: {exc}")
     if min(sizes) < 1 or guard.max_rss < 1:
         parser.error("--rows and --max-rss must be positive")
-    results = [found for rows in sizes for found in run_size(args.folder, layouts, rows, guard, args.seed)]
+    warm_up(guard)
+    results = []
+    for rows in sizes:
+        for found in run_size(args.folder, layouts, rows, guard, args.seed):
+            print_figures(found)
+            results.append(found)
+            if args.json is not None:  # after each, so that a run stopped early keeps what it measured
+                args.json.write_text(json.dumps([asdict(one) for one in results], indent=1), encoding="utf-8")
     print_table(results)
-    if args.json is not None:
-        args.json.write_text(json.dumps([asdict(found) for found in results], indent=1), encoding="utf-8")
     errors = [error for found in results for error in found.errors]
     if errors:
         sys.exit("steps failed:\n" + "\n".join(errors))
