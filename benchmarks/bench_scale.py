@@ -287,7 +287,7 @@ def measure(layout: str, source: Source, store: Path, guard: Guard, seed: int) -
     if uploaded.failure is not None:
         return figures
     per_row = manifest_bytes(store) / source.rows
-    figures.cells["manifest B/row"] = f"{per_row:.1f}"
+    figures.cells["manifest B/row"] = f"{per_row:.2f}"
     figures.values["manifest B/row"] = per_row
     if source.kind == "image":  # a text version's rows are in its list, none in its manifest
         beyond = per_row - source.path_and_label_bytes
