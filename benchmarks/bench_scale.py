@@ -36,8 +36,7 @@ Every process runs under a guard that adds up the resident memory of its session
 start of each layout and size is printed beside its figures (the machine may be shared). Exit status 1 when a step
 failed for any other reason (an error, not a limit).
 
-Figures on the code before the manifest and upload of issue 39 (the "before" table) are in docs/datasets.md, "How
-it scales".
+What the figures were before issue 39's streaming upload and columnar manifest, and how to read them: docs/scale.md.
 """
 
 from __future__ import annotations
