@@ -6,7 +6,7 @@ fresh process under a memory guard.
 
 Data is generated in a temporary folder (``--folder``, default the system's): for the image layouts, one file of 32
 bytes per row (``img/00012/000012345.bin``, label ``i % 1000``; the rows are what is measured, not bytes), for
-``text`` a text list (``s000012345<TAB>t345``), which fits 10^8 rows in 2.4 GB of disk. A layout whose files do not
+``text`` a text list (``s000012345<TAB>t345``), which fits 10^8 rows in 1.6 GB of disk. A layout whose files do not
 fit the folder's free disk is left out with the reason (a row's file takes a 4 KiB block and an inode, once in the
 source folder and once more as an object of an unpacked upload). Each layout goes to a local store of its own:
 
@@ -98,7 +98,9 @@ class Outcome:
     limit: bool = False
 
     def shown(self, figure: str) -> str:
-        return figure if self.failure is None else self.failure
+        if self.failure is None:
+            return figure
+        return f"{self.failure} after {self.seconds:.0f} s" if self.limit and self.seconds else self.failure
 
 
 @dataclass(frozen=True)
