@@ -105,10 +105,10 @@ def test_removing_one_version_keeps_the_objects_others_use(local_store: Store, m
     v1 = upload(list_file, "d", store=local_store).manifest
     (list_file.parent / "data" / "img0000.jpg").write_bytes(b"changed")
     v2 = upload(list_file, "d", store=local_store).manifest
-    assert catalog.remove(local_store, "d@1") == [1]
+    gone = {layout.object_key(e.sha256) for e in v1.files} - {layout.object_key(e.sha256) for e in v2.files}
+    assert catalog.remove(local_store, "d@1") == [1]  # its file entries' part too: read them before
     assert catalog.versions(local_store, "d") == [2]
     assert verify(local_store, v2).ok
-    gone = {layout.object_key(e.sha256) for e in v1.files} - {layout.object_key(e.sha256) for e in v2.files}
     assert len(gone) == 1
     assert not local_store.exists(f"datasets/d/{gone.pop()}")
     assert catalog.remove(local_store, "d") == [2]
