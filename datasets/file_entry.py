@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from collections.abc import Iterator
-from typing import NamedTuple
+from collections.abc import Iterator, Sequence
+from typing import NamedTuple, overload
 
 
 class FileEntry(NamedTuple):
@@ -33,3 +33,25 @@ def collector_paused() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
+
+
+class EntrySequence(Sequence[FileEntry]):
+    """File entries kept elsewhere than in a list (on disk, in a store's parts): a subclass gives ``__len__`` and
+    :meth:`_entry_at`; indexing by negative positions and slices, and its ``IndexError``, are this class's."""
+
+    def _entry_at(self, position: int) -> FileEntry:
+        """The entry at ``position``, which is in range."""
+        raise NotImplementedError
+
+    @overload
+    def __getitem__(self, index: int) -> FileEntry: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[FileEntry]: ...
+    def __getitem__(self, index: int | slice) -> FileEntry | list[FileEntry]:
+        length = len(self)
+        if isinstance(index, slice):
+            return [self._entry_at(position) for position in range(*index.indices(length))]
+        position = index + length if index < 0 else index
+        if not 0 <= position < length:
+            raise IndexError(f"file entry {index} of {length}")
+        return self._entry_at(position)

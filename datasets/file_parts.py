@@ -25,10 +25,10 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, overload
+from typing import Any
 
 from datamount.datasets.errors import ManifestError
-from datamount.datasets.file_entry import FileEntry, collector_paused
+from datamount.datasets.file_entry import EntrySequence, FileEntry, collector_paused
 from datamount.storage import IntegrityError, ObjectNotFoundError, Store
 from datamount.storage.cache import ContentCache
 
@@ -54,7 +54,7 @@ class FilePart:
     first: str
 
 
-class FileParts(Sequence[FileEntry]):
+class FileParts(EntrySequence):
     """The file entries of a format-6 manifest, read part by part from ``store`` (the dataset's folder ``folder``)
     when they are used: sorted by path; ``len`` and the files' total size from the manifest alone."""
 
@@ -144,16 +144,7 @@ class FileParts(Sequence[FileEntry]):
     def __len__(self) -> int:
         return self._starts[-1]
 
-    @overload
-    def __getitem__(self, index: int) -> FileEntry: ...
-    @overload
-    def __getitem__(self, index: slice) -> list[FileEntry]: ...
-    def __getitem__(self, index: int | slice) -> FileEntry | list[FileEntry]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        position = index + len(self) if index < 0 else index
-        if not 0 <= position < len(self):
-            raise IndexError(f"file entry {index} of {len(self)}")
+    def _entry_at(self, position: int) -> FileEntry:
         number = bisect.bisect_right(self._starts, position) - 1
         return self._part(number).entry(position - self._starts[number])
 

@@ -13,10 +13,10 @@ import itertools
 import os
 import pickle
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
-from typing import IO, Any, overload
+from collections.abc import Iterable, Iterator
+from typing import IO, Any
 
-from datamount.datasets.manifest import FileEntry
+from datamount.datasets.file_entry import EntrySequence, FileEntry
 
 #: Records sorted in memory before they are written out as a run: about 100 MB of short tuples of strings.
 RUN_RECORDS = 1 << 19
@@ -103,7 +103,7 @@ def _read_run(path: str) -> Iterator[Record]:
             yield from block
 
 
-class FileSpool(Sequence[FileEntry]):
+class FileSpool(EntrySequence):
     """File entries kept in a temporary file as they are appended: a ``Sequence[FileEntry]`` whose ``len``, ``[i]``
     and iteration read the disk, so that a version of any number of files is committed without a list of them.
 
@@ -153,17 +153,7 @@ class FileSpool(Sequence[FileEntry]):
     def __len__(self) -> int:
         return self._count
 
-    @overload
-    def __getitem__(self, index: int) -> FileEntry: ...
-    @overload
-    def __getitem__(self, index: slice) -> list[FileEntry]: ...
-    def __getitem__(self, index: int | slice) -> FileEntry | list[FileEntry]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(self._count))]
-        if index < 0:
-            index += self._count
-        if not 0 <= index < self._count:
-            raise IndexError(f"entry {index} of {self._count}")
+    def _entry_at(self, index: int) -> FileEntry:
         self._flush()
         ends = array.array("Q")
         ends.frombytes(os.pread(self._ends.fileno(), 16 if index else 8, 8 * (index - 1) if index else 0))
