@@ -1,22 +1,16 @@
 """The checks of a ``.list`` as datamount made them before lists were streamed: every row in memory, then each check
 over all of them. The streaming checks (``datasets/listfile.py``) must find exactly the same problems; this is what
-their property test compares them with. Each value is checked by the same functions: what is compared is how the rows
-are gathered, deduplicated, ordered and reported."""
+their property test compares them with."""
 
 from __future__ import annotations
 
 import os
 import stat
+import unicodedata
 from pathlib import Path
 
 from datamount.datasets.errors import ListProblem
-from datamount.datasets.listfile import (  # what each value is checked by: the same in both, not what is compared
-    _escaping_link,
-    _looks_like_path,
-    _names_a_file,
-    _path_hint,
-    _relative_file,
-)
+from datamount.datasets.listfile import FILE_SUFFIXES
 from datamount.datasets.manifest import Kind
 from datamount.storage.paths import LinkGuard
 
@@ -98,3 +92,62 @@ def _resolve(rows: list[tuple[str, ...]], numbers: list[int], root: str, *, foll
             )
         )
     return problems
+
+
+def _looks_like_path(value: str) -> bool:
+    """A file's name with a known suffix, as a path is written (with a ``/``, or without white space), white space
+    around it aside (a stray space after a path still makes an image list, which then names the file it lacks)."""
+    value = value.strip()
+    stem, suffix = os.path.splitext(value)
+    return bool(stem) and suffix.lower() in FILE_SUFFIXES and ("/" in value or not any(c.isspace() for c in value))
+
+
+def _names_a_file(value: str, root: str) -> bool:
+    if not value or "\x00" in value:
+        return False
+    return os.path.isfile(os.path.join(root, value))
+
+
+#: First-line paths that are column names: a header line, which a ``.list`` does not have.
+_HEADER_WORDS = frozenset({"path", "paths", "file", "files", "filename", "file_name", "filepath", "image", "images"})
+
+
+def _path_hint(value: str, root: str, *, first: bool) -> str:
+    """What may be wrong with a path that names no file: a header line, white space around it, Windows' separators,
+    or its letters in another Unicode form than the file's name (a name written on macOS, say)."""
+    if first and value.strip().lower() in _HEADER_WORDS:
+        return " (a header line? a .list has none: its first line is a row; remove that line)"
+    if value != value.strip():
+        return " (mind the white space around the path)"
+    if "\\" in value:
+        return " (paths in a .list separate folders with '/', not '\\')"
+    for form in ("NFC", "NFD"):
+        other = unicodedata.normalize(form, value)
+        if other != value and os.path.exists(os.path.join(root, other)):
+            return f" (there is {other!r}, the same name with its letters in Unicode form {form}: write it so)"
+    return ""
+
+
+def _escaping_link(links: LinkGuard, relative: str) -> str:
+    """The first part of ``relative`` that is a link leading outside the root (``relative`` itself if none is)."""
+    parts = relative.split(os.sep)
+    for end in range(1, len(parts) + 1):
+        partial = os.path.join(*parts[:end])
+        full = os.path.join(links.root, partial)
+        if os.path.islink(full) and not links.resolves_inside(full):
+            return partial
+    return relative
+
+
+def _relative_file(value: str, root: str) -> tuple[str, str | None]:
+    """The file's path relative to the root, normalised, or a problem."""
+    if not value.strip():
+        return "", "the file path (first column) is empty"
+    if "\x00" in value:
+        return "", "the file path contains a NUL character"
+    if os.path.isabs(value) or value.startswith("~"):
+        return "", f"absolute path {value!r}: paths must be relative to the list's folder (or --root)"
+    relative = os.path.normpath(value)
+    if relative == ".." or relative.startswith("../"):
+        return "", f"path {value!r} leaves the root folder {root}"
+    return relative, None
