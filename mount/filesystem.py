@@ -149,7 +149,7 @@ class DatasetFilesystem(pyfuse3.Operations):
     async def read(self, fh: int, offset: int, size: int) -> bytes:
         node, data = self._handles[fh]
         if data is None:
-            self.filler.served()
+            self.filler.served(node.inode)
             data = await self._bytes_of(node)
             if fh in self._handles:
                 self._handles[fh] = (node, data)

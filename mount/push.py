@@ -61,8 +61,11 @@ class PageCacheFiller:
         self._refusals = bytearray(inodes)
         #: Files to push after the next request: the kernel was told of them, and has them by then.
         self._after_next_request: list[Node] = []
-        #: Files put into the page cache, and files whose reads came to this process.
-        self.pushed = self.read = 0
+        #: 1 for each inode whose bytes were put into the page cache (at least once).
+        self._pushed = bytearray(inodes)
+        #: Files put into the page cache; files whose reads came to this process, and how many of those had been put
+        #: into the page cache (the kernel dropped their pages before they were read: it needed the memory).
+        self.pushed = self.read = self.dropped = 0
 
     def wants(self, node: Node) -> bool:
         """Whether ``node`` is a file to push: not pushed, opened or read yet, neither empty nor too large."""
@@ -108,12 +111,16 @@ class PageCacheFiller:
         """A reader opened ``inode``: its reads serve it from now on, unless it was pushed."""
         self._given[inode] = 1
 
-    def served(self) -> None:
-        """A file's read came to this process (it was not in the page cache)."""
+    def served(self, inode: int) -> None:
+        """A read of ``inode`` came to this process: it was not in the page cache, or no longer."""
         self.read += 1
+        self.dropped += self._pushed[inode]
 
     def summary(self) -> str:
-        return f"{self.pushed} file(s) put into the page cache ahead of their reads; {self.read} read by requests"
+        return (
+            f"{self.pushed} file(s) put into the page cache ahead of their reads; {self.read} read by requests "
+            f"({self.dropped} of them put into the page cache before, and dropped by the kernel)"
+        )
 
     def _push(self, node: Node, unit: Future[Any]) -> None:
         inode = node.inode
@@ -136,4 +143,5 @@ class PageCacheFiller:
                     self._waiting[inode] = 1
             log.debug("%s: not put into the page cache (%s); its reads serve it", node.path, exc)
             return
+        self._pushed[inode] = 1
         self.pushed += 1

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -108,8 +109,8 @@ def test_files_a_walk_reads_next_reach_the_kernel_before_their_reads(
             walked += 1
             time.sleep(0.005)  # a training step's worth of work
     assert walked == 121  # the files and the list
-    pushed, read = _pushed_and_read_after_unmount(mountpoint, mounted.pid, log_file)
-    assert pushed >= walked // 2 and read <= walked // 2, (pushed, read)
+    report = _push_report_after_unmount(mountpoint, mounted.pid, log_file)
+    assert report.pushed >= walked // 2 and report.missed <= walked // 2, report
 
 
 @pytest.mark.parametrize("store", ["local", pytest.param("s3", marks=pytest.mark.s3)], indirect=True)
@@ -139,8 +140,8 @@ def test_files_fetched_before_their_folder_is_listed_reach_the_kernel_when_it_is
             if path.name == "img0001.jpg":  # the window this file started comes, all of it (~370 kB), meanwhile
                 time.sleep(2)
     assert walked == 241
-    pushed, read = _pushed_and_read_after_unmount(mountpoint, mounted.pid, log_file)
-    assert read <= 20 and pushed >= walked - 20, (pushed, read)
+    report = _push_report_after_unmount(mountpoint, mounted.pid, log_file)
+    assert report.missed <= 20 and report.pushed >= walked - 20, report
 
 
 @pytest.mark.parametrize("store", ["local", pytest.param("s3", marks=pytest.mark.s3)], indirect=True)
@@ -163,8 +164,8 @@ def test_a_walk_of_a_packed_version_from_its_first_file_reads_ahead_of_it(
     mounted = mount("pets", mountpoint, store=store, cache=False, log_file=log_file)
     for name in sorted(os.listdir(mountpoint / "cls0")):
         assert (mountpoint / "cls0" / name).read_bytes() == (tmp_path / "src" / "cls0" / name).read_bytes()
-    pushed, read = _pushed_and_read_after_unmount(mountpoint, mounted.pid, log_file)
-    assert read <= 4 and pushed >= 396, (pushed, read)
+    report = _push_report_after_unmount(mountpoint, mounted.pid, log_file)
+    assert report.missed <= 4 and report.pushed >= 396, report
 
 
 @pytest.mark.parametrize("store", ["local", pytest.param("s3", marks=pytest.mark.s3)], indirect=True)
@@ -186,20 +187,67 @@ def test_files_the_kernel_dropped_are_pushed_again(
     os.sync()
     Path("/proc/sys/vm/drop_caches").write_text("2")  # dentries and inodes: the kernel forgets the mount's files
     assert tree_of(mountpoint) == expected
-    pushed, read = _pushed_and_read_after_unmount(mountpoint, mounted.pid, log_file)
-    assert read <= 150 and pushed >= 450, (pushed, read)  # two walks of 301 files
+    report = _push_report_after_unmount(mountpoint, mounted.pid, log_file)
+    assert report.read <= 150 and report.pushed >= 450, report  # two walks of 301 files, pushed again after the drop
 
 
-def _pushed_and_read_after_unmount(mountpoint: Path, pid: int, log_file: Path) -> tuple[int, int]:
-    """Unmount, and the files the serving process logged as put into the page cache ahead and as read by requests."""
+@pytest.mark.parametrize("store", ["local", pytest.param("s3", marks=pytest.mark.s3)], indirect=True)
+def test_files_whose_pages_the_kernel_dropped_before_their_reads_are_counted_apart(
+    store: Store, tmp_path: Path, mountpoint: Path
+) -> None:
+    """Pages put into the page cache ahead are the kernel's to drop when it needs the memory (here:
+    ``drop_caches``); the files then come by requests, the same bytes, and the log tells those reads apart from
+    reads of files that were never put there."""
+    if not os.access("/proc/sys/vm/drop_caches", os.W_OK):
+        pytest.skip("dropping the kernel's caches needs root")
+    rows = []
+    for i in range(60):
+        path = tmp_path / "src" / "cls0" / f"img{i:04d}.jpg"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(os.urandom(1000 + 13 * i))
+        rows.append(f"cls0/{path.name}\tcls0\n")
+    (tmp_path / "src" / "train.list").write_text("".join(rows), encoding="utf-8")
+    upload(tmp_path / "src" / "train.list", "pets", store=store)
+    log_file = tmp_path / "mount.log"
+    mounted = mount("pets", mountpoint, store=store, cache=False, log_file=log_file)
+    names = sorted(os.listdir(mountpoint / "cls0"))
+    for name in names[:2]:  # the second starts a window of the other 58, put into the page cache as they come
+        assert (mountpoint / "cls0" / name).read_bytes() == (tmp_path / "src" / "cls0" / name).read_bytes()
+    time.sleep(2)
+    os.sync()
+    Path("/proc/sys/vm/drop_caches").write_text("1")  # the page cache: the 58 files' pages go
+    for name in names[2:]:
+        assert (mountpoint / "cls0" / name).read_bytes() == (tmp_path / "src" / "cls0" / name).read_bytes()
+    report = _push_report_after_unmount(mountpoint, mounted.pid, log_file)
+    assert report.pushed >= 50 and report.dropped >= 50 and report.missed <= 4, report  # 2: opened before the window
+
+
+class PushReport(NamedTuple):
+    """What the serving process logged when it unmounted: files put into the page cache ahead of their reads, files
+    read by requests, and how many of those had been put into the page cache and dropped by the kernel since."""
+
+    pushed: int
+    read: int
+    dropped: int
+
+    @property
+    def missed(self) -> int:
+        """Files read by requests that had not been put into the page cache (what the kernel's need for memory,
+        which other processes make, has no part in)."""
+        return self.read - self.dropped
+
+
+def _push_report_after_unmount(mountpoint: Path, pid: int, log_file: Path) -> PushReport:
+    """Unmount, and what the serving process logged about putting files into the page cache."""
     unmount(mountpoint)
     _wait_gone(pid)
     report = re.search(
-        r"(\d+) file\(s\) put into the page cache ahead of their reads; (\d+) read by requests", log_file.read_text()
+        r"(\d+) file\(s\) put into the page cache ahead of their reads; (\d+) read by requests \((\d+) of them put "
+        r"into the page cache before, and dropped by the kernel\)",
+        log_file.read_text(),
     )
     assert report is not None, log_file.read_text()
-    pushed, read = map(int, report.groups())
-    return pushed, read
+    return PushReport(*map(int, report.groups()))
 
 
 @pytest.mark.parametrize("store", ["local", pytest.param("s3", marks=pytest.mark.s3)], indirect=True)
