@@ -32,6 +32,7 @@ from typing import BinaryIO
 
 from datamount.datasets._list_problems import ProblemLog
 from datamount.datasets.errors import ListFormatError, ListProblem
+from datamount.datasets.list_blocks import ListBlocks, ListBlocksWriter
 from datamount.datasets.manifest import FileEntry, Kind
 from datamount.datasets.progress import Progress, Silent
 from datamount.datasets.spool import BLOCK_RECORDS, ExternalSort, FileSpool
@@ -79,6 +80,8 @@ class ParsedList:
     _sizes: ExternalSort | None = field(repr=False, default=None)
     _sizes_path: str = field(repr=False, default="")
     _spools: list[FileSpool] = field(repr=False, default_factory=list)
+    #: Where each block of the normalised list's lines starts, and its xxh3-64.
+    list_blocks: ListBlocks | None = None
 
     def __post_init__(self) -> None:
         # A list nobody closed still leaves nothing behind once it is collected.
@@ -264,6 +267,7 @@ def _check(
         files_bytes,
         folder,
         sizes,
+        list_blocks=written.blocks,
     )
 
 
@@ -333,6 +337,8 @@ class _NormalisedCopy:
         self._digest = hashlib.sha256()
         self._out = open(path, "wb")  # noqa: SIM115 (closed by __exit__)
         self._pending: list[bytes] = []
+        self._blocks = ListBlocksWriter()
+        self.blocks: ListBlocks | None = None
 
     def add(self, row: tuple[str, ...]) -> None:
         self._pending.append(("\t".join(row) + "\n").encode())
@@ -341,7 +347,7 @@ class _NormalisedCopy:
             self._flush()
 
     def _flush(self) -> None:
-        block = b"".join(self._pending)
+        block = b"".join(self._blocks.add(self._pending))
         self._pending = []
         self._digest.update(block)
         self._out.write(block)
@@ -357,6 +363,7 @@ class _NormalisedCopy:
     def __exit__(self, *_: object) -> None:
         self._flush()
         self._out.close()
+        self.blocks = self._blocks.finish()
 
 
 #: Suffixes that make a first-column value a file's path: images, audio, video, arrays and binary blobs.

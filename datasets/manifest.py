@@ -24,6 +24,7 @@ import msgspec
 from datamount.datasets.errors import ManifestError
 from datamount.datasets.file_entry import FileEntry, collector_paused
 from datamount.datasets.file_parts import FILE_PARTS_KEY, FilePart, FileParts
+from datamount.datasets.list_blocks import ListBlocks
 from datamount.storage import Store
 from datamount.storage.cache import ContentCache
 
@@ -36,9 +37,12 @@ from datamount.storage.cache import ContentCache
 #: checked by their pages' CRCs) and of each of its blocks (a range is checked without reading the rest: what
 #: ``datamount://`` serves). Format 6 keeps the file entries out of the JSON document, in Parquet parts named by
 #: their sha256 that the manifest lists (:class:`FilePart`, :class:`FileParts`): the document stays a few hundred
-#: bytes per 65,536 files, and one file's entry is found reading one part. The newest format this reads:
+#: bytes per 65,536 files, and one file's entry is found reading one part; and it records where each block of 1,024
+#: lines of the list starts, with the block's xxh3-64 (:class:`ListBlocks`): a row of a text version is read, checked,
+#: without the rest of the list. The newest format this reads:
 FORMAT_VERSION = 6
-#: The format of a manifest whose file entries are in parts of their own (format 6's addition).
+#: The format of a manifest whose file entries are in parts of their own, or whose list's blocks it records (format
+#: 6's additions).
 FILE_PARTS_FORMAT_VERSION = 6
 #: The format of a manifest whose shards carry checksums of their row groups and blocks (format 5's addition).
 SHARD_CHECKS_FORMAT_VERSION = 5
@@ -199,6 +203,8 @@ class Manifest:
     files: Sequence[FileEntry] = field(default_factory=list)
     list_sha256: str = ""
     list_size: int = 0
+    #: Where each block of the list's lines starts, and its xxh3-64 (a list written before format 6 has none).
+    list_blocks: ListBlocks | None = None
     shards: list[ShardEntry] = field(default_factory=list)
     source: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
@@ -220,7 +226,7 @@ class Manifest:
             object.__setattr__(self, "format_version", max(self.format_version, FILE_CHECKS_FORMAT_VERSION))
         if any(shard.xxh3 or shard.blocks for shard in self.shards):
             object.__setattr__(self, "format_version", max(self.format_version, SHARD_CHECKS_FORMAT_VERSION))
-        if isinstance(self.files, FileParts):
+        if isinstance(self.files, FileParts) or self.list_blocks is not None:
             object.__setattr__(self, "format_version", max(self.format_version, FILE_PARTS_FORMAT_VERSION))
 
     @property
@@ -259,6 +265,8 @@ class Manifest:
         (:class:`FileParts`, which :func:`datamount.datasets.catalog.commit` makes of any other sequence)."""
         body = asdict(dataclasses.replace(self, files=[]))
         body["kind"] = self.kind.value
+        if self.list_blocks is None:
+            del body["list_blocks"]
         if isinstance(self.files, FileParts):
             # An empty "files": what an older datamount reads before the format, which it then refuses by number
             # (without it, it would call the manifest damaged).
@@ -290,6 +298,8 @@ class Manifest:
                     f"{where} was written by a newer datamount (format {body['format_version']}); upgrade datamount"
                 )
             body["shards"] = [ShardEntry(**shard) for shard in body.get("shards", [])]
+            if body.get("list_blocks") is not None:
+                body["list_blocks"] = ListBlocks(**body["list_blocks"])
             files: Sequence[FileEntry]
             if raw_parts is not None:  # its "files" are empty (see to_json)
                 parts = [FilePart(**part) for part in msgspec.json.decode(raw_parts)]

@@ -127,6 +127,7 @@ def upload(
             rows=parsed.row_count,
             list_sha256=parsed.list_sha256,
             list_size=parsed.list_size,
+            list_blocks=parsed.list_blocks,
             source=os.path.basename(os.fspath(list_file)),
         )
         if split:

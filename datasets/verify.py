@@ -17,7 +17,7 @@ from datamount.datasets.pack import plan_pack, write_unit
 from datamount.datasets.progress import Progress, Silent
 from datamount.datasets.rows import ShardRows, read_lines
 from datamount.datasets.upload import hash_files, store_list
-from datamount.storage import Store
+from datamount.storage import IntegrityError, Store
 from datamount.storage.errors import DatamountError
 
 #: How a pack folder of ``pack`` names the sizes its shards were cut with and their codec: their bytes can be made
@@ -204,7 +204,11 @@ def _from_shards(store: Store, manifest: Manifest, entry: FileEntry) -> bytes | 
     if not manifest.has_list or not store.exists(layout.list_path(manifest)):
         return None
     rows = ShardRows(store, manifest)
-    for index, line in enumerate(read_lines(store, manifest)):
+    try:
+        lines = read_lines(store, manifest)
+    except IntegrityError:
+        return None  # a damaged list says nothing of where a file's row is
+    for index, line in enumerate(lines):
         if line[0] == entry.path:
             data = rows.row(index)[0]
             return data if hashlib.sha256(data).hexdigest() == entry.sha256 else None

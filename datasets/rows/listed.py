@@ -5,10 +5,11 @@ from __future__ import annotations
 import functools
 import itertools
 from collections.abc import Iterable, Iterator
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from datamount.datasets import layout
 from datamount.datasets.errors import DatasetNotFoundError
+from datamount.datasets.list_blocks import ListBlocks
 from datamount.datasets.manifest import FileEntry, Manifest, collector_paused
 from datamount.datasets.rows.missing import missing_list, missing_object, objects_read
 from datamount.datasets.rows.source import DEFAULT_ROWS_PER_SPAN, Piece, Row, clip, line_spans, out_of_range
@@ -25,6 +26,10 @@ COUNTED_AT_ONCE = 256
 #: needed: the first page of a million-row text version (``datamount ui``) in milliseconds rather than the seconds
 #: its whole list takes to decode (2.8 s for 38 MB here).
 HEAD_BYTES = 1 << 20
+#: Blocks of a list read at once, ahead of a pass (:class:`ListRows`).
+BLOCKS_IN_FLIGHT = 8
+#: Blocks kept for single rows read one after another (:meth:`ListRows.row`).
+RECENT_BLOCKS = 4
 
 
 def list_rows(raw: bytes) -> list[Line]:
@@ -44,8 +49,12 @@ def parse_lines(raw: bytes) -> tuple[list[Line], list[int]]:
 
 
 def read_lines(store: Store, manifest: Manifest) -> list[Line]:
-    """The rows of a version's normalised list."""
-    return list_rows(store.read(layout.list_path(manifest)))
+    """The rows of a version's normalised list (checked against its blocks' xxh3-64, where the manifest has them)."""
+    path = layout.list_path(manifest)
+    raw = store.read(path)
+    if manifest.list_blocks is not None:
+        manifest.list_blocks.check_whole(raw, store.url_for(path))
+    return list_rows(raw)
 
 
 class ObjectLocation(NamedTuple):
@@ -104,8 +113,10 @@ def check_object(
 
 
 class ListRows:
-    """The rows of a text version: its list's lines, held in memory (rows near its start are read from its first
-    :data:`HEAD_BYTES` alone while no other row is asked for)."""
+    """The rows of a text version: its list's lines. A list longer than :data:`HEAD_BYTES` whose blocks the manifest
+    records (:class:`~datamount.datasets.list_blocks.ListBlocks`) is read a block at a time, each checked, a few
+    blocks ahead of a pass: memory does not grow with rows. Any other list is read whole, once (rows near its start
+    from its first :data:`HEAD_BYTES` alone while no other row is asked for)."""
 
     def __init__(self, store: Store, manifest: Manifest, *, rows_per_span: int = DEFAULT_ROWS_PER_SPAN) -> None:
         if rows_per_span < 1:
@@ -117,14 +128,28 @@ class ListRows:
         self.zero_copy = False  # each read's own bytes: copied by no one, and not views
         self.rows_per_span = rows_per_span
         self.tally = Tally()
+        #: The blocks read last for single rows (:meth:`row`), by number.
+        self._recent: dict[int, list[Line]] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_recent"] = {}
+        return state
 
     @functools.cached_property
     def _lines(self) -> list[Line]:
-        """The list's lines, read on first use (spans and lengths need only the manifest)."""
+        """The list's lines, read on first use (spans and lengths need only the manifest), checked block by block
+        where the manifest records its blocks."""
         try:
             return read_lines(self.store, self.manifest)
         except ObjectNotFoundError as missing:
             raise missing_list(self.store, self.manifest, missing) from missing
+
+    @property
+    def _blocks(self) -> ListBlocks | None:
+        """The list's blocks, when it is read a block at a time."""
+        blocks = self.manifest.list_blocks
+        return blocks if blocks is not None and self.manifest.list_size > HEAD_BYTES else None
 
     def __len__(self) -> int:
         return self.manifest.rows
@@ -139,7 +164,11 @@ class ListRows:
             raw = self.store.read_range(layout.list_path(self.manifest), 0, min(HEAD_BYTES, self.manifest.list_size))
         except ObjectNotFoundError as missing:
             raise missing_list(self.store, self.manifest, missing) from missing
-        return list_rows(raw if len(raw) >= self.manifest.list_size else raw[: raw.rfind(b"\n") + 1])
+        if len(raw) < self.manifest.list_size:
+            return list_rows(raw[: raw.rfind(b"\n") + 1])
+        if self.manifest.list_blocks is not None:
+            self.manifest.list_blocks.check_whole(raw, self.store.url_for(layout.list_path(self.manifest)))
+        return list_rows(raw)
 
     def _lines_to(self, stop: int) -> list[Line]:
         """Lines holding at least the first ``stop``: the list's head while they are in it and the whole list has not
@@ -151,18 +180,63 @@ class ListRows:
 
     def rows(self, start: int, stop: int) -> Iterator[Row]:
         start, stop = clip(start, stop, len(self))
-        return iter(self._lines_to(stop)[start:stop])
+        blocks = self._blocks
+        if blocks is None:
+            return iter(self._lines_to(stop)[start:stop])
+        return self._rows_of_blocks(blocks, start, stop)
 
     def row(self, index: int) -> Row:
         if not 0 <= index < len(self):
             raise out_of_range(index, self.manifest, len(self))
-        return self._lines_to(index + 1)[index]
+        blocks = self._blocks
+        if blocks is None:
+            return self._lines_to(index + 1)[index]
+        block = index // blocks.lines
+        lines = self._recent.get(block)
+        if lines is None:
+            _, lines = next(self._read_blocks(blocks, [block]))
+            if len(self._recent) >= RECENT_BLOCKS:
+                del self._recent[next(iter(self._recent))]
+            self._recent[block] = lines
+        return lines[index % blocks.lines]
 
     def pieces(self, pieces: Iterable[Piece]) -> Iterator[Row]:
-        return (self._lines[row] for piece in pieces for row in piece.rows)
+        blocks = self._blocks
+        if blocks is None:
+            return (self._lines[row] for piece in pieces for row in piece.rows)
+        return self._pieces_of_blocks(blocks, pieces)
 
     def counts(self) -> dict[str, float]:
         return self.tally.snapshot()
+
+    def _rows_of_blocks(self, blocks: ListBlocks, start: int, stop: int) -> Iterator[Row]:
+        for block, lines in self._read_blocks(blocks, blocks.covering(start, stop)):
+            first = block * blocks.lines
+            yield from lines[max(start - first, 0) : stop - first]
+
+    def _pieces_of_blocks(self, blocks: ListBlocks, pieces: Iterable[Piece]) -> Iterator[Row]:
+        """The rows of each piece from the blocks that cover its span, read ahead of the piece being taken."""
+        wanted, taken = itertools.tee(pieces)
+        needed = (block for piece in wanted for block in blocks.covering(piece.span.start, piece.span.stop))
+        fetched = self._read_blocks(blocks, needed)
+        per = blocks.lines
+        for piece in taken:
+            held = dict(itertools.islice(fetched, len(blocks.covering(piece.span.start, piece.span.stop))))
+            for row in piece.rows:
+                yield held[row // per][row % per]
+
+    def _read_blocks(self, blocks: ListBlocks, numbers: Iterable[int]) -> Iterator[tuple[int, list[Line]]]:
+        """Blocks ``numbers`` of the list, in order, each checked, :data:`BLOCKS_IN_FLIGHT` read at once."""
+        path = layout.list_path(self.manifest)
+        for_ranges, for_numbers = itertools.tee(numbers)
+        ranges = (blocks.byte_range(block, self.manifest.list_size) for block in for_ranges)
+        read = self.store.read_ranges(path, ranges, max_requests=BLOCKS_IN_FLIGHT)
+        try:
+            for block, raw in zip(for_numbers, read, strict=True):
+                blocks.check(block, raw, self.store.url_for(path))
+                yield block, list_rows(raw)
+        except ObjectNotFoundError as missing:
+            raise missing_list(self.store, self.manifest, missing) from missing
 
 
 class ObjectRows(ListRows):
