@@ -9,6 +9,7 @@ than the whole list first (10^8 rows of text are gigabytes).
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -41,6 +42,12 @@ class ListBlocks:
         if stop <= start:
             return range(0)
         return range(start // self.lines, (stop - 1) // self.lines + 1)
+
+    def holding(self, start: int, end: int) -> range:
+        """The blocks that hold bytes ``start`` to ``end - 1``."""
+        if end <= start:
+            return range(0)
+        return range(bisect.bisect_right(self.offsets, start) - 1, bisect.bisect_left(self.offsets, end))
 
     def byte_range(self, block: int, list_size: int) -> tuple[int, int]:
         """Bytes ``[start, end)`` of ``block`` in a list of ``list_size`` bytes."""

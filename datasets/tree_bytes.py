@@ -5,13 +5,15 @@ A file is served only from bytes checked against its manifest: an object against
 format 4), the list and a shard without block checksums against their sha256, a packed image file (a row) against
 its file's checksum after its row group passed its pages' CRCs. A range of a shard that records the xxh3-64 of each
 of its blocks (format 5) is read in whole blocks, each checked, so that a column read from a large shard fetches
-about its column chunks and not the shard; any other file is checked whole on its first read (through the content
+about its column chunks and not the shard; so is a range of a list whose blocks of lines the manifest records
+(format 6); any other file is checked whole on its first read (through the content
 cache on a remote store, which keys it by sha256). A mismatch is an :class:`~datamount.storage.IntegrityError`
 (an ``OSError`` with ``errno.EIO``) naming the file; no byte of it is returned.
 """
 
 from __future__ import annotations
 
+import bisect
 import itertools
 
 from datamount.datasets import layout
@@ -22,6 +24,10 @@ from datamount.datasets.tree import Content
 from datamount.storage import IntegrityError, Store
 from datamount.storage.cache import ContentCache
 from datamount.storage.checksums import matches, xxh3
+
+#: A list longer than this whose blocks of lines the manifest records is read by ranges of its blocks; a shorter one
+#: whole, once (through the content cache on a remote store).
+RANGED_LIST_BYTES = 4 << 20
 
 
 class TreeBytes:
@@ -36,9 +42,35 @@ class TreeBytes:
         self._rows: ShardRows | None = None
 
     def ranged(self, content: Content) -> bool:
-        """Whether ranges of the file are read on their own (a shard with block checksums: :meth:`read_blocks`);
+        """Whether ranges of the file are read on their own (a shard with block checksums: :meth:`fill_blocks`; a
+        list longer than :data:`RANGED_LIST_BYTES` whose blocks the manifest records: :meth:`list_blocks`);
         otherwise the file is read whole (:meth:`read`) and its ranges served from those bytes."""
+        if content.kind == "list":
+            return self.manifest.list_blocks is not None and self.manifest.list_size > RANGED_LIST_BYTES
         return content.kind == "shard" and content.shard is not None and bool(content.shard.blocks)
+
+    def list_blocks(self, start: int, end: int, *, ahead: int = 0, name: str) -> tuple[int, bytes]:
+        """The whole blocks of the list that hold its bytes ``start`` to ``end - 1``, and those that start less than
+        ``ahead`` bytes after ``end`` (read ahead of a reader going on in order), in one read, each checked: where
+        the first starts, and their bytes."""
+        blocks = self.manifest.list_blocks
+        assert blocks is not None
+        size = self.manifest.list_size
+        numbers = blocks.holding(start, min(max(end, start + 1), size))
+        if not numbers:
+            return start, b""
+        last = min(max(numbers[-1], bisect.bisect_left(blocks.offsets, end + ahead) - 1), len(blocks) - 1)
+        first_byte, last_byte = blocks.offsets[numbers[0]], blocks.byte_range(last, size)[1]
+        path = layout.list_path(self.manifest)
+        data = self.store.read_range(path, first_byte, last_byte)
+        view = memoryview(data)
+        for block in range(numbers[0], last + 1):
+            low, high = blocks.byte_range(block, size)
+            try:
+                blocks.check(block, view[low - first_byte : high - first_byte], self.store.url_for(path))
+            except IntegrityError as damaged:
+                raise IntegrityError(f"{name}: {damaged}") from damaged
+        return first_byte, data
 
     def fill_blocks(self, content: Content, first: int, stop: int, into: memoryview, *, name: str) -> None:
         """Blocks ``first`` to ``stop - 1`` of a shard with block checksums, read into ``into`` (as long as they

@@ -39,6 +39,9 @@ from datamount.urlfs._quiet_exit import counted
 from datamount.urlfs.shard_copies import ShardCopies
 from datamount.urlfs.urls import DEFAULT_STORE, LATEST, PROTOCOL, VersionPath, parse, strip
 
+#: Bytes of a list's blocks a file reads at once, going on in order (a text version's list may be gigabytes).
+LIST_READ_AHEAD = 4 << 20
+
 
 @dataclass
 class _Version:
@@ -110,7 +113,11 @@ class _Version:
 
     def view(self, content: Content, start: int, end: int, name: str) -> memoryview | bytes:
         """Bytes ``start`` to ``end - 1`` of a file (offsets within it), checked: a shard with block checksums'
-        from its copy (no copy made: a ``memoryview``), any other file's from its bytes read and checked whole."""
+        from its copy (no copy made: a ``memoryview``), a list's with blocks from its blocks that hold the range, any
+        other file's from its bytes read and checked whole."""
+        if content.kind == "list" and self.content.ranged(content):
+            first, data = self.content.list_blocks(start, end, name=name)
+            return memoryview(data)[start - first : end - first]
         if self.content.ranged(content):
             return self.shards.span(content, start, end, name)
         return self.content.read(content, name=name)[start:end]
@@ -498,8 +505,9 @@ def _reopen(
 
 class DatamountFile(AbstractBufferedFile):
     """A file of a version, read-only: a shard with block checksums is fetched by whole blocks as they are asked for,
-    each checked and kept (:class:`~datamount.urlfs.shard_copies.ShardCopies`); any other file is read and checked
-    whole on its first read."""
+    each checked and kept (:class:`~datamount.urlfs.shard_copies.ShardCopies`); a list with blocks by its blocks of
+    lines, each checked, :data:`LIST_READ_AHEAD` bytes of them at a time, the last run kept; any other file is read
+    and checked whole on its first read."""
 
     def __init__(
         self,
@@ -515,6 +523,8 @@ class DatamountFile(AbstractBufferedFile):
         self._content = content
         self._name = name
         self._whole: bytes | None = None
+        #: The run of a list's checked blocks read last: where it starts, and its bytes.
+        self._list_run: tuple[int, bytes] = (0, b"")
         # No buffer of fsspec's: every read comes from checked bytes, fetched in whole blocks.
         super().__init__(fs, path, mode="rb", block_size=block_size or 1 << 20, cache_type="none", size=content.size)
 
@@ -534,6 +544,14 @@ class DatamountFile(AbstractBufferedFile):
         return data
 
     def _view(self, start: int, end: int) -> memoryview | bytes:
+        if self._content.kind == "list" and self._version.content.ranged(self._content):
+            end = min(end, self._content.size)
+            first, data = self._list_run
+            if not first <= start <= end <= first + len(data):
+                first, data = self._list_run = self._version.content.list_blocks(
+                    start, end, ahead=LIST_READ_AHEAD, name=self._name
+                )
+            return memoryview(data)[start - first : end - first]
         if self._version.content.ranged(self._content):
             return self._version.view(self._content, start, end, self._name)
         if self._whole is None:
