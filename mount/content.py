@@ -34,7 +34,7 @@ from datamount.datasets.manifest import FileEntry, Kind, Manifest
 from datamount.datasets.row_folders import encoder_of, shows_rows
 from datamount.datasets.rows import ShardRows, closing, missing_list, missing_object, missing_shard
 from datamount.datasets.tree import Content, group_of
-from datamount.datasets.tree_bytes import TreeBytes
+from datamount.datasets.tree_bytes import LIST_READ_AHEAD, TreeBytes
 from datamount.storage import IntegrityError, ObjectNotFoundError, Store
 from datamount.storage.cache import ContentCache
 from datamount.storage.checksums import matches
@@ -114,6 +114,22 @@ class Contents:
         memory from now on: the kernel keeps the file's pages, and the files fetched ahead are still to be read."""
         return self._begin([content], serving=True)[0]
 
+    def by_ranges(self, content: Content) -> bool:
+        """Whether the file is served by ranges (:meth:`run_of`), never held whole: a list longer than
+        :data:`~datamount.datasets.tree_bytes.RANGED_LIST_BYTES` whose blocks of lines the manifest records."""
+        return content.kind == "list" and self._bytes.ranged(content)
+
+    def run_of(self, content: Content, start: int, end: int) -> tuple[int, bytes]:
+        """Bytes ``start`` to ``end - 1`` of a file served by ranges and :data:`LIST_READ_AHEAD` bytes after them,
+        in whole checked blocks: where they start, and the bytes (a blocking read: call it in a thread)."""
+        try:
+            run = self._bytes.list_blocks(start, end, ahead=LIST_READ_AHEAD, name=self.manifest.ref)
+        except ObjectNotFoundError as missing:
+            raise self._missing(content, missing) from missing
+        with self._lock:
+            self.fetched["list-run"] += 1
+        return run
+
     def file_of(self, content: Content, unit: Any) -> bytes:
         """The file's bytes in the value of a unit holding it (a row group's value is the files of its rows)."""
         if not isinstance(unit, list):
@@ -142,6 +158,7 @@ class Contents:
             "rows": "file(s) of rows",
             "shard": "shard(s)",
             "list": "list",
+            "list-run": "run(s) of the list's blocks",
         }
         return "fetched " + (", ".join(f"{n} {names[kind]}" for kind, n in sorted(self.fetched.items())) or "nothing")
 

@@ -62,6 +62,8 @@ class DatasetFilesystem(pyfuse3.Operations):
         self._time = created_ns
         self._uid, self._gid = os.getuid(), os.getgid()
         self._handles: dict[int, tuple[Node, bytes | None]] = {}
+        #: For each open handle of a file served by ranges (a long list), the run of checked blocks it read last.
+        self._runs: dict[int, tuple[int, bytes]] = {}
         self._next_handle = itertools.count(1)
         self._recent: deque[Node] = deque(maxlen=RECENT_OPENS)
         #: 1 for each file that was in a read-ahead window.
@@ -148,6 +150,8 @@ class DatasetFilesystem(pyfuse3.Operations):
 
     async def read(self, fh: int, offset: int, size: int) -> bytes:
         node, data = self._handles[fh]
+        if node.content is not None and self.contents.by_ranges(node.content):
+            return await self._range_of(fh, node, offset, min(offset + size, node.content.size))
         if data is None:
             self.filler.served(node.inode)
             data = await self._bytes_of(node)
@@ -158,6 +162,7 @@ class DatasetFilesystem(pyfuse3.Operations):
     async def release(self, fh: int) -> None:
         self.filler.request(_run_soon)
         self._handles.pop(fh, None)
+        self._runs.pop(fh, None)
 
     # ---------------------------------------------------------------------------------------------- helpers
 
@@ -193,17 +198,37 @@ class DatasetFilesystem(pyfuse3.Operations):
             unit = await _result(self.contents.fetch(node.content))
             return self.contents.file_of(node.content, unit)
         except (DatamountError, OSError) as exc:
-            reason: Exception = exc
-            if isinstance(exc, ObjectNotFoundError):  # the version removed since it was mounted? (asks the store)
-                reason = await trio.to_thread.run_sync(
-                    removed_or_missing, self.contents.store, self.contents.manifest, exc
-                )
-            log.error("%s: %s", node.path, redact_url(str(reason)))
-            raise pyfuse3.FUSEError(errno.EIO) from exc
+            raise await self._failed(node, exc) from exc
+
+    async def _range_of(self, fh: int, node: Node, start: int, end: int) -> bytes:
+        """Bytes ``start`` to ``end - 1`` of a file served by ranges: from the run of its checked blocks the handle
+        read last, else from a new run (read in a thread); a failure is ``EIO``, logged."""
+        assert node.content is not None
+        first, data = self._runs.get(fh, (0, b""))
+        if not first <= start <= end <= first + len(data):
+            if fh not in self._runs:
+                self.filler.served(node.inode)
+            try:
+                first, data = await trio.to_thread.run_sync(self.contents.run_of, node.content, start, end)
+            except (DatamountError, OSError) as exc:
+                raise await self._failed(node, exc) from exc
+            self._runs[fh] = (first, data)
+        return data[start - first : end - first]
+
+    async def _failed(self, node: Node, exc: Exception) -> pyfuse3.FUSEError:
+        """``EIO`` for a read of ``node`` that failed with ``exc``, which is logged (a part not found named as
+        removed when the version was removed since it was mounted: the store is asked)."""
+        reason: Exception = exc
+        if isinstance(exc, ObjectNotFoundError):
+            reason = await trio.to_thread.run_sync(removed_or_missing, self.contents.store, self.contents.manifest, exc)
+        log.error("%s: %s", node.path, redact_url(str(reason)))
+        return pyfuse3.FUSEError(errno.EIO)
 
     def _read_ahead(self, node: Node) -> None:
         """Fetch what the reader that opens ``node`` will open next, and hand those files to the kernel as their
         bytes come (see the module's documentation)."""
+        if node.content is not None and self.contents.by_ranges(node.content):
+            return  # read by ranges as it is read, never fetched whole
         trigger = self._triggers.pop(node.inode, None)
         if trigger is not None:
             start, order = trigger
@@ -259,6 +284,9 @@ class DatasetFilesystem(pyfuse3.Operations):
         for _ in range(WINDOW_FILES):
             if current is None or current.content is None:
                 return
+            if self.contents.by_ranges(current.content):  # read by ranges as it is read, never fetched whole
+                current = self._step(current, order)
+                continue
             yield current
             unit, size = self.contents.unit_of(current.content)
             if unit not in counted:

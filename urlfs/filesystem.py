@@ -31,16 +31,13 @@ from datamount.datasets.file_parts import FileParts
 from datamount.datasets.manifest import Kind, Manifest
 from datamount.datasets.rows.listed import list_rows
 from datamount.datasets.tree import FOLDER, UNKNOWN, Content, Node, Tree, look_up
-from datamount.datasets.tree_bytes import TreeBytes
+from datamount.datasets.tree_bytes import LIST_READ_AHEAD, TreeBytes
 from datamount.storage import Store, open_store, profiles
 from datamount.storage.cache import ContentCache
 from datamount.urlfs import pinned as pinning
 from datamount.urlfs._quiet_exit import counted
 from datamount.urlfs.shard_copies import ShardCopies
 from datamount.urlfs.urls import DEFAULT_STORE, LATEST, PROTOCOL, VersionPath, parse, strip
-
-#: Bytes of a list's blocks a file reads at once, going on in order (a text version's list may be gigabytes).
-LIST_READ_AHEAD = 4 << 20
 
 
 @dataclass

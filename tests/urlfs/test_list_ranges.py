@@ -120,4 +120,6 @@ def test_a_damaged_block_is_an_eio_naming_the_file_and_the_rest_reads(
             read()
         assert isinstance(raised.value, OSError) and raised.value.errno == errno.EIO
     assert fs.cat_file(URL, start=0, end=start - 1) == expected[: start - 1]  # the blocks before it
+    with fs.open(URL) as file:  # its read-ahead stops before the damaged block
+        assert file.read(1000) == expected[:1000]
     assert fs.cat_file(URL, start=end, end=end + 1000) == expected[end : end + 1000]
