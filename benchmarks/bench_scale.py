@@ -32,9 +32,10 @@ Then, each in a process of its own, through the public command line and API:
 Every process runs under a guard that adds up the resident memory of its session every 0.5 s and kills it above
 ``--max-rss`` (default 6 GB: the machine is shared), or past ``--timeout`` seconds: the table says "over 6 GB" or
 "timed out" in place of the figure, and the run goes on with the next step. Peak RSS is the process's own
-(``ru_maxrss`` from ``wait4``, the largest of it and the children it waited for). The 1-minute load average at the
-start of each layout and size is printed beside its figures (the machine may be shared). Exit status 1 when a step
-failed for any other reason (an error, not a limit).
+(``ru_maxrss`` from ``wait4``, the largest of it and the children it waited for), as a small launcher process that
+started it reads it: Linux keeps ``ru_maxrss`` across ``exec``, so the benchmark's own size would be its floor. The
+1-minute load average at the start of each layout and size is printed beside its figures (the machine may be
+shared). Exit status 1 when a step failed for any other reason (an error, not a limit).
 
 What the figures were before issue 39's streaming upload and columnar manifest, and how to read them: docs/scale.md.
 """
@@ -78,6 +79,17 @@ NOT_MANIFEST = ("objects", "lists", "packs", "locks")
 POLL_SECONDS = 0.5
 DATAMOUNT = [sys.executable, "-m", "datamount.cli.main"]
 THIS = [sys.executable, str(Path(__file__).resolve())]
+#: A small process that starts a command and writes the command's own peak RSS (KiB, from ``wait4``) to a file. Linux
+#: keeps ``ru_maxrss`` across ``exec``: a process the benchmark started itself would report at least the benchmark's
+#: size, one the launcher starts at least the launcher's (about 10 MB).
+LAUNCHER = """
+import os, sys
+pid = os.posix_spawnp(sys.argv[2], sys.argv[2:], os.environ)
+_, status, usage = os.wait4(pid, 0)
+with open(sys.argv[1], "w") as out:
+    out.write(str(usage.ru_maxrss))
+sys.exit(os.waitstatus_to_exitcode(status) % 256)
+"""
 
 
 # ----------------------------------------------------------------------------------------------- the guard
@@ -112,19 +124,20 @@ class Guard:
     timeout: float
 
     def run(self, command: Sequence[str], *, also: Sequence[int] = (), cwd: Path | None = None) -> Outcome:
-        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, PeakFile() as peak:
             started = time.perf_counter()
-            process = subprocess.Popen(command, stdout=out, stderr=err, start_new_session=True, cwd=cwd)
+            process = subprocess.Popen(peak.launched(command), stdout=out, stderr=err, start_new_session=True, cwd=cwd)
             failure, usage = self.wait(process, also)
             seconds = time.perf_counter() - started
             out.seek(0)
             err.seek(0)
             stdout, stderr = out.read().decode(errors="replace"), err.read().decode(errors="replace")
+            peak_mb = peak.mb(usage)
         if failure is None and process.returncode != 0:
             last = stderr.strip().splitlines()[-1:] or ["(no message)"]
             failure = f"exit {process.returncode}: {last[0][:160]}"
-            return Outcome(seconds, cpu_seconds(usage), usage.ru_maxrss / 1024, stdout, failure)
-        return Outcome(seconds, cpu_seconds(usage), usage.ru_maxrss / 1024, stdout, failure, limit=failure is not None)
+            return Outcome(seconds, cpu_seconds(usage), peak_mb, stdout, failure)
+        return Outcome(seconds, cpu_seconds(usage), peak_mb, stdout, failure, limit=failure is not None)
 
     def wait(
         self, process: subprocess.Popen[bytes], also: Sequence[int] = ()
@@ -157,6 +170,29 @@ class Guard:
         if sessions_rss([session, *also]) > self.max_rss:
             return over(self.max_rss)
         return None
+
+
+class PeakFile:
+    """Where :data:`LAUNCHER` writes the peak RSS of the command it started (a context manager: removed after)."""
+
+    def __enter__(self) -> PeakFile:
+        handle, self.path = tempfile.mkstemp(prefix="datamount-bench-peak-")
+        os.close(handle)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(self.path)
+
+    def launched(self, command: Sequence[str]) -> list[str]:
+        """``command``, started by the launcher."""
+        return [sys.executable, "-c", LAUNCHER, self.path, *command]
+
+    def mb(self, usage: resource.struct_rusage) -> float:
+        """The command's peak RSS in MB; the launcher's ``usage`` (a floor: see :data:`LAUNCHER`) when the launcher
+        was killed before it wrote it."""
+        written = Path(self.path).read_text().strip()
+        return (int(written) if written else usage.ru_maxrss) / 1024
 
 
 def cpu_seconds(usage: resource.struct_rusage) -> float:
@@ -336,10 +372,14 @@ def measure_mount(figures: Figures, guard: Guard, store: Path, path: str) -> Non
     if reason is not None:
         figures.cells["mount up/stat/find"] = figures.cells["mount RSS"] = f"n/a ({reason})"
         return
-    with tempfile.TemporaryDirectory(prefix="datamount-bench-mnt-") as mountpoint, tempfile.TemporaryFile() as log:
+    with (
+        tempfile.TemporaryDirectory(prefix="datamount-bench-mnt-") as mountpoint,
+        tempfile.TemporaryFile() as log,
+        PeakFile() as peak,
+    ):
         command = [*DATAMOUNT, "mount", DATASET, mountpoint, "--store", str(store), "--foreground"]
         started = time.perf_counter()
-        server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
+        server = subprocess.Popen(peak.launched(command), stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
         shown, walked = "", Outcome(0, 0, 0, "", "interrupted")
         try:
             shown, walked = walk_mount(guard, server, Path(mountpoint), path, started)
@@ -352,8 +392,9 @@ def measure_mount(figures: Figures, guard: Guard, store: Path, path: str) -> Non
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(server.pid, signal.SIGKILL)
             failure, usage = guard.wait(server)
+            peak_mb = peak.mb(usage)
         served = Outcome(
-            0, cpu_seconds(usage), usage.ru_maxrss / 1024, "", walked.failure or failure,
+            0, cpu_seconds(usage), peak_mb, "", walked.failure or failure,
             walked.limit or failure is not None,
         )  # fmt: skip
         if served.failure is None and server.returncode != 0:
