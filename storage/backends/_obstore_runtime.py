@@ -49,13 +49,22 @@ def usable_here() -> bool:
 
 async def answer(request: Awaitable[R]) -> R:
     """Await one obstore request. It is counted until answered, and runs to its answer even if the caller is
-    cancelled (a runtime thread still takes the GIL to hand over a cancelled request's end)."""
+    cancelled (a runtime thread still takes the GIL to hand over a cancelled request's end); the failure of a request
+    whose caller was cancelled (a pass closed with reads in flight) is nobody's to raise, and is not logged."""
     global _started_in
     _started_in = os.getpid()
     future = asyncio.ensure_future(request)
     _outstanding.add(future)
     future.add_done_callback(_outstanding.discard)
+    future.add_done_callback(_taken)
     return await asyncio.shield(future)
+
+
+def _taken(future: asyncio.Future[Any]) -> None:
+    """Take ``future``'s failure, if any, so that asyncio does not log it as never retrieved: a caller still waiting
+    gets it through the shield all the same."""
+    if not future.cancelled():
+        future.exception()
 
 
 async def each(stream: AsyncIterator[R]) -> AsyncIterator[R]:

@@ -3,7 +3,9 @@ row on every backend and in worker processes, row ``i`` with its block alone, ea
 
 from __future__ import annotations
 
+import gc
 import random
+import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,7 @@ from datamount.datasets.manifest import Manifest
 from datamount.datasets.rows.listed import HEAD_BYTES
 from datamount.readers import multiprocess_reader, reader
 from datamount.storage import IntegrityError, Store, open_store
-from tests.servers.fault_proxy import FaultProxyFactory
+from tests.servers.fault_proxy import Action, Fault, FaultProxyFactory
 from tests.servers.moto import S3_TEST_KEY, S3_TEST_SECRET, S3Server
 from tests.stores import STORE_BACKENDS
 
@@ -94,6 +96,39 @@ def test_a_row_and_a_first_sample_fetch_their_blocks_not_the_list(
     pass_.close()
     count, fetched = list_reads()
     assert 1 <= count <= 9 and fetched <= 9 * largest < manifest.list_size // 4, (count, fetched)
+
+
+def test_a_pass_closed_with_reads_in_flight_leaves_no_failure_to_log(
+    s3_server: S3Server,
+    s3_bucket: str,
+    fault_proxy: FaultProxyFactory,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A pass closed after its first sample leaves the blocks it read ahead in flight; when those requests then
+    fail (here: their server goes away), nobody is waiting for them, and nothing is logged."""
+    direct = open_store(
+        f"s3://{s3_bucket}/root", endpoint_url=s3_server.endpoint_url, key=S3_TEST_KEY, secret=S3_TEST_SECRET
+    )
+    rows = text_rows()
+    upload_text(direct, tmp_path, rows)
+    proxy = fault_proxy(s3_server.endpoint_url, flavour="s3")
+    store = open_store(
+        f"s3://{s3_bucket}/root", endpoint_url=proxy.endpoint_url, key=S3_TEST_KEY, secret=S3_TEST_SECRET
+    )
+    samples = reader("pairs", store)
+    proxy.inject(Fault.stall(), containing="/lists/", skip=1)  # the first block comes, the others are held
+    pass_ = samples()
+    assert next(pass_) == rows[0]
+    deadline = time.monotonic() + 10
+    while proxy.count(Action.STALL) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pass_.close()
+    proxy.close()  # the held requests fail, their callers gone
+    time.sleep(1)
+    gc.collect()
+    assert proxy.count(Action.STALL) >= 2
+    assert not [record for record in caplog.records if "never retrieved" in record.getMessage()]
 
 
 @pytest.mark.parametrize("list_bytes", ["blocks", "whole"])
