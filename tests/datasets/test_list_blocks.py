@@ -15,9 +15,10 @@ from datamount.datasets.list_blocks import LINES_PER_BLOCK, ListBlocks, ListBloc
 from datamount.datasets.rows.listed import list_rows
 from datamount.storage import IntegrityError, Store
 
-LINES = st.lists(st.text(alphabet=st.characters(exclude_characters="\t\n\r"), max_size=12), max_size=60).map(
-    lambda values: [(value + "\n").encode() for value in values]
-)
+#: Lines as a normalised list holds them: UTF-8 (no lone surrogates), no TAB or line break inside a value.
+LINES = st.lists(
+    st.text(alphabet=st.characters(codec="utf-8", exclude_characters="\t\n\r"), max_size=12), max_size=60
+).map(lambda values: [(value + "\n").encode() for value in values])
 
 
 @settings(max_examples=200, deadline=None)
