@@ -4,7 +4,8 @@
     python benchmarks/bench_collate.py [--quick] [--workers 1,2,4] [--count N] [--size BYTES] [--batch N] [--runs N]
 
 A packed version of ``--count`` samples of ``--size`` random bytes (JPEG-sized by default) on local disk, read by
-``ReaderDataset(reader(name))`` in ``torch.utils.data.DataLoader`` workers (fork), ``--batch`` samples a batch; the
+``ReaderDataset(reader(name, worker_chunk=batch))`` in ``torch.utils.data.DataLoader`` workers (fork), ``--batch``
+samples a batch (the workers take whole batches of the share in turn, as ``docs/sharding.md`` says to); the
 main process takes every batch and touches its bytes' size. Each figure is an epoch of persistent workers after a
 first one (which starts them and warms the page cache), in samples/s, and the main process's CPU time per sample
 (what it spends receiving batches: with enough workers, its ceiling); the median of ``--runs``, the two collates
@@ -77,7 +78,7 @@ def epoch_rate(
 def measure(store: Store, collate: str, workers: int, batch: int, count: int) -> tuple[float, float]:
     """Samples/s of one epoch of persistent workers, after a first epoch that starts them, and the main process's
     CPU microseconds per sample."""
-    dataset = ReaderDataset(reader("jpegs", store, zero_copy=collate == "collate_bytes"))
+    dataset = ReaderDataset(reader("jpegs", store, zero_copy=collate == "collate_bytes", worker_chunk=batch))
     loader = torch.utils.data.DataLoader(
         dataset,
         batch_size=batch,

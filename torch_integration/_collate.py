@@ -4,8 +4,10 @@
 the main process unpickles, sample by sample: at tens of thousands of samples a second that queue, not the store, is
 the loader's ceiling. :class:`CollateBytes` copies one column's values of a batch into a single ``uint8`` tensor,
 made in shared memory when it runs in a worker, with their offsets: the worker's queue carries a handle, and the main
-process maps the same memory. :meth:`ByteBatch.decode` then hands the tensor and its offsets to a decode hook on any
-device (``torchvision.io.decode_jpeg(..., device="cuda")`` decodes a whole batch on the GPU).
+process maps the same memory. A worker reuses its segments once the main process has dropped the batches in them
+(``_shared_memory.py``): a fresh segment per batch costs more than the copy. :meth:`ByteBatch.decode` then hands
+the tensor and its offsets to a decode hook on any device (``torchvision.io.decode_jpeg(..., device="cuda")``
+decodes a whole batch on the GPU).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import torch
 import torch.utils.data
 
 from datamount.storage import arguments
+from datamount.torch import _shared_memory
 
 #: A decode hook: ``decode(data, offsets, device)``, ``data`` the batch's bytes (a ``uint8`` tensor on the CPU),
 #: ``offsets`` where each sample starts and the last ends (``int64``, one more than the samples).
@@ -73,12 +76,35 @@ class CollateBytes:
             ) from None
         offsets = np.zeros(len(values) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
-        data = _uint8_tensor(int(offsets[-1]))
+        size = int(offsets[-1])
+        segment = _shared_memory.lend(size) if size and torch.utils.data.get_worker_info() is not None else None
+        data = torch.from_numpy(segment.data[:size]) if segment is not None else _uint8_tensor(size)
         target = data.numpy().data.cast("B")
         for value, start, end in zip(values, offsets[:-1].tolist(), offsets[1:].tolist(), strict=True):
             target[start:end] = memoryview(value).cast("B")
-        rest = [[sample[i] for sample in samples] for i in range(len(samples[0]) if samples else 0) if i != self.column]
-        return ByteBatch(data, torch.from_numpy(offsets), tuple(rest))
+        rest = tuple(
+            [sample[i] for sample in samples] for i in range(len(samples[0]) if samples else 0) if i != self.column
+        )
+        if segment is not None:
+            return _LentByteBatch(data, torch.from_numpy(offsets), rest, segment)
+        return ByteBatch(data, torch.from_numpy(offsets), rest)
+
+
+@dataclass(frozen=True)
+class _LentByteBatch(ByteBatch):
+    """A worker's batch in a segment of its pool: pickled as the segment's handle, not as its bytes."""
+
+    segment: _shared_memory.Segment
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        handle = _shared_memory.handle(self.segment, self.data.numel())
+        return _received_batch, (handle, self.offsets.numpy(), self.others)
+
+
+def _received_batch(
+    handle: _shared_memory.SegmentHandle, offsets: np.ndarray, others: tuple[list[Any], ...]
+) -> ByteBatch:
+    return ByteBatch(torch.from_numpy(_shared_memory.receive(handle)), torch.from_numpy(offsets), others)
 
 
 #: The ``collate_fn`` of the first column (an image version's bytes).
@@ -99,8 +125,8 @@ def decoded(batches: Iterable[ByteBatch], decode: Decode, *, device: torch.devic
 
 
 def _uint8_tensor(size: int) -> torch.Tensor:
-    """An uninitialised ``uint8`` tensor of ``size`` elements; in a DataLoader worker, made in shared memory at once,
-    as ``default_collate`` makes its tensors, so that sending it to the main process copies nothing."""
+    """An uninitialised ``uint8`` tensor of ``size`` elements; in a DataLoader worker whose segments are all held by
+    the main process, made in fresh shared memory, as ``default_collate`` makes its tensors."""
     if torch.utils.data.get_worker_info() is None:
         return torch.empty(size, dtype=torch.uint8)
     storage = torch.UntypedStorage._new_shared(size)

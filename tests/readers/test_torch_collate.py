@@ -46,6 +46,28 @@ def images(tmp_path_factory: pytest.TempPathFactory) -> tuple[Store, list[bytes]
     return store, files
 
 
+#: How a worker's segment of shared memory for batches shows in ``/proc/self/maps``.
+WORKER_SEGMENT = "/memfd:datamount-batch (deleted)"
+
+
+def mapping_of(tensor: torch.Tensor) -> tuple[str, int]:
+    """The name and start address of the mapping of this process that holds ``tensor``'s first byte."""
+    address = tensor.data_ptr()
+    for line in Path("/proc/self/maps").read_text(encoding="utf-8").splitlines():
+        fields = line.split(maxsplit=5)
+        low, high = (int(bound, 16) for bound in fields[0].split("-"))
+        if low <= address < high:
+            return (fields[5] if len(fields) > 5 else ""), low
+    raise AssertionError(f"no mapping holds address {address:#x}")
+
+
+def one_sample_batches(store: Store) -> torch.utils.data.DataLoader:
+    """A loader of one worker whose batches are each one sample, so that the epoch is many batches."""
+    return torch.utils.data.DataLoader(
+        ReaderDataset(reader("images", store, zero_copy=True)), batch_size=1, num_workers=1, collate_fn=collate_bytes
+    )
+
+
 def decode_with_pil(data: torch.Tensor, offsets: torch.Tensor, device: torch.device) -> list[torch.Tensor]:
     """A decode hook (what ``torchvision.io.decode_jpeg(split_samples(data, offsets), device=device)`` does on a
     GPU): each sample's bytes to an HWC ``uint8`` tensor on ``device``."""
@@ -71,8 +93,9 @@ def test_batches_from_workers_arrive_as_one_shared_tensor_and_decode_on_the_devi
     pictures: dict[str, torch.Tensor] = {}
     for batch in loader:
         assert isinstance(batch, ByteBatch) and 0 < len(batch) <= BATCH
-        # Its bytes came through shared memory, as one tensor: not pickled sample by sample.
-        assert batch.data.is_shared() and batch.data.dtype == torch.uint8 and batch.data.dim() == 1
+        # Its bytes came through the worker's shared memory, as one tensor: not pickled sample by sample.
+        assert mapping_of(batch.data)[0] == WORKER_SEGMENT
+        assert batch.data.dtype == torch.uint8 and batch.data.dim() == 1
         assert batch.offsets.tolist()[0] == 0 and batch.offsets.tolist()[-1] == batch.data.numel()
         (labels,) = batch.others
         seen.update(zip(labels, (sample.numpy().tobytes() for sample in batch.samples()), strict=True))
@@ -81,6 +104,57 @@ def test_batches_from_workers_arrive_as_one_shared_tensor_and_decode_on_the_devi
     for index, data in enumerate(files):
         assert pictures[f"label{index}"].device == torch.device("cpu")
         assert np.array_equal(pictures[f"label{index}"].numpy(), np.asarray(Image.open(io.BytesIO(data))))
+
+
+def test_a_worker_reuses_its_memory_only_once_every_view_of_a_batch_in_it_is_gone(
+    images: tuple[Store, list[bytes]],
+) -> None:
+    store, files = images
+    kept: dict[str, torch.Tensor] = {}
+    segments: list[int] = []
+    for index, batch in enumerate(one_sample_batches(store)):
+        name, start = mapping_of(batch.data)
+        assert name == WORKER_SEGMENT
+        segments.append(start)
+        if index in (0, 1, 2):  # a view of a sample outlives its batch
+            kept[batch.others[0][0]] = batch.samples()[0]
+        del batch  # the next batch comes while this one's memory is still held, as in a training loop
+    assert len(segments) == ROWS
+    # A few segments served every batch: the three still held, and the ones given back after each batch.
+    assert len(set(segments)) < 8
+    for label, sample in kept.items():
+        assert sample.numpy().tobytes() == files[int(label.removeprefix("label"))]
+
+
+def test_batches_held_past_the_workers_segments_come_in_fresh_shared_memory(
+    images: tuple[Store, list[bytes]],
+) -> None:
+    store, files = images
+    batches = list(one_sample_batches(store))
+    names = [mapping_of(batch.data)[0] for batch in batches]
+    lent = names.count(WORKER_SEGMENT)
+    # The worker lent what it keeps, then each batch came in memory of its own, as default_collate's tensors do.
+    assert 0 < lent < ROWS and len({mapping_of(batch.data)[1] for batch in batches}) == ROWS
+    assert all(batch.data.is_shared() for batch, name in zip(batches, names, strict=True) if name != WORKER_SEGMENT)
+    seen = {batch.others[0][0]: batch.samples()[0].numpy().tobytes() for batch in batches}
+    assert seen == {f"label{index}": data for index, data in enumerate(files)}
+
+
+def pickled_batch(samples: list[tuple[bytes, str]]) -> bytes:
+    return pickle.dumps(collate_bytes(samples))
+
+
+def test_a_batch_from_a_worker_is_received_once(images: tuple[Store, list[bytes]]) -> None:
+    store, files = images
+    loader = torch.utils.data.DataLoader(
+        ReaderDataset(reader("images", store)), batch_size=4, num_workers=1, collate_fn=pickled_batch
+    )
+    batches = iter(loader)  # its worker lives while it does: the first receiver takes the descriptor from it
+    pickled = next(batches)
+    batch = pickle.loads(pickled)
+    assert batch.samples()[0].numpy().tobytes() == files[0]
+    with pytest.raises(RuntimeError, match="was unpickled twice"):
+        pickle.loads(pickled)
 
 
 def test_decoded_batches_carry_their_other_columns() -> None:

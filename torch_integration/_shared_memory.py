@@ -1,0 +1,205 @@
+"""Shared memory that a DataLoader worker lends to the process receiving its batches, and gets back once the
+receiver has dropped every view of it.
+
+The rule: a worker writes a segment only while the segment's *lent* byte is 0; it sets the byte to 1 before it
+fills the segment, and the receiver sets it back to 0 when the last view of the batch it holds (the numpy array under
+its tensors) is garbage collected. A view the user keeps therefore never changes; a worker whose segments are all
+held makes no new one beyond :data:`SEGMENTS_PER_WORKER` and lets the caller fall back to fresh shared memory.
+
+Why reuse: a fresh shared-memory segment per batch (what torch's own tensor sharing makes) costs its creation and a
+page fault for every 4 KiB the worker writes, more than the copy itself; a segment written before costs only the
+copy. A segment is a ``memfd`` (freed by the kernel once no process maps it), sent once per receiver as a file
+descriptor through :mod:`multiprocessing`'s resource sharer, later batches naming it by ``(pid, serial)``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import mmap
+import os
+import threading
+import weakref
+from dataclasses import dataclass, field
+from multiprocessing import resource_sharer
+
+import numpy as np
+
+#: Bytes before a segment's data: [0] lent by the worker, [1] mapped by the receiver.
+HEADER = 64
+#: Segments a worker keeps; when every one is held by the receiver, a batch goes through fresh shared memory.
+SEGMENTS_PER_WORKER = 8
+#: Segments grow in steps of this size, with a quarter of headroom, so that batches of varying size reuse them.
+GRAIN = 1 << 20
+#: The name a segment has in ``/proc/<pid>/maps`` (``/memfd:datamount-batch (deleted)``).
+NAME = "datamount-batch"
+
+_LENT, _MAPPED = 0, 1
+
+
+@dataclass(frozen=True)
+class SegmentHandle:
+    """What a batch's pickle carries to name its memory: the descriptor itself only until the receiver has mapped
+    the segment, and the serials of the worker's segments retired since its last batch."""
+
+    pid: int
+    serial: int
+    capacity: int
+    size: int
+    descriptor: resource_sharer.DupFd | None
+    retired: tuple[int, ...]
+
+
+@dataclass(eq=False)
+class Segment:
+    """One segment of a worker's pool: ``data`` is its writable data region."""
+
+    serial: int
+    descriptor: int
+    memory: mmap.mmap
+    data: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.data = np.frombuffer(self.memory, dtype=np.uint8, offset=HEADER)
+
+    @property
+    def capacity(self) -> int:
+        return len(self.data)
+
+    def handle(self, size: int, retired: tuple[int, ...]) -> SegmentHandle:
+        mapped = self.memory[_MAPPED] == 1
+        descriptor = None if mapped else resource_sharer.DupFd(self.descriptor)
+        return SegmentHandle(os.getpid(), self.serial, self.capacity, size, descriptor, retired)
+
+
+class _Pool:
+    """A worker's segments (one pool per process: a forked child starts its own)."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.segments: list[Segment] = []
+        self.retired: list[int] = []
+        self.serials = itertools.count()
+        self.lock = threading.Lock()
+
+    def lend(self, size: int) -> Segment | None:
+        with self.lock:
+            free = [segment for segment in self.segments if segment.memory[_LENT] == 0]
+            fitting = [segment for segment in free if segment.capacity >= size]
+            if fitting:
+                chosen = min(fitting, key=lambda segment: segment.capacity)
+            elif len(self.segments) < SEGMENTS_PER_WORKER:
+                chosen = self._new(size)
+            elif free:
+                self._retire(min(free, key=lambda segment: segment.capacity))
+                chosen = self._new(size)
+            else:
+                return None
+            chosen.memory[_LENT] = 1
+            return chosen
+
+    def take_retired(self) -> tuple[int, ...]:
+        with self.lock:
+            retired, self.retired = tuple(self.retired), []
+            return retired
+
+    def _new(self, size: int) -> Segment:
+        capacity = -(-(size + size // 4) // GRAIN) * GRAIN
+        descriptor = os.memfd_create(NAME, os.MFD_CLOEXEC)
+        try:
+            os.ftruncate(descriptor, HEADER + capacity)
+            # Populated in one call: a page fault for each 4 KiB the first batch writes costs more than the copy.
+            memory = mmap.mmap(descriptor, HEADER + capacity, flags=mmap.MAP_SHARED | mmap.MAP_POPULATE)
+        except BaseException:
+            os.close(descriptor)
+            raise
+        segment = Segment(next(self.serials), descriptor, memory)
+        self.segments.append(segment)
+        return segment
+
+    def _retire(self, segment: Segment) -> None:
+        # Its pages stay while the receiver maps them; the receiver forgets it when the next batch says so.
+        self.segments.remove(segment)
+        os.close(segment.descriptor)
+        self.retired.append(segment.serial)
+
+
+_pool: _Pool | None = None
+
+
+def lend(size: int) -> Segment | None:
+    """A segment of this process's pool with room for ``size`` bytes, marked lent; None when every segment is held."""
+    global _pool
+    if _pool is None or _pool.pid != os.getpid():
+        _pool = _Pool()
+    return _pool.lend(size)
+
+
+def handle(segment: Segment, size: int) -> SegmentHandle:
+    """``segment``'s handle for a batch of its first ``size`` bytes."""
+    retired = _pool.take_retired() if _pool is not None and _pool.pid == os.getpid() else ()
+    return segment.handle(size, retired)
+
+
+#: The receiver's mapped segments, by worker pid and serial, and those whose batch it holds.
+_received: dict[tuple[int, int], mmap.mmap] = {}
+_held: set[tuple[int, int]] = set()
+_received_lock = threading.Lock()
+
+
+def receive(handle: SegmentHandle) -> np.ndarray:
+    """The batch's bytes in the receiver: a view of the worker's segment, given back to the worker once the view
+    (and every array or tensor made from it) is gone."""
+    key = (handle.pid, handle.serial)
+    with _received_lock:
+        for serial in handle.retired:
+            _received.pop((handle.pid, serial), None)
+        if key in _held:
+            raise RuntimeError(
+                f"a batch from process {handle.pid} was unpickled twice: the memory of a batch made by "
+                "collate_bytes in a DataLoader worker goes back to the worker when the one copy received is dropped"
+            )
+        memory = _received.get(key)
+        if memory is None:
+            memory = _map(handle)
+            _forget_ended_workers()
+            _received[key] = memory
+        _held.add(key)
+    data = np.frombuffer(memory, dtype=np.uint8, count=handle.size, offset=HEADER)
+    finalizer = weakref.finalize(data, _give_back, memory, key, os.getpid())
+    finalizer.atexit = False
+    return data
+
+
+def _map(handle: SegmentHandle) -> mmap.mmap:
+    if handle.descriptor is None:
+        raise RuntimeError(
+            f"a batch from process {handle.pid} names shared memory (segment {handle.serial}) that this process "
+            "never received: a batch made by collate_bytes in a DataLoader worker can be unpickled once, by the "
+            "process that iterates the loader"
+        )
+    descriptor = handle.descriptor.detach()
+    try:
+        memory = mmap.mmap(descriptor, HEADER + handle.capacity)
+    finally:
+        os.close(descriptor)
+    memory[_MAPPED] = 1
+    return memory
+
+
+def _give_back(memory: mmap.mmap, key: tuple[int, int], receiver: int) -> None:
+    # A forked child holds copies of the receiver's arrays; only the receiver's own release counts.
+    if os.getpid() == receiver:
+        with _received_lock:
+            _held.discard(key)
+        memory[_LENT] = 0
+
+
+def _forget_ended_workers() -> None:
+    for pid in {pid for pid, _ in _received}:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            for key in [key for key in _received if key[0] == pid]:
+                del _received[key]
+        except PermissionError:
+            pass
