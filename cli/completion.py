@@ -9,7 +9,6 @@ import click
 from click.shell_completion import CompletionItem, get_completion_class
 
 from datamount.datasets import catalog
-from datamount.datasets import public as public_datasets
 from datamount.storage import open_store, profiles
 
 SHELLS = ("bash", "zsh", "fish")
@@ -49,6 +48,8 @@ def complete_datasets(ctx: click.Context, param: click.Parameter, incomplete: st
 
 def complete_public(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
     """The public datasets datamount knows whose names start with ``incomplete``."""
+    from datamount.datasets import public as public_datasets  # every public dataset's module: only when asked
+
     return [CompletionItem(spec.name) for spec in public_datasets.public_datasets() if spec.name.startswith(incomplete)]
 
 

@@ -28,15 +28,7 @@ from datamount.cli.options import (
 )
 from datamount.cli.progress import ProgressBar
 from datamount.cli.removal import confirm_removal, echo_removed, wait_option, yes_option
-from datamount.datasets import DatasetNotFoundError, Manifest, catalog, copy_version, layout, pack_ray, parse_ref
-from datamount.datasets import export as export_version
-from datamount.datasets import pack as pack_version
-from datamount.datasets import repair as repair_version
-from datamount.datasets import upload as upload_list
-from datamount.datasets import verify as verify_version
-from datamount.datasets.rows.split import parse_fractions, row_splits
-from datamount.datasets.transform import load_function, map_version
-from datamount.readers import reader
+from datamount.datasets import DatasetNotFoundError, Manifest, catalog, layout, parse_ref
 from datamount.storage import Store, open_store
 from datamount.storage.redact import redact_url
 
@@ -85,6 +77,9 @@ def upload(
     The list is checked as a whole first (nothing is written if any line is wrong); running the same command again
     after an interruption sends only what is missing. With --split, read a split with reader(NAME, split="train").
     """
+    from datamount.datasets import upload as upload_list
+    from datamount.datasets.rows.split import parse_fractions, row_splits
+
     try:
         split = parse_fractions(split_text) if split_text is not None else None
         if split is not None:
@@ -168,6 +163,10 @@ def pack(
     installed packages) and the results become dataset NEW, packed; a run that is killed goes on where it stopped
     when started again.
     """
+    from datamount.datasets import pack as pack_version
+    from datamount.datasets import pack_ray
+    from datamount.datasets.transform import load_function, map_version
+
     if (function is None) != (target is None):
         raise click.UsageError("--map and --to go together: --map MODULE:FUNCTION --to NEW")
     if function is not None and target is not None:
@@ -308,6 +307,8 @@ def _packed(manifest: Manifest) -> str:
 @store_options
 def head(name: str, count: int, store: Store) -> None:
     """Print the first samples of dataset NAME as tuples (bytes shown as their type and size)."""
+    from datamount.readers import reader
+
     samples = reader(name, store, max_requests=max(1, min(count, 16)), rank=0, world_size=1)
     for sample in itertools.islice(samples(), count):
         click.echo("(" + ", ".join(describe(value) for value in sample) + ")")
@@ -335,6 +336,9 @@ def verify(
     has the recorded sha256, or from the version's own shards; the list from --from; a shard pack made, by packing
     again. Exit status 1 while anything stays damaged.
     """
+    from datamount.datasets import repair as repair_version
+    from datamount.datasets import verify as verify_version
+
     if (source or root) and not repair:
         raise click.UsageError("--from and --root go with --repair")
     manifest = catalog.resolve(store, name)
@@ -400,6 +404,8 @@ def cp(
     -o options are for the store copied from (--from, or the default store), --to-option options for the store
     copied to.
     """
+    from datamount.datasets import copy_version
+
     origin = open_store(source, **options_dict(options))
     destination = open_store(target, **options_dict(to_options))
     with ProgressBar(quiet=quiet) as bar:
@@ -424,6 +430,8 @@ def export(name: str, folder: str, store: Store, quiet: bool) -> None:
     and the list; a text version's list; a table version's Parquet shards; a public dataset's rows as files in its
     dataset's form, as 'datamount mount' shows them. Every byte is checked as it is read; a file already there with
     the same bytes is kept, one with other bytes is an error."""
+    from datamount.datasets import export as export_version
+
     with ProgressBar(quiet=quiet) as bar:
         result = export_version(name, folder, store=store, progress=bar)
     listed = f", the list as {result.list_file.name}" if result.list_file is not None else ""

@@ -9,7 +9,6 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 import click
-import numpy as np
 from rich.console import Console
 from rich.table import Table
 
@@ -51,7 +50,8 @@ def describe(value: Any) -> str:
     text as a quoted string."""
     if isinstance(value, (bytes, bytearray, memoryview)):
         return f"<{_bytes_type(bytes(value[:16]))} {len(value):,} bytes>"
-    if isinstance(value, np.ndarray):
+    numpy = sys.modules.get("numpy")  # not imported here: no value is an array unless numpy was imported
+    if numpy is not None and isinstance(value, numpy.ndarray):
         shape = ", ".join(str(size) for size in value.shape)
         values = [str(item) for item in value.reshape(-1)[:_ARRAY_VALUES_SHOWN]]  # numpy scalars print shortest
         more = ", ..." if value.size > _ARRAY_VALUES_SHOWN else ""

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
 import sys
 from importlib.metadata import version
@@ -10,21 +11,56 @@ from typing import Any
 
 import click
 
-from datamount.cli.completion import completion
-from datamount.cli.datasets import cp, export, head, info, list_datasets, pack, rm, upload, verify
-from datamount.cli.demo import demo
-from datamount.cli.diff import diff
 from datamount.cli.errors import ErrorHandlingGroup, show_library_logs, show_waits
-from datamount.cli.ledger import ledger
-from datamount.cli.master import master, tasks
-from datamount.cli.mount import mount, unmount
-from datamount.cli.public import public
-from datamount.cli.stores import doctor, stores
-from datamount.cli.stream import cat, import_, pretty_print
-from datamount.cli.ui import ui
+
+#: Each command and the module that defines it: a command imports its module (and what that needs) when it runs, so
+#: that ``datamount info`` does not pay for the imports of ``upload``, ``mount`` or ``ui``.
+COMMANDS = {
+    "cat": "datamount.cli.stream:cat",
+    "completion": "datamount.cli.completion:completion",
+    "cp": "datamount.cli.datasets:cp",
+    "demo": "datamount.cli.demo:demo",
+    "diff": "datamount.cli.diff:diff",
+    "doctor": "datamount.cli.stores:doctor",
+    "export": "datamount.cli.datasets:export",
+    "head": "datamount.cli.datasets:head",
+    "import": "datamount.cli.stream:import_",
+    "info": "datamount.cli.datasets:info",
+    "ledger": "datamount.cli.ledger:ledger",
+    "ls": "datamount.cli.datasets:list_datasets",
+    "master": "datamount.cli.master:master",
+    "mount": "datamount.cli.mount:mount",
+    "pack": "datamount.cli.datasets:pack",
+    "pretty-print": "datamount.cli.stream:pretty_print",
+    "public": "datamount.cli.public:public",
+    "rm": "datamount.cli.datasets:rm",
+    "stores": "datamount.cli.stores:stores",
+    "tasks": "datamount.cli.master:tasks",
+    "ui": "datamount.cli.ui:ui",
+    "unmount": "datamount.cli.mount:unmount",
+    "upload": "datamount.cli.datasets:upload",
+    "verify": "datamount.cli.datasets:verify",
+}
 
 
-@click.group(cls=ErrorHandlingGroup, context_settings={"help_option_names": ["-h", "--help"]})
+class _Commands(ErrorHandlingGroup):
+    """The ``datamount`` group, its commands imported by name as they are asked for (click's lazy subcommands)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        where = COMMANDS.get(cmd_name)
+        if where is None:
+            return None
+        module, name = where.split(":")
+        command = getattr(importlib.import_module(module), name)
+        if not isinstance(command, click.Command) or command.name != cmd_name:
+            raise RuntimeError(f"datamount {cmd_name}: {where} is not that command")
+        return command
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(version("datamount"), "--version", "-V", prog_name="datamount")
 @click.option("--debug", is_flag=True, help="Show full tracebacks instead of one-line errors.")
 @click.pass_context
@@ -40,35 +76,6 @@ def cli(ctx: click.Context, debug: bool) -> None:
     if not any(isinstance(handler, logging.NullHandler) for handler in logging.getLogger().handlers):
         logging.getLogger().addHandler(logging.NullHandler())
     show_waits()
-
-
-for command in (
-    demo,
-    upload,
-    pack,
-    import_,
-    export,
-    cp,
-    mount,
-    unmount,
-    list_datasets,
-    info,
-    head,
-    diff,
-    verify,
-    rm,
-    cat,
-    pretty_print,
-    stores,
-    doctor,
-    ui,
-    completion,
-):
-    cli.add_command(command)
-cli.add_command(public)
-cli.add_command(master)
-cli.add_command(tasks)
-cli.add_command(ledger)
 
 
 def main(argv: list[str] | None = None) -> Any:

@@ -9,7 +9,6 @@ from typing import Any, TypeVar
 import click
 
 from datamount.cli.completion import complete_stores
-from datamount.datasets.shard_writer import DEFAULT_ROW_GROUP_BYTES, check_sizes
 from datamount.storage import open_store
 from datamount.storage.arguments import parse_size
 
@@ -87,6 +86,8 @@ def shard_size_option(description: str) -> Callable[[F], F]:
 
 
 def _shard_size_value(ctx: click.Context, param: click.Parameter, value: str) -> int:
+    from datamount.datasets.shard_writer import DEFAULT_ROW_GROUP_BYTES, check_sizes  # pyarrow: only when given
+
     size = _size_value(ctx, param, value)
     try:
         check_sizes(size, DEFAULT_ROW_GROUP_BYTES)

@@ -33,30 +33,37 @@ from datamount.datasets.errors import (
     SourceNotFoundError,
     StreamFormatError,
 )
-from datamount.datasets.export import ExportResult, export
-from datamount.datasets.lazy_exports import lazy_exports
-from datamount.datasets.listfile import ParsedList, parse_list
+from datamount.datasets.lazy_exports import bind_functions_over_modules, lazy_exports
 from datamount.datasets.manifest import FileEntry, Kind, Manifest, ShardEntry
 from datamount.datasets.names import DatasetRef, parse_ref, validate_name
-from datamount.datasets.pack import pack
-from datamount.datasets.pack_ray import pack_ray
 from datamount.datasets.progress import Progress, Silent
-from datamount.datasets.rows import RowSource, open_rows
-from datamount.datasets.upload import UploadResult, upload
-from datamount.datasets.verify import RepairReport, VerifyReport, repair, verify
 
 if TYPE_CHECKING:
     from datamount.datasets import public
     from datamount.datasets.copying import CopyResult, copy_version
     from datamount.datasets.diff import DiffRow, VersionDiff, diff_versions
+    from datamount.datasets.export import ExportResult, export
     from datamount.datasets.importing import import_batches
+    from datamount.datasets.listfile import ParsedList, parse_list
+    from datamount.datasets.pack import pack
+    from datamount.datasets.pack_ray import pack_ray
     from datamount.datasets.public import imagenet, imdb, mnist, wmt14
+    from datamount.datasets.rows import RowSource, open_rows
     from datamount.datasets.transform import map_version
+    from datamount.datasets.upload import UploadResult, upload
+    from datamount.datasets.verify import RepairReport, VerifyReport, repair, verify
 
-#: Names whose modules are imported when first used: a process that only reads (``reader(name)``) never needs them,
-#: and they bring ``pyarrow.compute`` and every public dataset's module. A name that is also its module's (``pack``,
-#: ``export``...) is imported above: importing the module elsewhere would put the module under that name first.
+#: Names whose modules are imported when first used: a command that only reads a manifest (``datamount info``) needs
+#: none of them, a process that only reads (``reader(name)``) few, and together they bring ``pyarrow.compute``,
+#: ``pyarrow.parquet`` and every public dataset's module.
 _LAZY = {
+    **dict.fromkeys(["ExportResult", "export"], "datamount.datasets.export"),
+    **dict.fromkeys(["ParsedList", "parse_list"], "datamount.datasets.listfile"),
+    "pack": "datamount.datasets.pack",
+    "pack_ray": "datamount.datasets.pack_ray",
+    **dict.fromkeys(["RowSource", "open_rows"], "datamount.datasets.rows"),
+    **dict.fromkeys(["UploadResult", "upload"], "datamount.datasets.upload"),
+    **dict.fromkeys(["RepairReport", "VerifyReport", "repair", "verify"], "datamount.datasets.verify"),
     **dict.fromkeys(["CopyResult", "copy_version"], "datamount.datasets.copying"),
     **dict.fromkeys(["DiffRow", "VersionDiff", "diff_versions"], "datamount.datasets.diff"),
     "import_batches": "datamount.datasets.importing",
@@ -129,3 +136,6 @@ __all__ = [
 ]
 
 __getattr__, __dir__ = lazy_exports(globals(), _LAZY, submodules=["public"])
+#: A function named as its module (``from datamount.datasets import pack`` is the function) stays the function once
+#: the module is imported, which would otherwise bind the module under that name.
+bind_functions_over_modules(__name__, ["export", "pack", "pack_ray", "upload", "verify"])

@@ -26,7 +26,6 @@ from importlib.metadata import version as package_version
 from datamount.datasets import layout, locks
 from datamount.datasets.errors import CommitConflictError, DatasetBusyError, DatasetNotFoundError, ManifestError
 from datamount.datasets.file_parts import FileParts
-from datamount.datasets.file_parts_writer import write_file_parts
 from datamount.datasets.manifest import Manifest, ShardEntry, now_utc
 from datamount.datasets.names import PUBLIC_NAMESPACE, DatasetRef, parse_ref
 from datamount.storage import DatamountError, ObjectExistsError, ObjectNotFoundError, Store
@@ -240,6 +239,8 @@ def _with_file_parts(store: Store, draft: Manifest) -> Manifest:
         return draft
     if not len(draft.files):
         return dataclasses.replace(draft, files=[])
+    from datamount.datasets.file_parts_writer import write_file_parts  # pyarrow.compute: only for a commit
+
     parts = write_file_parts(store, draft.name, draft.files)
     return dataclasses.replace(draft, files=FileParts(store, folder, parts, f"{store.url}/{folder}"))
 

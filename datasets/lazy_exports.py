@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
@@ -29,3 +31,18 @@ def lazy_exports(
         return sorted(set(namespace) | set(namespace.get("__all__", ())))
 
     return __getattr__, __dir__
+
+
+def bind_functions_over_modules(package: str, names: Collection[str]) -> None:
+    """Keep each of ``names``, a function defined by the package's module of the same name, bound to the function
+    when that module is imported: the import system binds a submodule to its package by ``setattr``, which would
+    put the module where the function was (or will be) found."""
+    functions = frozenset(names)
+
+    class _Package(types.ModuleType):
+        def __setattr__(self, name: str, value: Any) -> None:
+            if name in functions and isinstance(value, types.ModuleType) and value.__name__ == f"{package}.{name}":
+                value = getattr(value, name, value)
+            super().__setattr__(name, value)
+
+    sys.modules[package].__class__ = _Package

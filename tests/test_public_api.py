@@ -195,3 +195,17 @@ def test_a_first_pass_loads_neither_pandas_nor_pyarrow_dataset(tmp_path: Path, p
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert done.stdout.strip() == "20 []"
+
+
+def test_a_function_named_as_its_module_stays_the_function_once_the_module_is_imported() -> None:
+    """``datamount.datasets`` imports ``pack``, ``upload``... when first used; the import system binds a submodule
+    to its package under its name, which must not replace the function."""
+    code = (
+        "import datamount.datasets as datasets, datamount.datasets.pack, datamount.datasets.upload\n"
+        "from datamount.datasets import export, pack, pack_ray, upload, verify\n"
+        "from datamount.datasets.pack import pack as defined\n"
+        "print(pack is defined, [f.__module__ for f in (export, pack, pack_ray, upload, verify, datasets.upload)])"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    modules = [f"datamount.datasets.{name}" for name in ("export", "pack", "pack_ray", "upload", "verify", "upload")]
+    assert done.stdout.strip() == f"True {modules}"
