@@ -34,6 +34,8 @@ GRAIN = 1 << 20
 NAME = "datamount-batch"
 
 _LENT, _MAPPED = 0, 1
+#: ``memfd_create`` and ``MAP_POPULATE`` are Linux's; elsewhere every batch goes through fresh shared memory.
+SUPPORTED = hasattr(os, "memfd_create") and hasattr(mmap, "MAP_POPULATE")
 
 
 @dataclass(frozen=True)
@@ -127,8 +129,11 @@ _pool: _Pool | None = None
 
 
 def lend(size: int) -> Segment | None:
-    """A segment of this process's pool with room for ``size`` bytes, marked lent; None when every segment is held."""
+    """A segment of this process's pool with room for ``size`` bytes, marked lent; None when every segment is held
+    (or on a system without ``memfd_create``)."""
     global _pool
+    if not SUPPORTED:
+        return None
     if _pool is None or _pool.pid != os.getpid():
         _pool = _Pool()
     return _pool.lend(size)
