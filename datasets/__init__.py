@@ -33,7 +33,7 @@ from datamount.datasets.errors import (
     SourceNotFoundError,
     StreamFormatError,
 )
-from datamount.datasets.lazy_exports import bind_functions_over_modules, lazy_exports
+from datamount.datasets.lazy_exports import lazy_exports
 from datamount.datasets.manifest import FileEntry, Kind, Manifest, ShardEntry
 from datamount.datasets.names import DatasetRef, parse_ref, validate_name
 from datamount.datasets.progress import Progress, Silent
@@ -136,6 +136,3 @@ __all__ = [
 ]
 
 __getattr__, __dir__ = lazy_exports(globals(), _LAZY, submodules=["public"])
-#: A function named as its module (``from datamount.datasets import pack`` is the function) stays the function once
-#: the module is imported, which would otherwise bind the module under that name.
-bind_functions_over_modules(__name__, ["export", "pack", "pack_ray", "upload", "verify"])

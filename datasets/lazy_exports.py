@@ -14,8 +14,10 @@ def lazy_exports(
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """A package's ``__getattr__`` and ``__dir__``: each of ``names`` (public name -> the module that defines it) and
     of ``submodules`` (the package's own modules) is imported on its first use and then kept in ``namespace`` (the
-    package's ``globals()``), so later uses cost nothing."""
+    package's ``globals()``), so later uses cost nothing. A name defined by the package's module of the same name
+    (``pack`` in ``datasets/pack.py``) stays that function once the module is imported."""
     package = namespace["__name__"]
+    _bind_functions_over_modules(package, [name for name, module in names.items() if module == f"{package}.{name}"])
 
     def __getattr__(name: str) -> Any:
         if name in submodules:
@@ -33,11 +35,13 @@ def lazy_exports(
     return __getattr__, __dir__
 
 
-def bind_functions_over_modules(package: str, names: Collection[str]) -> None:
+def _bind_functions_over_modules(package: str, names: Collection[str]) -> None:
     """Keep each of ``names``, a function defined by the package's module of the same name, bound to the function
     when that module is imported: the import system binds a submodule to its package by ``setattr``, which would
     put the module where the function was (or will be) found."""
     functions = frozenset(names)
+    if not functions:
+        return
 
     class _Package(types.ModuleType):
         def __setattr__(self, name: str, value: Any) -> None:
