@@ -76,9 +76,7 @@ class CollateBytes:
             ) from None
         offsets = np.zeros(len(values) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
-        size = int(offsets[-1])
-        segment = _shared_memory.lend(size) if size and torch.utils.data.get_worker_info() is not None else None
-        data = torch.from_numpy(segment.data[:size]) if segment is not None else _uint8_tensor(size)
+        data, segment = _batch_memory(int(offsets[-1]))
         target = data.numpy().data.cast("B")
         for value, start, end in zip(values, offsets[:-1].tolist(), offsets[1:].tolist(), strict=True):
             target[start:end] = memoryview(value).cast("B")
@@ -124,10 +122,14 @@ def decoded(batches: Iterable[ByteBatch], decode: Decode, *, device: torch.devic
         yield (batch.decode(decode, device), *batch.others)
 
 
-def _uint8_tensor(size: int) -> torch.Tensor:
-    """An uninitialised ``uint8`` tensor of ``size`` elements; in a DataLoader worker whose segments are all held by
-    the main process, made in fresh shared memory, as ``default_collate`` makes its tensors."""
+def _batch_memory(size: int) -> tuple[torch.Tensor, _shared_memory.Segment | None]:
+    """An uninitialised ``uint8`` tensor of ``size`` elements, and the worker's segment it lies in. In this process,
+    plain memory; in a DataLoader worker, a segment of its pool, or (all of them held by the main process) fresh
+    shared memory, as ``default_collate`` makes its tensors, so that sending it copies nothing."""
     if torch.utils.data.get_worker_info() is None:
-        return torch.empty(size, dtype=torch.uint8)
+        return torch.empty(size, dtype=torch.uint8), None
+    segment = _shared_memory.lend(size) if size else None
+    if segment is not None:
+        return torch.from_numpy(segment.data[:size]), segment
     storage = torch.UntypedStorage._new_shared(size)
-    return torch.empty(0, dtype=torch.uint8).set_(storage)
+    return torch.empty(0, dtype=torch.uint8).set_(storage), None
