@@ -3,8 +3,13 @@
 A version exists once its manifest does: every writer (upload, import, public install) makes one through
 :func:`commit`, which creates the manifest *exclusively* (of two writers that race for a number, one gets it and the
 other takes the next), after checking that everything it names is stored. A committed manifest is never written
-over: ``pack`` records the shards it adds in a file of their own, created once (:func:`add_shards`). A removal marks
-a version removed before deleting anything, and its number is not given again while the dataset exists. Writers and
+over: ``pack`` records the shards it adds in a file of their own, created once (:func:`add_shards`).
+
+``name@N`` means one version for the life of a store: a removal marks a version removed (``versions/N.removed``,
+which records its manifest's sha256) before deleting anything, and the marks stay when every version of a name is
+removed, so that the name's next version continues its numbering: a number is never given twice, as an S3 version
+id or a git commit is never reused. A version's identity is its manifest's sha256
+(:attr:`~datamount.datasets.manifest.Manifest.manifest_sha256`); what outlives a call keys a version by it. Writers and
 removals hold the dataset's locks (:mod:`datamount.datasets.locks`): a commit is made only under a writer's shared
 lock, and parts are deleted only under the exclusive one, so no removal takes what a version being committed uses.
 Where each part of a dataset lives: :mod:`datamount.datasets.layout`.
@@ -18,7 +23,7 @@ import functools
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib.metadata import version as package_version
@@ -136,6 +141,39 @@ def _read_both(store: Store, manifest_path: str, record_path: str) -> tuple[byte
     return data, record
 
 
+@dataclass(frozen=True)
+class Removal:
+    """What the mark of a removed version says: when it was removed, and the sha256 of the manifest it had (empty
+    for a mark written before marks recorded it)."""
+
+    version: int
+    removed: str = ""
+    manifest_sha256: str = ""
+
+
+def removal(store: Store, name: str, version: int) -> Removal | None:
+    """The mark of version ``version`` of ``name`` if it was removed, else ``None``."""
+    data = _read_if_there(store, layout.removed_path(name, version))
+    return None if data is None else _parse_removal(version, data)
+
+
+def _parse_removal(version: int, data: bytes) -> Removal:
+    """A removal mark's bytes: a JSON object, or (a mark written before they recorded the manifest's sha256) the
+    time alone. Whatever else they hold, the version was removed."""
+    try:
+        fields = json.loads(data)
+    except ValueError:
+        return Removal(version, data.decode("utf-8", "replace").strip()[:64])
+    if not isinstance(fields, dict):
+        return Removal(version)
+    removed, sha256 = fields.get("removed"), fields.get("manifest_sha256")
+    return Removal(version, removed if isinstance(removed, str) else "", sha256 if isinstance(sha256, str) else "")
+
+
+def _removal_mark(manifest_sha256: str) -> bytes:
+    return (json.dumps({"removed": now_utc(), "manifest_sha256": manifest_sha256}) + "\n").encode()
+
+
 def latest(store: Store, name: str) -> Manifest | None:
     """The latest committed version of ``name``, or None when it has none."""
     folder = versions_folder(store, name)
@@ -159,10 +197,12 @@ def resolve(store: Store, ref: str | DatasetRef, *, public_fallback: bool = True
     candidates = [parsed.name]
     if public_fallback and not parsed.is_public and "/" not in parsed.name:
         candidates.append(f"{PUBLIC_NAMESPACE}/{parsed.name}")
+    removed_name = None
     for name in candidates:
         folder = versions_folder(store, name)
         found = folder.committed
         if not found:
+            removed_name = removed_name or (name if folder.removed else None)
             continue
         wanted = found[-1] if parsed.version is None else parsed.version
         if wanted in found:
@@ -172,12 +212,30 @@ def resolve(store: Store, ref: str | DatasetRef, *, public_fallback: bool = True
                 if parsed.version is not None:
                     raise
                 return resolve(store, parsed, public_fallback=public_fallback)  # removed since listed: the next latest
+        raise DatasetNotFoundError(f"{_no_version(store, name, wanted, folder)}; versions: {_numbers(found)}")
+    if removed_name is not None:
+        folder = versions_folder(store, removed_name)
+        what = _no_version(store, removed_name, parsed.version, folder) if parsed.version else removed_name
         raise DatasetNotFoundError(
-            f"dataset {name} has no version {parsed.version} in {store.url}; versions: "
-            + ", ".join(str(v) for v in found)
+            f"{what}: every version of {removed_name} in {store.url} was removed ({_numbers(folder.removed)}); "
+            f"its next upload is @{folder.next_number}"
         )
     hint = " (nor in the public area)" if len(candidates) > 1 and store.root_exists else ""
     raise DatasetNotFoundError(f"no dataset named {parsed.name!r} in {store_named(store)}{hint}; see 'datamount ls'")
+
+
+def _no_version(store: Store, name: str, version: int, folder: VersionsFolder) -> str:
+    """Why ``name@version`` is not there: it was removed (when, and its manifest's sha256), or never made."""
+    if version not in folder.removed:
+        return f"dataset {name} has no version {version} in {store.url}"
+    mark = removal(store, name, version) or Removal(version)
+    when = f" on {mark.removed}" if mark.removed else ""
+    which = f" (manifest sha256 {mark.manifest_sha256[:16]}…)" if mark.manifest_sha256 else ""
+    return f"{name}@{version}{which} was removed from {store.url}{when}; its number is never given again"
+
+
+def _numbers(versions: Iterable[int]) -> str:
+    return ", ".join(str(number) for number in sorted(versions))
 
 
 # ---------------------------------------------------------------------------------------------- committing
@@ -220,11 +278,12 @@ def commit(store: Store, draft: Manifest, *, restore: Callable[[list[str]], obje
             created=now_utc(),
             datamount_version=package_version("datamount"),
         )
+        document = manifest.to_json()
         try:
-            store.create(layout.manifest_path(manifest.name, manifest.version), manifest.to_json())
+            store.create(layout.manifest_path(manifest.name, manifest.version), document)
         except ObjectExistsError:
             continue  # another writer committed this number first: take the next
-        return manifest
+        return dataclasses.replace(manifest, manifest_sha256=hashlib.sha256(document).hexdigest())
     raise CommitConflictError(
         f"cannot commit a new version of {draft.name} in {store.url}: other writers took each of "
         f"{COMMIT_ATTEMPTS} numbers first; try again"
@@ -396,9 +455,12 @@ class DatasetSummary:
 
 
 def summaries(store: Store) -> Iterator[DatasetSummary]:
+    """A summary of each dataset of the store (not of a name whose every version was removed)."""
     for name in dataset_names(store):
         folder = versions_folder(store, name)
         found = folder.committed
+        if not found and folder.removed and not folder.manifests:
+            continue
         newest = None
         if found:
             try:
@@ -416,17 +478,19 @@ def remove(store: Store, ref: str, *, wait: float = locks.WAIT_SECONDS) -> list[
 
     Under the dataset's exclusive lock (waiting up to ``wait`` seconds for the writers at work to finish, then a
     :class:`DatasetBusyError` naming them), each version is marked removed first (readers and writers no longer
-    see it, and its number is not given again), then its manifest and pack record go, then every list, pack folder
-    and object that no remaining version uses. Removing every version frees the name: its folder goes, marks
-    included.
+    see it; the mark records its manifest's sha256, and its number is never given again), then its manifest and
+    pack record go, then every list, pack folder and object that no remaining version uses. Removing every version
+    removes all of the name's data but the marks: its next upload continues its numbering.
     """
     parsed = parse_ref(ref)
     _doomed(store, parsed)  # nothing there: said before any lock is taken (and its folder made)
     with locks.removing(store, parsed.name, wait=wait):
         doomed = _doomed(store, parsed)
         for version in doomed:
+            document = _read_if_there(store, layout.manifest_path(parsed.name, version)) or b""
             with contextlib.suppress(ObjectExistsError):  # another removal marked it first
-                store.create(layout.removed_path(parsed.name, version), now_utc().encode())
+                mark = _removal_mark(hashlib.sha256(document).hexdigest() if document else "")
+                store.create(layout.removed_path(parsed.name, version), mark)
         store.remove_many(
             path
             for version in doomed
@@ -443,11 +507,17 @@ def remove(store: Store, ref: str, *, wait: float = locks.WAIT_SECONDS) -> list[
 
 def _doomed(store: Store, parsed: DatasetRef) -> list[int]:
     """The versions that removing ``parsed`` removes (:class:`DatasetNotFoundError` when there are none)."""
-    found = versions(store, parsed.name)
+    folder = versions_folder(store, parsed.name)
+    found = folder.committed
+    if not found and folder.removed:
+        raise DatasetNotFoundError(
+            f"every version of {parsed.name} in {store.url} was removed already ({_numbers(folder.removed)})"
+        )
     if not found:
         raise DatasetNotFoundError(f"no dataset named {parsed.name!r} in {store_named(store)}")
     if parsed.version is not None and parsed.version not in found:
-        raise DatasetNotFoundError(f"dataset {parsed.name} has no version {parsed.version}")
+        why = _no_version(store, parsed.name, parsed.version, folder)
+        raise DatasetNotFoundError(f"{why}; versions: {_numbers(found)}")
     return found if parsed.version is None else [parsed.version]
 
 
@@ -468,12 +538,14 @@ def removed_while_read(store: Store, manifest: Manifest, missing: ObjectNotFound
 
 
 def remove_folder(store: Store, name: str) -> None:
-    """Remove every part of dataset ``name`` (under its exclusive lock; the lock files stay for their holders, and
-    the folder goes once they and the datasets of its namespace are gone: ``Store.remove_empty_folder``)."""
+    """Remove every part of dataset ``name`` but its versions' removal marks, which keep its numbers taken (under
+    its exclusive lock; the lock files stay for their holders)."""
     _lock_held(store, name, "remove the folder of", locks.EXCLUSIVE)
     folder = layout.dataset_folder(name)
-    for area in layout.DATA_FOLDERS:
+    for area in (layout.OBJECTS, layout.LISTS, layout.PACKS, layout.ENTRIES):
         store.remove(f"{folder}/{area}", recursive=True, missing_ok=True)
+    marks = {layout.removed_path(name, number) for number in versions_folder(store, name).removed}
+    store.remove_many(path for path in store.list(f"{folder}/{layout.VERSIONS}") if path not in marks)
 
 
 def remove_unused_parts(store: Store, name: str) -> bool:

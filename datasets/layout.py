@@ -10,7 +10,8 @@ A dataset is a folder, ``datasets/NAME`` (``datasets/TEAM/NAME``) for users and 
     versions/N.json                     the manifest of version N, created last: the version exists once it is there
     versions/entries/abcdef....parquet  a part of the file entries a manifest names (format 6), named by its sha256
     versions/N.pack.json                the shards ``pack`` added to version N, created once
-    versions/N.removed                  version N was removed: the number is not given again
+    versions/N.removed                  version N was removed (its manifest's sha256): the number is never given
+                                        again, and the mark stays when every version is removed
     locks/shared-ID.json                a writer at work (exclusive-ID.json: a removal): see datasets/locks.py
 
 Nothing that is written before a commit depends on the version's number, so that it is the same whatever number
@@ -63,7 +64,7 @@ def is_own_folder(path: str) -> bool:
 
 
 #: What a versions folder holds for version N: its manifest, the record of the shards ``pack`` added to it, and the
-#: mark a removal leaves (so that the number is never given again while the dataset exists).
+#: mark a removal leaves (so that the number is never given again: the marks outlive the name's other data).
 MANIFEST_SUFFIX = ".json"
 PACK_RECORD_SUFFIX = ".pack.json"
 REMOVED_SUFFIX = ".removed"

@@ -11,6 +11,7 @@ name its files by their xxh3-64 instead, which would lose that comparison's stre
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import re
 from collections.abc import Iterator, Sequence
@@ -215,6 +216,10 @@ class Manifest:
     created: str = ""
     datamount_version: str = ""
     format_version: int = OBJECTS_FORMAT_VERSION
+    #: The version's identity: the sha256 of its manifest's JSON as stored (``versions/N.json``), set when it is read
+    #: or committed (empty for a draft). Not part of the JSON itself; ``name@N`` names one identity for the life of
+    #: a store (:mod:`datamount.datasets.catalog`), and whatever outlives a call keys a version by this.
+    manifest_sha256: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", Kind(self.kind))
@@ -264,6 +269,7 @@ class Manifest:
         """The manifest's JSON document: its files' entries in it (a list of files), or the parts that hold them
         (:class:`FileParts`, which :func:`datamount.datasets.catalog.commit` makes of any other sequence)."""
         body = asdict(dataclasses.replace(self, files=[]))
+        del body["manifest_sha256"]
         body["kind"] = self.kind.value
         if self.list_blocks is None:
             del body["list_blocks"]
@@ -306,7 +312,8 @@ class Manifest:
                 files = FileParts(store, _dataset_folder(body["name"]), parts, where, cache)
             else:
                 files = FileList(raw_files if raw_files is not None else b"[]", where)
-            return cls(files=files, **body)
+            body.pop("manifest_sha256", None)  # never written: what the bytes are is computed from them
+            return cls(files=files, manifest_sha256=hashlib.sha256(data).hexdigest(), **body)
         except ManifestError:
             raise
         except (msgspec.DecodeError, ValueError, KeyError, TypeError) as exc:

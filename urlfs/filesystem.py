@@ -16,10 +16,12 @@ The rules, each kept here once:
 from __future__ import annotations
 
 import bisect
+import contextlib
 import dataclasses
 import datetime
 import errno
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NoReturn
 
@@ -29,10 +31,11 @@ from fsspec.spec import AbstractBufferedFile
 from datamount.datasets import catalog
 from datamount.datasets.file_parts import FileParts
 from datamount.datasets.manifest import Kind, Manifest
+from datamount.datasets.rows import removed_or_missing
 from datamount.datasets.rows.listed import list_rows
 from datamount.datasets.tree import FOLDER, UNKNOWN, Content, Node, Tree, look_up
 from datamount.datasets.tree_bytes import LIST_READ_AHEAD, TreeBytes
-from datamount.storage import Store, open_store, profiles
+from datamount.storage import ObjectNotFoundError, Store, open_store, profiles
 from datamount.storage.cache import ContentCache
 from datamount.urlfs import pinned as pinning
 from datamount.urlfs._quiet_exit import counted
@@ -113,11 +116,31 @@ class _Version:
         from its copy (no copy made: a ``memoryview``), a list's with blocks from its blocks that hold the range, any
         other file's from its bytes read and checked whole."""
         if content.kind == "list" and self.content.ranged(content):
-            first, data = self.content.list_blocks(start, end, name=name)
+            first, data = self.list_run(start, end, 0, name)
             return memoryview(data)[start - first : end - first]
         if self.content.ranged(content):
-            return self.shards.span(content, start, end, name)
-        return self.content.read(content, name=name)[start:end]
+            with self.explained():
+                return self.shards.span(content, start, end, name)
+        return self.whole(content, name)[start:end]
+
+    def whole(self, content: Content, name: str) -> bytes:
+        """A file's bytes, read and checked whole."""
+        with self.explained():
+            return self.content.read(content, name=name)
+
+    def list_run(self, start: int, end: int, ahead: int, name: str) -> tuple[int, bytes]:
+        """The checked blocks of a list with blocks that hold its bytes ``start`` to ``end - 1`` (and ``ahead``
+        bytes more): where they start, and their bytes."""
+        with self.explained():
+            return self.content.list_blocks(start, end, ahead=ahead, name=name)
+
+    @contextlib.contextmanager
+    def explained(self) -> Iterator[None]:
+        """A part of the version not found is named as removed when the version was removed since it was opened."""
+        try:
+            yield
+        except ObjectNotFoundError as missing:
+            raise removed_or_missing(self.store, self.manifest, missing) from missing
 
 
 def _read_only(path: object = "") -> NoReturn:
@@ -233,16 +256,14 @@ class DatamountFileSystem(AbstractFileSystem):
         if pinned is not None and cache is not None:
             manifest = pinning.recall(cache, pinned, f"datamount://{where.root}", store)
         if manifest is None:
-            ref = where.name if where.version == LATEST else f"{where.name}@{where.version}"
-            manifest = catalog.resolve(store, ref)
+            if pinned is not None:  # by the number and sha256 the sender resolved, never `latest` again
+                manifest = pinning.fetch(store, pinned, f"datamount://{where.root}")
+            else:
+                manifest = catalog.resolve(
+                    store, where.name if where.version == LATEST else f"{where.name}@{where.version}"
+                )
             if isinstance(manifest.files, FileParts):  # its entries' parts kept with the manifest, for workers
                 manifest = dataclasses.replace(manifest, files=manifest.files.cached_in(cache))
-            if pinned is not None and not pinning.same(manifest, pinned):
-                raise FileNotFoundError(
-                    errno.ENOENT,
-                    f"{manifest.ref} is not the version the filesystem that was sent here opened (removed since?)",
-                    f"datamount://{where.root}",
-                )
         content = TreeBytes(store, manifest, cache=cache)
         listed = None
         if manifest.kind is Kind.IMAGE and manifest.has_list:
@@ -392,7 +413,7 @@ class DatamountFileSystem(AbstractFileSystem):
                     answers.append(bytes(version.view(content, first, stop, name)))
                 else:
                     if name not in whole:
-                        whole[name] = version.content.read(content, name=name)
+                        whole[name] = version.whole(content, name)
                     answers.append(whole[name][first:stop])
             except Exception as exc:
                 if on_error == "raise":
@@ -474,15 +495,14 @@ class DatamountFileSystem(AbstractFileSystem):
         return _reopen, (type(self), self._given, self._options, self._cache_folder, self._pins())
 
     def _pins(self) -> dict[tuple[str, str, str], pinning.Pinned]:
-        """What finds each opened version again: its manifest, put in the content cache once."""
+        """What finds each opened version again: its number and manifest's sha256 (its JSON put in the content
+        cache once, when there is one)."""
         cache = self._content_cache()
         pins = dict(self._pinned)
-        if cache is None:
-            return pins
         with self._lock:
             for key, version in self._opened.items():
                 if version.pinned is None:
-                    version.pinned = pinning.remember(cache, version.manifest)
+                    version.pinned = pinning.pin(version.manifest, cache)
                 pins[key] = version.pinned
         return pins
 
@@ -545,14 +565,12 @@ class DatamountFile(AbstractBufferedFile):
             end = min(end, self._content.size)
             first, data = self._list_run
             if not first <= start <= end <= first + len(data):
-                first, data = self._list_run = self._version.content.list_blocks(
-                    start, end, ahead=LIST_READ_AHEAD, name=self._name
-                )
+                first, data = self._list_run = self._version.list_run(start, end, LIST_READ_AHEAD, self._name)
             return memoryview(data)[start - first : end - first]
         if self._version.content.ranged(self._content):
             return self._version.view(self._content, start, end, self._name)
         if self._whole is None:
-            self._whole = self._version.content.read(self._content, name=self._name)
+            self._whole = self._version.whole(self._content, self._name)
         return memoryview(self._whole)[start:end]
 
 
