@@ -133,8 +133,13 @@ class FileParts(EntrySequence):
         """A part's bytes, from the cache when there is one (fetched into it from the store when not there)."""
         if self.cache is None:
             return store.read(path)
-        with self.cache.use(part.sha256, part.size, lambda out: out.write(store.read(path)), name=path) as local:
-            return local.read_bytes()
+        return self.cache.read(
+            part.sha256,
+            part.size,
+            lambda out: out.write(store.read(path)),
+            check=lambda data: len(data) == part.size and hashlib.sha256(data).hexdigest() == part.sha256,
+            name=path,
+        )
 
     def stored_entry(self, path: str) -> FileEntry | None:
         """The entry of ``path``, read from the one part that may hold it; ``None`` when there is none."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+from collections.abc import Callable
 
 from datamount.datasets import layout
 from datamount.datasets.manifest import Manifest, ShardEntry
@@ -108,16 +109,15 @@ class TreeBytes:
     def _checked(self, path: str, size: int, sha256: str, fast: str, name: str) -> bytes:
         """The object at ``path``, which must have ``size`` bytes and that xxh3-64 (``fast``) or sha256: through the
         cache for a remote store (which checks what it takes in), and checked again here, as it is handed out."""
+        intact: Callable[[bytes], bool] = lambda data: len(data) == size and matches(data, sha256, fast)  # noqa: E731
         if self.cache is not None and self._remote:
             fill = lambda out: out.write(self.store.read(path))  # noqa: E731
-            try:
-                with self.cache.use(sha256, size, fill, name=self.store.url_for(path)) as local:
-                    data = local.read_bytes()
+            try:  # a kept copy damaged since it was hashed is fetched again: only the store's copy is blamed
+                return self.cache.read(sha256, size, fill, check=intact, name=self.store.url_for(path))
             except IntegrityError as damaged:
                 raise IntegrityError(f"{name}: {damaged}") from damaged
-        else:
-            data = self.store.read(path)
-        if len(data) != size or not matches(data, sha256, fast):
+        data = self.store.read(path)
+        if not intact(data):
             got = f"{len(data):,} bytes" if len(data) != size else "other bytes"
             raise IntegrityError(
                 f"{name}: {self.store.url_for(path)} holds {got} than the manifest of {self.manifest.ref} records "

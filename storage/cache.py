@@ -53,10 +53,13 @@ class ContentCache:
     - ``<sha256>.fill``, exclusive while the file is fetched: a miss calls ``fill(file)`` once, even when several
       processes ask at the same time (the others wait), checks the bytes against ``sha256`` and renames them into place.
 
-    A hit is re-hashed the first time this process uses it, and fetched again when damaged. Before a new file goes in,
-    the least recently used files go until it fits under ``max_bytes``; eviction takes both locks of a file without
-    waiting and skips a file whose locks are held, so a file in use is never removed. The cap is passed only while
-    readers hold more than it allows (then by the files they hold).
+    A hit is re-hashed the first time this process uses it, and fetched again when damaged. A copy whose bytes fail a
+    check made after the cache handed them out (damaged on disk since this process hashed it) is fetched again over
+    it, once (:meth:`refetch`; :meth:`read` does both): only bytes just fetched that fail are the store's.
+
+    Before a new file goes in, the least recently used files go until it fits under ``max_bytes``; eviction takes both
+    locks of a file without waiting and skips a file whose locks are held, so a file in use is never removed. The cap
+    is passed only while readers hold more than it allows (then by the files they hold).
     """
 
     def __init__(self, directory: str | os.PathLike[str] | None = None, max_bytes: int | None = None) -> None:
@@ -95,7 +98,16 @@ class ContentCache:
     def use(self, sha256: str, size: int, fill: Callable[[BinaryIO], None], *, name: str = "") -> Iterator[Path]:
         """The local path of the content ``sha256`` (``size`` bytes), fetched with ``fill`` when not here, and kept
         from eviction (by any process) until the block ends. ``name`` names the content in errors."""
+        with self.held(sha256, size, fill, name=name) as (path, _):
+            yield path
+
+    @contextlib.contextmanager
+    def held(
+        self, sha256: str, size: int, fill: Callable[[BinaryIO], None], *, name: str = ""
+    ) -> Iterator[tuple[Path, bool]]:
+        """:meth:`use`'s path, and whether it was fetched (and checked against ``sha256``) just now."""
         final = self.path_for(sha256, name=name)
+        fetched = False
         with self._lock(f"{sha256}.use", shared=True):
             if self._present(final, sha256, size):
                 self.tally.add("cache_hits")
@@ -107,13 +119,44 @@ class ContentCache:
                     else:
                         self.tally.add("cache_misses")
                         self._fill(final, sha256, size, fill, name or sha256)
-            yield final
+                        fetched = True
+            yield final, fetched
 
     def get(self, sha256: str, size: int, fill: Callable[[BinaryIO], None], *, name: str = "") -> Path:
         """Make sure the content ``sha256`` is here, and return its path. The path is not held: any process may evict
         it once this returns, so read it inside :meth:`use` instead."""
         with self.use(sha256, size, fill, name=name) as path:
             return path
+
+    def read(
+        self, sha256: str, size: int, fill: Callable[[BinaryIO], None], *, check: Callable[[bytes], bool], name: str
+    ) -> bytes:
+        """The bytes of the content ``sha256`` (see :meth:`use`), which must pass ``check``. A kept copy that fails it
+        is dropped and fetched again, once; bytes just fetched are checked against ``sha256`` by the fetch, and an
+        :class:`IntegrityError` naming ``name`` (the store's copy) when they still fail ``check``."""
+        for _ in range(2):
+            with self.held(sha256, size, fill, name=name) as (path, fetched):
+                data = path.read_bytes()
+            if check(data):
+                return data
+            if fetched:
+                break
+            self.refetch(sha256, size, fill, name=name)  # damaged on this disk since it was hashed here
+        raise IntegrityError(
+            f"{name}: the bytes fetched from the store match the sha256 recorded for them but not their other "
+            "checksum; the manifest that records both is damaged"
+        )
+
+    def refetch(self, sha256: str, size: int, fill: Callable[[BinaryIO], None], *, name: str = "") -> None:
+        """Fetch the content ``sha256`` again over its kept copy, found damaged by a check made on its bytes (unless
+        the copy is whole again when re-hashed here: another reader fetched it meanwhile). The new bytes replace the
+        old in one rename: readers that opened the damaged copy keep it, and none finds no file."""
+        final = self.path_for(sha256, name=name)
+        with self._lock(f"{sha256}.use", shared=True), self._lock(f"{sha256}.fill"):
+            self._verified.discard(sha256)
+            if not self._present(final, sha256, size):
+                self.tally.add("cache_misses")
+                self._fill(final, sha256, size, fill, name or sha256)
 
     def usage(self) -> int:
         """Bytes the cache holds now (files come and go only under the ``.evict`` lock, so this is a true total)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import functools
 import hashlib
 import io
 import itertools
@@ -220,12 +221,13 @@ class ShardRows:
                     if not future.cancel() and future.exception() is None:
                         future.result().close()  # opened ahead, never read: let the cached shard go
 
-    def _rows_of(self, shard: ShardEntry, source: pa.NativeFile) -> ClosingChain[Row]:
-        return ClosingChain.of(self._row_blocks(shard, source))
+    def _rows_of(self, shard: ShardEntry, opened: _OpenShard) -> ClosingChain[Row]:
+        return ClosingChain.of(self._row_blocks(shard, opened))
 
-    def _row_blocks(self, shard: ShardEntry, source: pa.NativeFile) -> Iterator[Iterator[Row]]:
-        """The rows of a whole shard, a row group at a time."""
-        parquet = self._parquet(shard, source)
+    def _row_blocks(self, shard: ShardEntry, opened: _OpenShard) -> Iterator[Iterator[Row]]:
+        """The rows of a whole shard, a row group at a time (each checked first, unless the whole shard was)."""
+        source = opened.source
+        parquet = self._parquet(shard, source, checked=opened.checked)
         groups = parquet.num_row_groups
         if groups == 0:
             return
@@ -234,7 +236,7 @@ class ShardRows:
         # They start once the first batch is decoded, which they would otherwise hold up.
         ahead = min(WHOLE_SHARD_DECODERS, groups - 1)
         readers = [self._parquet(shard, source, parquet.metadata) for _ in range(ahead)]
-        data = file_bytes(source)
+        data = None if opened.checked else file_bytes(source)
         with generator_pool(max(ahead, 1), "datamount-decode") as decoder:
             first_group = self._first_group_blocks(shard, parquet, data)
             first_batch = next(first_group, None)
@@ -252,12 +254,14 @@ class ShardRows:
                 yield decoded_rows(table, views=self.zero_copy)
 
     def _first_group_blocks(
-        self, shard: ShardEntry, parquet: pq.ParquetFile, data: pa.Buffer
+        self, shard: ShardEntry, parquet: pq.ParquetFile, data: pa.Buffer | None
     ) -> Iterator[Iterator[Row]]:
         """A shard's first row group, batch by batch as Arrow decodes it (here, while the next groups are decoded in
-        threads): its first row does not wait for the whole group."""
+        threads): its first row does not wait for the whole group. It is checked in ``data``, the shard's bytes
+        (``None``: the whole shard was checked)."""
         expected = shard.row_groups[0]
-        self._check_group(shard, parquet.metadata, 0, data)
+        if data is not None:
+            self._check_group(shard, parquet.metadata, 0, data)
         with self._damage(shard, 0):
             _check_rows(parquet.metadata.row_group(0).num_rows, expected)
             batches = parquet.iter_batches(
@@ -270,16 +274,19 @@ class ShardRows:
             _check_rows(rows, expected)
             self._count_pages_checked(shard, parquet.metadata, 0)
 
-    def _parquet(self, shard: ShardEntry, source: Any, metadata: pq.FileMetaData | None = None) -> pq.ParquetFile:
+    def _parquet(
+        self, shard: ShardEntry, source: Any, metadata: pq.FileMetaData | None = None, *, checked: bool = False
+    ) -> pq.ParquetFile:
         """The Parquet reader of one shard. Without ``metadata`` its footer is read from ``source``, checked first
-        against its xxh3-64; a shard whose entry has none has every page it reads checked against its CRC.
+        against its xxh3-64 (unless the whole shard was: ``checked``); a shard whose entry has none has every page it
+        reads checked against its CRC.
 
         It reads and decodes in the thread that asks (``pre_buffer=False`` here, ``use_threads=False`` in each
         read), never in Arrow's pools: a pool thread that drops the last reference to fetched bytes (a Python
         buffer) takes the GIL for it, and doing so while the interpreter exits (a script leaving a remote pass
         unfinished) aborts the process. Passes decode several row groups at once in threads of their own.
         """
-        if metadata is None and isinstance(source, pa.NativeFile):
+        if metadata is None and isinstance(source, pa.NativeFile) and not checked:
             self._check(shard, len(shard.row_groups), lambda: footer_bytes(file_bytes(source)), "the footer of ")
         pages_checked = self.verify and not shard.xxh3
         with self._damage(shard):
@@ -377,20 +384,43 @@ class ShardRows:
                 )
             return _OpenShard(mapped)
         if self.cache is not None:
-            with contextlib.ExitStack() as held:
-                cached = held.enter_context(
-                    self.cache.use(
-                        shard.sha256,
-                        shard.size,
-                        lambda out: self._download(path, shard, out),
-                        name=self.store.url_for(path),
-                    )
-                )
-                source = pa.memory_map(str(cached))
-                return _OpenShard(source, held.pop_all())
+            return self._cached(path, shard)
         chunks = list(self._fetch(path, shard))
         # One GET's bytes go to Arrow as they are; only a shard fetched in pieces is joined (one copy).
         return _OpenShard(pa.BufferReader(chunks[0] if len(chunks) == 1 else b"".join(chunks)))
+
+    def _cached(self, path: str, shard: ShardEntry) -> _OpenShard:
+        """A remote shard from the cache, fetched whole into it (and checked against its sha256) when not there. A
+        copy kept from before is checked whole against its row groups' and footer's xxh3-64 (then not again as it is
+        read): one damaged since this process hashed it is dropped and fetched again, once, and only the store's
+        copy is ever named as damaged."""
+        assert self.cache is not None
+        url = self.store.url_for(path)
+        fill = functools.partial(self._download, path, shard)
+        for _ in range(2):
+            with contextlib.ExitStack() as held:
+                cached, fetched = held.enter_context(self.cache.held(shard.sha256, shard.size, fill, name=url))
+                source = pa.memory_map(str(cached))
+                if fetched or self._intact(shard, source):
+                    return _OpenShard(source, held.pop_all(), checked=True)
+                source.close()
+            self.cache.refetch(shard.sha256, shard.size, fill, name=url)
+        raise IntegrityError(
+            f"shard {url} of {self.manifest.ref}: its copy fetched into the cache was damaged as soon as it was kept "
+            "there; check the cache's disk"
+        )
+
+    def _intact(self, shard: ShardEntry, source: pa.NativeFile) -> bool:
+        """Whether a shard's bytes match the xxh3-64 of its footer and of each of its row groups (true for a shard
+        packed before they were recorded, whose pages' CRCs are checked as they are decoded)."""
+        try:
+            parquet = self._parquet(shard, source)
+            data = file_bytes(source)
+            for group in range(parquet.num_row_groups):
+                self._check_group(shard, parquet.metadata, group, data)
+        except IntegrityError:
+            return False
+        return True
 
     def _download(self, path: str, shard: ShardEntry, out: BinaryIO) -> None:
         for chunk in self._fetch(path, shard):
@@ -461,9 +491,10 @@ class ShardRows:
         fetched with one ranged read."""
         path = layout.shard_path(self.manifest.name, shard)
         if self.store.local_path(path) is not None or self.cache is not None:
-            with self._open(shard) as source:
-                parquet = self._parquet(shard, source)
-                self._check_group(shard, parquet.metadata, group, file_bytes(source))
+            with self._open(shard) as opened:
+                parquet = self._parquet(shard, opened.source, checked=opened.checked)
+                if not opened.checked:
+                    self._check_group(shard, parquet.metadata, group, file_bytes(opened.source))
                 yield parquet
             return
         with self._missing(shard):
@@ -524,10 +555,14 @@ class ShardRows:
 
 class _OpenShard:
     """A shard's bytes as an Arrow file, and what keeps them there: a cached shard is held in the cache (kept from
-    eviction) for as long as its memory map is open, until :meth:`close` or the end of a ``with`` block."""
+    eviction) for as long as its memory map is open, until :meth:`close` or the end of a ``with`` block. ``checked``:
+    the whole shard's bytes were checked already (its row groups are not checked again as they are read)."""
 
-    def __init__(self, source: pa.NativeFile, held: contextlib.ExitStack | None = None) -> None:
+    def __init__(
+        self, source: pa.NativeFile, held: contextlib.ExitStack | None = None, *, checked: bool = False
+    ) -> None:
         self.source = source
+        self.checked = checked
         self._held = held
 
     def close(self) -> None:
@@ -535,8 +570,8 @@ class _OpenShard:
         if self._held is not None:
             self._held.close()
 
-    def __enter__(self) -> pa.NativeFile:
-        return self.source
+    def __enter__(self) -> _OpenShard:
+        return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
