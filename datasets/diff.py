@@ -251,7 +251,11 @@ def diff_versions(store: Store, a: str, b: str) -> VersionDiff:
     """What changed from version ``a`` to version ``b`` (``name`` or ``name@N`` each, resolved as
     :func:`~datamount.datasets.catalog.resolve` does: a plain name is the latest version; ``b`` may be another
     dataset), read from their manifests and lists alone. The rules are in this module's docstring."""
-    first, second = catalog.resolve(store, a), catalog.resolve(store, b)
+    return diff_manifests(store, catalog.resolve(store, a), catalog.resolve(store, b))
+
+
+def diff_manifests(store: Store, first: Manifest, second: Manifest) -> VersionDiff:
+    """What changed from version ``first`` to version ``second``, both resolved already (:func:`diff_versions`)."""
     notes = _kind_notes(first, second)
     if not (first.has_list and second.has_list):
         notes.append(_shards_note(first, second))

@@ -55,8 +55,12 @@ CONTENT_SECURITY_POLICY = (
 #: its own that resolves to 127.0.0.1: DNS rebinding).
 LOOPBACK_NAMES = ["127.0.0.1", "localhost", "::1", "[::1]"]
 _FILENAME_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
-#: How long a browser may keep a value: a version's rows never change.
-_KEEP = {"Cache-Control": "private, max-age=86400"}
+#: How long a browser may keep a value asked for by the identity of its version (``m=``, the manifest's sha256): what
+#: such a URL names never changes. A value asked for by name alone is checked again each time (``no-cache``): the name
+#: may stop naming that version. Either way its ETag is the identity of the value: version, row and column.
+_KEEP = "private, max-age=86400, immutable"
+_CHECK_AGAIN = "private, no-cache"
+_IDENTITY = re.compile(r"[0-9a-f]{64}")
 
 
 class ReadOnly:
@@ -158,6 +162,13 @@ def create_app(
     return Starlette(routes=routes, middleware=middleware, exception_handlers={HTTPException: pages.http_error})
 
 
+def _value_headers(identity: str, row: int, column: int, small: bool, by_identity: bool) -> dict[str, str]:
+    """The caching headers of a value (its thumbnail: ``small``) of the version whose manifest's sha256 is
+    ``identity``, asked for by that identity or (``by_identity`` false) by name alone."""
+    tag = f'"{identity[:32]}-{row}-{column}{"-small" if small else ""}"'
+    return {"Cache-Control": _KEEP if by_identity else _CHECK_AGAIN, "ETag": tag}
+
+
 def _answered(page: Callable[[_Pages, Request], Response]) -> Callable[[_Pages, Request], Response]:
     """``page``, with what goes wrong while it is made answered as an error page with its status."""
 
@@ -219,6 +230,16 @@ class _Pages:
         return ref
 
     @staticmethod
+    def identity(request: Request) -> str | None:
+        """The identity of the version a link was made for (``m=``, its manifest's sha256), when it carries one."""
+        text = request.query_params.get("m")
+        if text is None:
+            return None
+        if not _IDENTITY.fullmatch(text):
+            raise ValueError(f"?m= is a version's manifest sha256 (64 lowercase hex characters), not {text!r}")
+        return text
+
+    @staticmethod
     def number(
         request: Request, name: str, default: int | None = None, *, low: int = 0, high: int | None = None
     ) -> int:
@@ -273,7 +294,7 @@ class _Pages:
         last = max(0, (manifest.rows - 1) // size)
         if number > last:
             raise IndexError(f"{manifest.ref} has {last + 1:,} pages of {size} rows")
-        page = self.browser.page(key, ref, number * size, size)
+        page = self.browser.page(key, manifest, number * size, size)
         return self.render(
             request,
             "samples.html",
@@ -297,27 +318,34 @@ class _Pages:
         if not request.query_params.get("thumbnail"):
             return None
         try:
-            key, ref = self.store_key(request), self.ref(request)
-            found = self.browser.made_thumbnail(
-                key, ref, self.number(request, "row"), self.number(request, "column", 0)
-            )
+            key, ref, identity = self.store_key(request), self.ref(request), self.identity(request)
+            row, column = self.number(request, "row"), self.number(request, "column", 0)
+            found = None if identity is None else self.browser.made_thumbnail(key, ref, identity, row, column)
         except (HTTPException, ValueError):
             return None  # answered by read_value, with why
-        return None if found is None else Response(found[0], media_type=found[1], headers=dict(_KEEP))
+        if found is None:
+            return None
+        assert identity is not None
+        return Response(found[0], media_type=found[1], headers=_value_headers(identity, row, column, True, True))
 
     @_answered
     def read_value(self, request: Request) -> Response:
         key = self.store_key(request)
         ref = self.ref(request)
+        identity = self.identity(request)
         row = self.number(request, "row")
         column = self.number(request, "column", 0)
-        cache = dict(_KEEP)
-        if request.query_params.get("thumbnail"):
-            found = self.browser.thumbnail(key, ref, row, column)
+        small = bool(request.query_params.get("thumbnail"))
+        manifest = self.browser.manifest(key, ref, identity)
+        cache = _value_headers(manifest.manifest_sha256, row, column, small, identity is not None)
+        if request.headers.get("if-none-match") == cache["ETag"]:
+            return Response(status_code=304, headers=cache)
+        if small:
+            found = self.browser.thumbnail(key, manifest, row, column)
             if found is None:
                 return PlainTextResponse("not an image that can be shown small", 415)
             return Response(found[0], media_type=found[1], headers=cache)
-        value = self.browser.value(key, ref, row, column)
+        value = self.browser.value(key, manifest, row, column)
         if isinstance(value, str):
             return PlainTextResponse(value, headers=cache)
         if not isinstance(value, bytes):
@@ -338,7 +366,7 @@ class _Pages:
             histogram = None
         else:
             column = self.number(request, "column", 1, low=1, high=len(manifest.columns) - 1)
-            histogram = self.browser.histogram(key, ref, column)
+            histogram = self.browser.histogram(key, manifest, column)
         chart = None
         if histogram is not None and histogram.bars:
             bars = [(label, [float(rows)]) for label, rows in histogram.bars]
@@ -353,13 +381,13 @@ class _Pages:
     def diff(self, request: Request) -> Response:
         key = self.store_key(request)
         a, b = self.ref(request, "a"), self.ref(request, "b")
+        manifest_a, manifest_b = self.browser.manifest(key, a), self.browser.manifest(key, b)
         try:
-            found = self.browser.diff(key, a, b)
+            found = self.browser.diff(key, manifest_a, manifest_b)
         except ImportError:
             return self.error(request, 501, "not available", "this datamount has no version diffs")
         samples = {category: found.sample_rows(category, DIFF_SAMPLES) for category in ("added", "removed", "changed")}
         labels = sorted(set(found.label_counts_a) | set(found.label_counts_b))
-        manifest_a, manifest_b = self.browser.manifest(key, a), self.browser.manifest(key, b)
         crumbs_shown = crumbs(key, a.name, a.version, f"diff with {b}")
         return self.render(
             request,

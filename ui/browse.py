@@ -4,8 +4,14 @@ A request names a store by its key (:mod:`datamount.ui.stores`) and a version by
 :func:`~datamount.datasets.parse_ref` checks (a dataset name can name nothing but a dataset); the catalog finds its
 manifest, :func:`~datamount.datasets.open_rows` its rows, and every byte shown has been checked on the way, as it
 is for any reader: a damaged object is a row marked damaged, never its bytes. Nothing here writes, not even a
-cache. A version never changes, so what is read of it is kept for the next request: its manifest, its row source
-(the versions shown lately), the values of the pages shown lately (under a byte budget) and their thumbnails.
+cache.
+
+A version never changes, and is kept by its identity, its manifest's sha256, never by ``name@N``: what is read of it
+is kept for the next request under that identity (its manifest, its row source for the versions shown lately, the
+values of the pages shown lately under a byte budget, their thumbnails, diffs). A request by name resolves the name
+in the store each time (a page view: one read of the manifest); a request that carries the identity it was made for
+(the links of a page: ``m=``) is answered from what is kept for that identity, and when nothing is, only if the name
+still resolves to it: a version removed, or a number given again, is a 404 naming it, never another version's bytes.
 """
 
 from __future__ import annotations
@@ -115,6 +121,7 @@ class Browser:
 
     def __init__(self, shelf: StoreShelf, *, value_bytes: int = VALUE_BYTES, open_sources: int = OPEN_SOURCES) -> None:
         self.shelf = shelf
+        #: Every key is ``(store key, manifest sha256, ...)``.
         self._manifests: _Recent[tuple[str, str], Manifest] = _Recent(256)
         self._sources: _Recent[tuple[str, str], _OpenSource] = _Recent(open_sources)
         self._values: _Recent[tuple[str, str, int, int], Any] = _Recent(1 << 20, value_bytes, _value_size)
@@ -140,19 +147,30 @@ class Browser:
             raise DatasetNotFoundError(f"no dataset named {name!r} in {catalog.store_named(store)}")
         return [self.manifest(key, DatasetRef(name, version)) for version in reversed(found)]
 
-    def manifest(self, key: str, ref: DatasetRef) -> Manifest:
-        """The manifest of version ``ref`` (pinned: ``name@N``)."""
+    def manifest(self, key: str, ref: DatasetRef, identity: str | None = None) -> Manifest:
+        """The manifest of version ``ref`` (``name@N``): the one whose sha256 is ``identity`` when given (kept from an
+        earlier request, else read and compared: a :class:`DatasetNotFoundError` when ``ref`` is no longer it),
+        else the one ``ref`` resolves to in the store now."""
         if ref.version is None:
             raise ValueError(f"name a version: {ref}@N")
-        cached = self._manifests.get((key, str(ref)))
-        if cached is not None:
-            return cached
-        return self._manifests.put((key, str(ref)), catalog.resolve(self.store(key), ref, public_fallback=False))
+        if identity is not None:
+            kept = self._manifests.get((key, identity))
+            if kept is not None and kept.ref == str(ref):
+                return kept
+        found = catalog.resolve(self.store(key), ref, public_fallback=False)
+        if identity is not None and found.manifest_sha256 != identity:
+            raise DatasetNotFoundError(
+                f"{ref} is not the version this link was made for (its manifest's sha256 was {identity[:16]}…, "
+                f"it is {found.manifest_sha256[:16]}… now): that version was removed"
+            )
+        kept = self._manifests.get((key, found.manifest_sha256))
+        if kept is not None and kept.ref == found.ref:
+            return kept  # what was read of it, kept under its identity, serves this request too
+        return self._manifests.put((key, found.manifest_sha256), found)
 
-    def page(self, key: str, ref: DatasetRef, start: int, size: int) -> Page:
-        """Rows ``start`` to ``start + size - 1`` of version ``ref`` (fewer at its end), each value checked as it is
-        read; a row that is damaged or missing says so and the page goes on."""
-        manifest = self.manifest(key, ref)
+    def page(self, key: str, manifest: Manifest, start: int, size: int) -> Page:
+        """Rows ``start`` to ``start + size - 1`` of version ``manifest`` (fewer at its end), each value checked as it
+        is read; a row that is damaged or missing says so and the page goes on."""
         opened = self._source(key, manifest)
         stop = min(start + size, len(opened.source))
         rows: list[PageRow] = []
@@ -173,11 +191,12 @@ class Browser:
     def _make_thumbnails(self, key: str, manifest: Manifest, rows: list[PageRow]) -> None:
         """Make the thumbnails of the images of ``rows`` now, on several cores at once (Pillow lets go of the GIL),
         rather than one by one as the browser asks for them (each then answered at once: :meth:`made_thumbnail`)."""
+        identity = manifest.manifest_sha256
         wanted = [
-            (key, manifest.ref, row.index, column)
+            (key, identity, row.index, column)
             for row in rows
             for column, shown in enumerate(row.cells)
-            if shown.kind == "image" and self._thumbnails.get((key, manifest.ref, row.index, column)) is None
+            if shown.kind == "image" and self._thumbnails.get((key, identity, row.index, column)) is None
         ]
         found = [(where, self._values.get(where)) for where in wanted]
         found = [(where, value) for where, value in found if isinstance(value, bytes)]
@@ -198,42 +217,45 @@ class Browser:
     def _page_row(self, key: str, manifest: Manifest, index: int, values: tuple[Any, ...]) -> PageRow:
         for column, value in enumerate(values):
             if isinstance(value, (bytes, bytearray, memoryview, str)):
-                self._values.put((key, manifest.ref, index, column), _owned(value))
+                self._values.put((key, manifest.manifest_sha256, index, column), _owned(value))
         return PageRow(index, [cell(value) for value in values])
 
-    def value(self, key: str, ref: DatasetRef, row: int, column: int) -> Any:
-        """Column ``column`` of row ``row`` of version ``ref``, checked (:class:`IndexError` outside the version)."""
-        manifest = self.manifest(key, ref)
+    def value(self, key: str, manifest: Manifest, row: int, column: int) -> Any:
+        """Column ``column`` of row ``row`` of version ``manifest``, checked (:class:`IndexError` outside it)."""
         if not 0 <= column < len(manifest.columns):
             raise IndexError(f"{manifest.ref} has no column {column}: it has {len(manifest.columns)}")
-        found = self._values.get((key, manifest.ref, row, column))
+        found = self._values.get((key, manifest.manifest_sha256, row, column))
         if found is not None:
             return found
         opened = self._source(key, manifest)
         with opened.lock:
             values = opened.source.row(row)
-        return self._values.put((key, manifest.ref, row, column), _owned(values[column]))
+        return self._values.put((key, manifest.manifest_sha256, row, column), _owned(values[column]))
 
-    def thumbnail(self, key: str, ref: DatasetRef, row: int, column: int) -> tuple[bytes, str] | None:
+    def thumbnail(self, key: str, manifest: Manifest, row: int, column: int) -> tuple[bytes, str] | None:
         """A small image of the image in column ``column`` of row ``row`` and its content type (None when it is not
         an image Pillow reads)."""
-        manifest = self.manifest(key, ref)
-        cached = self._thumbnails.get((key, manifest.ref, row, column))
+        cached = self._thumbnails.get((key, manifest.manifest_sha256, row, column))
         if cached is None:
-            value = self.value(key, ref, row, column)
+            value = self.value(key, manifest, row, column)
             made = thumbnail(value) if isinstance(value, bytes) else None
-            cached = self._thumbnails.put((key, manifest.ref, row, column), made or _NO_THUMBNAIL)
+            cached = self._thumbnails.put((key, manifest.manifest_sha256, row, column), made or _NO_THUMBNAIL)
         return None if cached is _NO_THUMBNAIL else cached
 
-    def made_thumbnail(self, key: str, ref: DatasetRef, row: int, column: int) -> tuple[bytes, str] | None:
-        """The thumbnail :meth:`thumbnail` gives, if it was made already (nothing is read)."""
-        cached = self._thumbnails.get((key, str(ref), row, column))
+    def made_thumbnail(
+        self, key: str, ref: DatasetRef, identity: str, row: int, column: int
+    ) -> tuple[bytes, str] | None:
+        """The thumbnail :meth:`thumbnail` gives of version ``ref`` whose manifest's sha256 is ``identity``, if it
+        was made already (nothing is read)."""
+        kept = self._manifests.get((key, identity))
+        if kept is None or kept.ref != str(ref):
+            return None
+        cached = self._thumbnails.get((key, identity, row, column))
         return None if cached is _NO_THUMBNAIL else cached
 
-    def histogram(self, key: str, ref: DatasetRef, column: int) -> Histogram:
-        """How many rows have each value of column ``column`` of version ``ref`` (from its list when it has one,
-        else from at most :data:`HISTOGRAM_ROWS` of its rows)."""
-        manifest = self.manifest(key, ref)
+    def histogram(self, key: str, manifest: Manifest, column: int) -> Histogram:
+        """How many rows have each value of column ``column`` of version ``manifest`` (from its list when it has
+        one, else from at most :data:`HISTOGRAM_ROWS` of its rows)."""
         if not 1 <= column < len(manifest.columns):
             raise IndexError(f"{manifest.ref} has no label column {column}: its columns are {manifest.columns}")
         store = self.store(key)
@@ -246,23 +268,22 @@ class Browser:
                 counts.update(_label(values[column]) for values in rows)
         return _histogram(manifest, column, counts)
 
-    def diff(self, key: str, a: DatasetRef, b: DatasetRef) -> Any:
+    def diff(self, key: str, a: Manifest, b: Manifest) -> Any:
         """The :class:`~datamount.datasets.diff.VersionDiff` of versions ``a`` and ``b`` (read from their manifests
         and lists alone)."""
-        from datamount.datasets.diff import diff_versions
+        from datamount.datasets.diff import diff_manifests
 
-        self.manifest(key, a), self.manifest(key, b)  # both exist: else the page says which does not
-        cached = self._diffs.get((key, str(a), str(b)))
+        cached = self._diffs.get((key, a.manifest_sha256, b.manifest_sha256))
         if cached is not None:
             return cached
-        return self._diffs.put((key, str(a), str(b)), diff_versions(self.store(key), str(a), str(b)))
+        return self._diffs.put((key, a.manifest_sha256, b.manifest_sha256), diff_manifests(self.store(key), a, b))
 
     def _source(self, key: str, manifest: Manifest) -> _OpenSource:
         with self._opening:
-            opened = self._sources.get((key, manifest.ref))
+            opened = self._sources.get((key, manifest.manifest_sha256))
             if opened is None:
                 source = open_rows(self.store(key), manifest, cache=False)
-                opened = self._sources.put((key, manifest.ref), _OpenSource(source))
+                opened = self._sources.put((key, manifest.manifest_sha256), _OpenSource(source))
             return opened
 
 

@@ -113,11 +113,19 @@ class UiServer:
     """``datamount ui`` serving ``stores`` (``--store`` values) on a free loopback port, its output in ``log``."""
 
     def __init__(
-        self, stores: list[str], log: Path, *, stats_file: Path | None = None, cwd: Path | None = None
+        self,
+        stores: list[str],
+        log: Path,
+        *,
+        stats_file: Path | None = None,
+        cwd: Path | None = None,
+        options: dict[str, str] | None = None,
     ) -> None:
         command = [sys.executable, "-m", "datamount.cli.main", "ui", "--port", "0"]
         for store in stores:
             command += ["--store", store]
+        for option, value in (options or {}).items():
+            command += ["-o", f"{option}={value}"]
         if stats_file is not None:
             command += ["--stats", str(stats_file)]
         self.log = log
