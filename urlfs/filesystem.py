@@ -8,6 +8,10 @@ The rules, each kept here once:
   answer from the tree alone: no request to the store after that.
 - Every byte handed out was checked first (:class:`datamount.datasets.tree_bytes.TreeBytes`): a damaged one is an
   :class:`~datamount.storage.IntegrityError`, an ``OSError`` with ``errno.EIO`` naming the path.
+- Every read call answers as fsspec's ``LocalFileSystem`` answers on the same files in a folder, for every spelling
+  of a path (:mod:`datamount.urlfs.urls`): a missing path is a ``FileNotFoundError``, a path through a file a
+  ``NotADirectoryError`` (:meth:`DatamountFileSystem._absent` chooses); ``find``, ``du``, ``walk`` and ``glob`` of
+  either find nothing (:data:`_NOTHING_THERE`).
 - Nothing is ever written: every kind of write is an ``OSError`` with ``errno.EROFS``.
 - A pickled filesystem carries its options and, for each version it opened, the sha256 of its manifest; never a
   client, never a manifest (:mod:`datamount.urlfs.pinned`).
@@ -26,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, NoReturn
 
 from fsspec import AbstractFileSystem
+from fsspec.callbacks import DEFAULT_CALLBACK
 from fsspec.spec import AbstractBufferedFile
 
 from datamount.datasets import catalog
@@ -98,9 +103,12 @@ class _Version:
             raise KeyError(inner)
         return node.content
 
-    def under(self, inner: str, *, withdirs: bool) -> list[str]:
+    def under(self, inner: str, *, withdirs: bool, maxdepth: int | None = None) -> list[str]:
         """The sorted paths (``/a/b``) of the files under the folder ``inner`` (``""``: the root), and of the
-        folders with ``withdirs``: a slice of a list sorted once, found by bisection."""
+        folders with ``withdirs``, down to ``maxdepth`` levels: a slice of a list sorted once, found by bisection;
+        or, to a depth, the folders' children level by level (what is visited, not the whole slice)."""
+        if maxdepth is not None:
+            return self._near(inner, withdirs=withdirs, maxdepth=maxdepth)
         with self.lock:
             if self.files is None or self.everything is None:
                 nodes = self.tree.nodes
@@ -110,6 +118,17 @@ class _Version:
         prefix = f"/{inner}/" if inner else "/"
         # Every path that starts with the prefix sorts between it and the prefix with its "/" raised to "0".
         return keys[bisect.bisect_left(keys, prefix) : bisect.bisect_left(keys, prefix[:-1] + "0")]
+
+    def _near(self, inner: str, *, withdirs: bool, maxdepth: int) -> list[str]:
+        """:meth:`under`'s paths down to ``maxdepth`` levels below the folder ``inner``, sorted."""
+        folder = self.tree.find(f"/{inner}")
+        level = [(f"/{inner}" if inner else "", folder)] if folder is not None else []
+        keys = []
+        for _ in range(maxdepth):
+            level = [(f"{path}/{name}", child) for path, node in level for name, child in node.children.items()]
+            keys += [path for path, child in level if withdirs or not child.is_folder]
+            level = [(path, child) for path, child in level if child.is_folder]
+        return sorted(keys)
 
     def view(self, content: Content, start: int, end: int, name: str) -> memoryview | bytes:
         """Bytes ``start`` to ``end - 1`` of a file (offsets within it), checked: a shard with block checksums'
@@ -141,6 +160,11 @@ class _Version:
             yield
         except ObjectNotFoundError as missing:
             raise removed_or_missing(self.store, self.manifest, missing) from missing
+
+
+#: What a listing (``find``, ``du``, ``walk``, ``glob``) takes for nothing there: fsspec's listings answer ``[]`` (or
+#: ``0``) for them, as for a missing folder on a disk. Any other error (an ``IntegrityError`` above all) is raised.
+_NOTHING_THERE = (FileNotFoundError, NotADirectoryError)
 
 
 def _read_only(path: object = "") -> NoReturn:
@@ -272,15 +296,34 @@ class DatamountFileSystem(AbstractFileSystem):
         return _Version(store, manifest, listed, content, pinned)
 
     def _find(self, path: str) -> tuple[VersionPath, _Version, Content | None]:
-        """The version of ``path`` and what is at it: a file's content, ``None`` for a folder."""
+        """The version of ``path`` and what is at it: a file's content, ``None`` for a folder; the error of
+        :meth:`_absent` where nothing is."""
         where = parse(path)
         version = self._version(where)
         try:
-            return where, version, version.content_at(where.inner)
+            content = version.content_at(where.inner)
         except KeyError:
-            raise FileNotFoundError(
-                errno.ENOENT, f"no such file or folder in {version.manifest.ref}", f"datamount://{strip(path)}"
-            ) from None
+            raise self._absent(where, version) from None
+        if content is not None and where.folder:
+            raise self._absent(where, version)
+        return where, version, content
+
+    def _absent(self, where: VersionPath, version: _Version) -> OSError:
+        """Why nothing is at ``where``, as a disk says it: ``NotADirectoryError`` when a file of the version stands
+        where the path needs a folder (``file/x``, ``file/.``), else ``FileNotFoundError``."""
+        name = f"datamount://{where.joined(where.inner)}"
+        parts = where.inner.split("/")
+        for count in range(1, len(parts) + 1):
+            prefix = "/".join(parts[:count])
+            try:
+                content = version.content_at(prefix)
+            except KeyError:
+                break
+            if content is not None and (count < len(parts) or where.folder):
+                return NotADirectoryError(
+                    errno.ENOTDIR, f"{prefix} is a file of {version.manifest.ref}, not a folder", name
+                )
+        return FileNotFoundError(errno.ENOENT, f"no such file or folder in {version.manifest.ref}", name)
 
     def _node(self, where: VersionPath, version: _Version) -> Node:
         """The tree's node at ``where`` (found there already)."""
@@ -322,39 +365,77 @@ class DatamountFileSystem(AbstractFileSystem):
             return [self._details(where, version, child.path[1:], child.content) for child in entries]
         return [where.joined(child.path.lstrip("/")) for child in entries]
 
+    def _found(
+        self, path: str, maxdepth: int | None, withdirs: bool
+    ) -> tuple[VersionPath, _Version, Content | None, list[str]] | None:
+        """What ``find`` finds at ``path``: its content (``None``: a folder) and the sorted paths in the version
+        (``/a/b``) under a folder; ``None`` where nothing is at ``path``."""
+        if maxdepth is not None and maxdepth < 1:
+            raise ValueError("maxdepth must be at least 1")
+        try:
+            where, version, content = self._find(path)
+        except _NOTHING_THERE:
+            return None
+        keys = [] if content is not None else version.under(where.inner, withdirs=withdirs, maxdepth=maxdepth)
+        return where, version, content, keys
+
     @counted
     def find(
         self, path: str, maxdepth: int | None = None, withdirs: bool = False, detail: bool = False, **kwargs: Any
     ) -> Any:
-        if maxdepth is not None:
-            return super().find(path, maxdepth=maxdepth, withdirs=withdirs, detail=detail, **kwargs)
-        where, version, content = self._find(path)
-        keys = version.under(where.inner, withdirs=withdirs) if content is None else ["/" + where.inner]
-        if withdirs and content is None:
-            keys = ["/" + where.inner if where.inner else "/", *keys]
+        found = self._found(path, maxdepth, withdirs)
+        if found is None:
+            return {} if detail else []
+        where, version, content, keys = found
+        if content is not None:  # a file finds itself, answered without the tree
+            name = where.joined(where.inner)
+            return {name: self._details(where, version, where.inner, content)} if detail else [name]
         root = where.root
-        if detail:
-            nodes = version.tree.nodes
-            return {(name := root + key.rstrip("/")):
-                    {**self._details(where, version, key[1:], nodes[key].content), "name": name}
-                    for key in keys}  # fmt: skip
-        return [root + key.rstrip("/") for key in keys]
+        names = [root + key for key in keys]
+        # The folder itself with withdirs, named as the path was written (as fsspec's find names it).
+        itself = self._strip_protocol(path) if withdirs else None
+        if itself is not None:
+            bisect.insort(names, itself)
+        if not detail:
+            return names
+        nodes = version.tree.nodes
+        details = {root + key: self._details(where, version, key[1:], nodes[key].content) for key in keys}
+        if itself is not None:
+            details[itself] = {**self._details(where, version, where.inner, None), "name": itself}
+        return {name: details[name] for name in names}
 
     def du(
         self, path: str, total: bool = True, maxdepth: int | None = None, withdirs: bool = False, **kwargs: Any
     ) -> Any:
-        if not total or maxdepth is not None:
-            return super().du(path, total=total, maxdepth=maxdepth, withdirs=withdirs, **kwargs)
-        where, version, content = self._find(path)
+        found = self._found(path, maxdepth, withdirs)
+        if found is None:
+            return 0 if total else {}
+        where, version, content, keys = found
         if content is not None:
-            return content.size
+            return content.size if total else {where.joined(where.inner): content.size}
         nodes = version.tree.nodes
-        return sum(getattr(nodes[key].content, "size", 0) for key in version.under(where.inner, withdirs=False))
+        if total:  # a folder's size is 0
+            return sum(getattr(nodes[key].content, "size", 0) for key in keys)
+        sizes = {where.root + key: getattr(nodes[key].content, "size", 0) for key in keys}
+        if withdirs:
+            sizes[self._strip_protocol(path)] = 0
+        return sizes
+
+    def get_file(
+        self, rpath: str, lpath: Any, callback: Any = DEFAULT_CALLBACK, outfile: Any = None, **kwargs: Any
+    ) -> None:
+        """A path that names no file or folder (through a file too) is a ``FileNotFoundError`` here, as
+        ``LocalFileSystem.get`` says, before anything is made at ``lpath``."""
+        try:
+            self._find(rpath)
+        except _NOTHING_THERE as error:
+            raise FileNotFoundError(errno.ENOENT, f"nothing to copy: {error.strerror}", error.filename) from error
+        super().get_file(rpath, lpath, callback=callback, outfile=outfile, **kwargs)
 
     def exists(self, path: str, **kwargs: Any) -> bool:
         try:
             self._find(path)
-        except (FileNotFoundError, ValueError):
+        except (*_NOTHING_THERE, ValueError):
             return False
         return True
 
@@ -379,7 +460,9 @@ class DatamountFileSystem(AbstractFileSystem):
     def _file(self, path: str) -> tuple[_Version, Content, str]:
         where, version, content = self._find(path)
         if content is None:
-            raise IsADirectoryError(errno.EISDIR, "a folder of a dataset version", f"datamount://{strip(path)}")
+            raise IsADirectoryError(
+                errno.EISDIR, "a folder of a dataset version", f"datamount://{where.joined(where.inner)}"
+            )
         return version, content, f"datamount://{where.joined(where.inner)}"
 
     @counted

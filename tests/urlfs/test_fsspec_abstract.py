@@ -13,8 +13,9 @@ in ``test_urlfs.py``):
 - ``AbstractPipeTests`` (all): ``pipe``;
 - ``AbstractPutTests`` (all): ``put`` from the local filesystem.
 
-Every test of ``AbstractGetTests`` runs; ``test_get_directory_recursive``, which makes its source with ``mkdir``
-and ``touch`` in its body, runs as fsspec writes it with that source a version instead.
+Every test of ``AbstractGetTests`` runs as fsspec wrote it. ``test_get_directory_recursive`` makes its source in its
+body, with ``mkdir`` and ``touch`` of ``fs_path``'s folder: the filesystem under test (:class:`_Uploading`) takes
+those two as its source's upload, a new version of ``_/written``, which it then reads as ``_/written@latest``.
 """
 
 from __future__ import annotations
@@ -22,13 +23,14 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fsspec.tests.abstract import AbstractFixtures, AbstractGetTests
 
 from datamount.datasets import upload
 from datamount.storage import Store
-from datamount.urlfs import DatamountFileSystem
+from datamount.urlfs import DatamountFileSystem, parse
 from tests.servers.moto import S3_TEST_KEY, S3_TEST_SECRET
 
 BULK = ["file1", "file2", "subdir/subfile1", "subdir/subfile2", "subdir/nesteddir/nestedfile"]
@@ -37,6 +39,33 @@ GLOB_EDGE_CASES = ["file1", "file2"] + [
 ]
 SAME_NAME_PREFIX = ["subdir.txt", "subdir/subfile.txt"]
 HASHED = {f"{hashlib.md5(str(i).encode()).hexdigest()}.txt": str(i).encode() for i in range(10)}
+
+
+class _Uploading(DatamountFileSystem):
+    """``datamount://`` with ``mkdir`` and ``touch`` of ``_/<name>@latest/<path>`` taken as an upload: a folder and an
+    empty file staged under ``staging/<name>``, each ``touch`` uploading what is staged as the next version of
+    ``<name>`` to ``uploads_to`` (the store ``_`` names), whose ``latest`` is then resolved again. Everything else is
+    :class:`DatamountFileSystem`'s own, which writes nothing."""
+
+    def __init__(self, *, staging: Path, uploads_to: Store, **options: Any) -> None:
+        super().__init__(**options)
+        self._staging = staging
+        self._uploads_to = uploads_to
+
+    def mkdir(self, path: str, create_parents: bool = True, **kwargs: Any) -> None:
+        where = parse(path)
+        (self._staging / where.name / where.inner).mkdir(parents=True, exist_ok=True)
+
+    def touch(self, path: str, truncate: bool = True, **kwargs: Any) -> None:
+        where = parse(path)
+        folder = self._staging / where.name
+        (folder / where.inner).parent.mkdir(parents=True, exist_ok=True)
+        (folder / where.inner).write_bytes(b"")
+        listed = folder / "staged.list"
+        files = sorted(file.relative_to(folder).as_posix() for file in folder.rglob("*") if file.is_file())
+        listed.write_text("".join(f"{file}\t0\n" for file in files if file != listed.name), encoding="utf-8")
+        upload(listed, where.name, store=self._uploads_to)
+        self.invalidate_cache()
 
 
 class _Scenarios(AbstractFixtures):
@@ -60,34 +89,11 @@ class _Scenarios(AbstractFixtures):
 
     @pytest.fixture
     def fs_path(self) -> str:
-        return "_/unused@1"
+        return "_/written@latest"  # test_get_directory_recursive's source, made by _Uploading
 
     @pytest.fixture
     def supports_empty_directories(self) -> bool:
         return False  # a version's folders are those of its files' paths
-
-    def test_get_directory_recursive(self, fs, fs_join, local_fs, local_join, local_target, tmp_path) -> None:
-        # fsspec's test (filesystem_spec issue 1062), its source a version rather than made by mkdir and touch.
-        src = self.version(tmp_path, "recursive", {"file": b""})
-        target = local_target
-        assert not local_fs.exists(target)
-        for loop in range(2):
-            fs.get(src, target, recursive=True)
-            assert local_fs.isdir(target)
-            if loop == 0:
-                assert local_fs.isfile(local_join(target, "file"))
-                assert not local_fs.exists(local_join(target, "source"))
-            else:
-                assert local_fs.isfile(local_join(target, "file"))
-                assert local_fs.isdir(local_join(target, "source"))
-                assert local_fs.isfile(local_join(target, "source", "file"))
-        local_fs.rm(target, recursive=True)
-        assert not local_fs.exists(target)
-        for _ in range(2):
-            fs.get(src + "/", target, recursive=True)
-            assert local_fs.isdir(target)
-            assert local_fs.isfile(local_join(target, "file"))
-            assert not local_fs.exists(local_join(target, "source"))
 
     @pytest.fixture
     def fs_bulk_operations_scenario_0(self, fs: DatamountFileSystem, tmp_path: Path) -> str:
@@ -110,7 +116,13 @@ class TestGetFromALocalStore(_Scenarios, AbstractGetTests):
     @pytest.fixture
     def fs(self, local_store: Store, tmp_path: Path) -> DatamountFileSystem:
         self.store = local_store
-        return DatamountFileSystem(store=local_store.url, cache=str(tmp_path / "cache"), skip_instance_cache=True)
+        return _Uploading(
+            staging=tmp_path / "written",
+            uploads_to=local_store,
+            store=local_store.url,
+            cache=str(tmp_path / "cache"),
+            skip_instance_cache=True,
+        )
 
 
 @pytest.mark.s3
@@ -119,6 +131,11 @@ class TestGetFromS3(_Scenarios, AbstractGetTests):
     def fs(self, s3_store: Store, s3_server, tmp_path: Path) -> DatamountFileSystem:
         self.store = s3_store
         options = {"endpoint_url": s3_server.endpoint_url, "key": S3_TEST_KEY, "secret": S3_TEST_SECRET}
-        return DatamountFileSystem(
-            store=s3_store.url, options=options, cache=str(tmp_path / "cache"), skip_instance_cache=True
+        return _Uploading(
+            staging=tmp_path / "written",
+            uploads_to=s3_store,
+            store=s3_store.url,
+            options=options,
+            cache=str(tmp_path / "cache"),
+            skip_instance_cache=True,
         )
