@@ -5,9 +5,10 @@ the main process unpickles, sample by sample: at tens of thousands of samples a 
 the loader's ceiling. :class:`CollateBytes` copies one column's values of a batch into a single ``uint8`` tensor,
 made in shared memory when it runs in a worker, with their offsets: the worker's queue carries a handle, and the main
 process maps the same memory. A worker reuses its segments once the main process has dropped the batches in them
-(``_shared_memory.py``): a fresh segment per batch costs more than the copy. :meth:`ByteBatch.decode` then hands
-the tensor and its offsets to a decode hook on any device (``torchvision.io.decode_jpeg(..., device="cuda")``
-decodes a whole batch on the GPU).
+(``_shared_memory.py``): a fresh segment per batch costs more than the copy. A handle names its segment by a random
+token that the segment's header carries, not by the worker's pid, which a later worker may be given (NOTE [ Segment
+tokens ]). :meth:`ByteBatch.decode` then hands the tensor and its offsets to a decode hook on any device
+(``torchvision.io.decode_jpeg(..., device="cuda")`` decodes a whole batch on the GPU).
 """
 
 from __future__ import annotations

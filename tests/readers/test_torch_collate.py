@@ -1,10 +1,21 @@
 """``datamount.torch.collate_bytes``: a batch of raw samples reaches the main process as one shared-memory tensor
-with offsets, from real DataLoader workers (fork and spawn), and a decode hook makes them images there."""
+with offsets, from real DataLoader workers (fork and spawn), and a decode hook makes them images there; a batch's
+bytes are its own even when its worker has an ended worker's pid, and a segment written over by another process is an
+error."""
 
 from __future__ import annotations
 
+import hashlib
 import io
+import itertools
+import json
+import multiprocessing
+import os
 import pickle
+import shutil
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +27,7 @@ Image = pytest.importorskip("PIL.Image")
 from datamount.datasets.pack import pack  # noqa: E402
 from datamount.datasets.upload import upload  # noqa: E402
 from datamount.readers import reader  # noqa: E402
-from datamount.storage import Store, open_store  # noqa: E402
+from datamount.storage import IntegrityError, Store, open_store  # noqa: E402
 from datamount.torch import ByteBatch, CollateBytes, ReaderDataset, collate_bytes, decoded, split_samples  # noqa: E402
 
 ROWS = 37
@@ -155,6 +166,142 @@ def test_a_batch_from_a_worker_is_received_once(images: tuple[Store, list[bytes]
     assert batch.samples()[0].numpy().tobytes() == files[0]
     with pytest.raises(RuntimeError, match="was unpickled twice"):
         pickle.loads(pickled)
+
+
+#: Epochs of a loader whose workers end with each epoch, in a pid namespace of its own where each epoch's first worker
+#: is given the lowest pid of the previous epoch's workers (``ns_last_pid``, as pids wrapping on a long job would):
+#: prints, for each epoch, its workers' pids, the sha256 of each sample received (by label), the inodes of the
+#: segments its batches came in, and those of the workers' segments still mapped here once the epoch is over.
+PID_REUSE_SCRIPT = textwrap.dedent(
+    """
+    import hashlib, json, multiprocessing, sys
+    from pathlib import Path
+    import torch
+    from datamount.readers import reader
+    from datamount.storage import open_store
+    from datamount.torch import ReaderDataset, collate_bytes
+
+    SEGMENT = "/memfd:datamount-batch (deleted)"
+
+    def mappings():
+        for line in Path("/proc/self/maps").read_text().splitlines():
+            fields = line.split(maxsplit=5)
+            low, high = (int(bound, 16) for bound in fields[0].split("-"))
+            yield low, high, int(fields[4]), fields[5] if len(fields) > 5 else ""
+
+    def inode_of(tensor):
+        return next(inode for low, high, inode, name in mappings() if low <= tensor.data_ptr() < high)
+
+    url, context, epochs = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    loader = torch.utils.data.DataLoader(
+        ReaderDataset(reader("images", open_store(url))),
+        batch_size=4,
+        num_workers=2,
+        multiprocessing_context=context,
+        persistent_workers=False,
+        collate_fn=collate_bytes,
+    )
+    report = []
+    for epoch in range(epochs):
+        if report:
+            Path("/proc/sys/kernel/ns_last_pid").write_text(str(min(report[-1]["pids"]) - 1))
+        batches = iter(loader)
+        pids = sorted(child.pid for child in multiprocessing.active_children())
+        samples, segments = {}, set()
+        for batch in batches:
+            segments.add(inode_of(batch.data))
+            (labels,) = batch.others
+            for label, sample in zip(labels, batch.samples(), strict=True):
+                samples[label] = hashlib.sha256(sample.numpy().tobytes()).hexdigest()
+            del batch, sample
+        del batches
+        mapped = sorted({inode for _, _, inode, name in mappings() if name == SEGMENT})
+        report.append({"pids": pids, "samples": samples, "segments": sorted(segments), "mapped": mapped})
+    print(json.dumps(report))
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def private_pid_namespace() -> list[str]:
+    """A command prefix running a program as pid 1 of a pid namespace of its own, with its own /proc (needs root and
+    unshare), where it may choose the next pid by writing ``/proc/sys/kernel/ns_last_pid``."""
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        pytest.skip("needs unshare(1) to run a loader in a pid namespace of its own")
+    prefix = [unshare, "--pid", "--fork", "--mount-proc"]
+    probe = subprocess.run(
+        [*prefix, "sh", "-c", "echo 41 > /proc/sys/kernel/ns_last_pid && sh -c 'echo $$'"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    if probe.returncode != 0 or probe.stdout.strip() != "42":
+        pytest.skip(f"cannot choose the next pid in a private pid namespace here: {probe.stderr.strip()}")
+    return prefix
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("context", ["fork", pytest.param("spawn", marks=pytest.mark.slow)])
+def test_a_worker_given_an_ended_workers_pid_sends_its_own_bytes(
+    images: tuple[Store, list[bytes]], private_pid_namespace: list[str], context: str
+) -> None:
+    store, files = images
+    epochs = 3
+    result = subprocess.run(
+        [*private_pid_namespace, sys.executable, "-c", PID_REUSE_SCRIPT, store.url, context, str(epochs)],
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    # Each epoch's workers ended with it, and a worker of the next epoch had the pid of one of them.
+    for earlier, later in itertools.pairwise(report):
+        assert len(later["pids"]) == 2 and set(earlier["pids"]) & set(later["pids"])
+    expected = {f"label{index}": hashlib.sha256(data).hexdigest() for index, data in enumerate(files)}
+    for number, epoch in enumerate(report):
+        wrong = sorted(label for label, digest in epoch["samples"].items() if digest != expected.get(label))
+        assert wrong == [], f"epoch {number}: {len(wrong)} samples came with other bytes than the reader's"
+        assert epoch["samples"].keys() == expected.keys()
+    # Once the next epoch's workers have sent their batches, no segment of the ended workers stays mapped.
+    for earlier, later in itertools.pairwise(report):
+        assert not set(earlier["segments"]) & set(later["mapped"])
+
+
+def test_a_batch_whose_segment_another_process_wrote_over_is_an_error_not_bytes(
+    images: tuple[Store, list[bytes]],
+) -> None:
+    store, files = images
+    before = set(multiprocessing.active_children())
+    batches = iter(one_sample_batches(store))
+    (worker,) = set(multiprocessing.active_children()) - before
+    first = next(batches)
+    assert first.samples()[0].numpy().tobytes() == files[0]
+    # Another process writes over the header of every segment the worker has made (all but the two bytes that lend
+    # it): the segment the first batch is in comes back to the worker when the batch is dropped, and is the next
+    # one it writes a batch into.
+    folder = Path(f"/proc/{worker.pid}/fd")
+    overwritten = 0
+    for entry in folder.iterdir():
+        try:
+            if os.readlink(entry) != WORKER_SEGMENT:
+                continue
+            descriptor = os.open(entry, os.O_RDWR)
+        except FileNotFoundError:
+            continue
+        try:
+            os.pwrite(descriptor, os.urandom(62), 2)
+        finally:
+            os.close(descriptor)
+        overwritten += 1
+    assert overwritten > 0
+    del first
+    with pytest.raises(IntegrityError, match=f"from DataLoader worker {worker.pid} .* header"):
+        for batch in batches:
+            label = batch.others[0][0]
+            assert batch.samples()[0].numpy().tobytes() == files[int(label.removeprefix("label"))]
+    del batches
 
 
 def test_decoded_batches_carry_their_other_columns() -> None:
