@@ -429,8 +429,9 @@ def _pack_record(store: Store, manifest: Manifest, manifest_sha256: str, data: b
 
 
 def dataset_names(store: Store) -> list[str]:
-    """Every dataset with at least one folder in the store: user datasets and namespaced ones (``team`` and
-    ``team/x`` both, when both exist), then public ones."""
+    """Every dataset with a versions folder in the store: user datasets and namespaced ones (``team`` and
+    ``team/x`` both, when both exist), then public ones; a name whose every version was removed too (its folder
+    keeps its numbers taken: :func:`summaries` leaves it out)."""
     names = []
     for area in (layout.USER_AREA, PUBLIC_NAMESPACE):
         for folder in store.list_folders(area):

@@ -25,12 +25,13 @@ def test_names_collide_no_more_a_dataset_and_its_namespace_live_side_by_side(sto
     assert sorted(catalog.dataset_names(store)) == ["team", "team/x"]
     assert [summary.name for summary in catalog.summaries(store)] == ["team", "team/x"]
     catalog.remove(store, "team")
-    assert catalog.dataset_names(store) == ["team/x"]
+    assert [summary.name for summary in catalog.summaries(store)] == ["team/x"]  # team's folder keeps its numbers
     assert list(reader("team/x", store)()) == [("c", "C")]
     upload(write_list(tmp_path, "again", ["d"]), "team", store=store)
     catalog.remove(store, "team/x")
-    assert catalog.dataset_names(store) == ["team"]
+    assert [summary.name for summary in catalog.summaries(store)] == ["team"]
     assert list(reader("team", store)()) == [("d", "D")]
+    assert catalog.versions(store, "team") == [2]
 
 
 @pytest.mark.parametrize("word", layout.OWN_FOLDERS)
