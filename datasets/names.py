@@ -13,10 +13,12 @@ import re
 from dataclasses import dataclass
 
 from datamount.datasets.errors import InvalidDatasetNameError
+from datamount.storage import arguments
 
 _PART = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
 _NAME = re.compile(rf"{_PART}(/{_PART})?")
-_VERSION = re.compile(r"[1-9][0-9]{0,17}")
+#: The largest version number (18 digits): below 2**63.
+LARGEST_VERSION = 10**18 - 1
 PUBLIC_NAMESPACE = "public"
 #: Words a name may not end in: the store's areas, the folders of a dataset's own layout (so that no dataset's folder
 #: is ever inside another's: ``team/x`` lives beside ``team``'s ``versions``, never in it), and ``latest``.
@@ -57,7 +59,8 @@ def validate_name(name: str) -> str:
 
 def version_number(text: str) -> int | None:
     """The version number ``text`` writes (``"12"`` -> 12), or None when it writes none (see the module's rule)."""
-    return int(text) if _VERSION.fullmatch(text) else None
+    number = arguments.whole_number_text(text)
+    return number if number is not None and 0 < number <= LARGEST_VERSION and str(number) == text else None
 
 
 def parse_ref(text: str) -> DatasetRef:
