@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 import click
 
 from datamount.cli.completion import complete_stores
-from datamount.storage import open_store
+from datamount.storage import arguments, open_store
 from datamount.storage.arguments import parse_size
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -21,11 +21,10 @@ def parse_option(text: str) -> tuple[str, Any]:
     key, sep, raw = text.partition("=")
     if not sep or not key.strip():
         raise click.BadParameter(f"expected KEY=VALUE, got {text!r}", param_hint="'-o'")
-    value: Any = raw
+    number = arguments.whole_number_text(raw, signed=True)
+    value: Any = raw if number is None else number
     if raw.lower() in ("true", "false"):
         value = raw.lower() == "true"
-    elif raw.lstrip("-").isdigit():
-        value = int(raw)
     return key.strip(), value
 
 

@@ -25,7 +25,7 @@ import posixpath
 import uuid
 
 from datamount.datasets.manifest import Manifest, ShardEntry
-from datamount.datasets.names import PUBLIC_NAMESPACE, validate_name
+from datamount.datasets.names import PUBLIC_NAMESPACE, validate_name, version_number
 
 USER_AREA = "datasets"
 VERSIONS = "versions"
@@ -83,12 +83,15 @@ def removed_path(name: str, version: int) -> str:
 
 
 def version_entry(path: str) -> tuple[int, str] | None:
-    """``(N, suffix)`` for a file of the versions folder (``versions/3.pack.json`` -> ``(3, ".pack.json")``)."""
+    """``(N, suffix)`` for a file of the versions folder (``versions/3.pack.json`` -> ``(3, ".pack.json")``); None
+    for any other name, and for a number written otherwise than a commit writes it (``03.json``, ``².json``): each
+    version has one file name."""
     number, dot, _ = posixpath.basename(path).partition(".")
     suffix = posixpath.basename(path)[len(number) :]
-    if not dot or not number.isdigit() or suffix not in (MANIFEST_SUFFIX, PACK_RECORD_SUFFIX, REMOVED_SUFFIX):
+    version = version_number(number)
+    if not dot or version is None or suffix not in (MANIFEST_SUFFIX, PACK_RECORD_SUFFIX, REMOVED_SUFFIX):
         return None
-    return int(number), suffix
+    return version, suffix
 
 
 def object_key(sha256: str) -> str:

@@ -21,12 +21,21 @@ refresh their file every ``refresh_every`` seconds (a thread, joined on release)
 removed by whoever meets it, when its holder is a process of this host that is gone, or when it has not been
 refreshed for ten refresh intervals (a process killed on another host); a holder whose file was removed so finds it
 gone at its next refresh or before it commits (:class:`LockLostError`), and commits nothing.
+
+What a lock file may say is checked before any of it is used (:func:`parse_lock`, the one rule): at most
+``LOCK_BYTES`` of JSON nested at most ``LOCK_DEPTH`` deep, a host and a purpose of printable text, a process id
+from 1 to ``2**31 - 1`` (and below this system's ``pid_max`` for a lock of this host), times that are finite, not
+before 1970 and not further ahead of this host's clock than the lock's ``stale_after``, which is at most a day. A
+file in the folder that says anything else is *unreadable*: it holds nothing, from the first look (nothing it
+says can be trusted to let go: a pid of 0 or -1 always "runs", a NaN time is never old, a pid of 10**30 overflows
+the check), is named in a warning once per process, and is left for a person to delete.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import itertools
 import json
 import logging
@@ -39,10 +48,13 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Annotated
+
+import msgspec
 
 from datamount.datasets import layout
 from datamount.datasets.errors import DatasetBusyError, LockLostError
-from datamount.storage import DatamountError, ObjectExistsError, ObjectNotFoundError, Store
+from datamount.storage import DatamountError, ObjectExistsError, ObjectNotFoundError, Store, arguments
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +68,19 @@ WAIT_SECONDS = 600.0
 #: The longest pause between two looks at a busy lock folder.
 LONGEST_POLL_SECONDS = 1.0
 LOCK_FORMAT = 1
+#: The most bytes a lock file may have, and how deeply its JSON may nest: a holder writes one flat object of about
+#: 200 bytes, and nothing past this many is read.
+LOCK_BYTES = 4096
+LOCK_DEPTH = 8
+#: The longest host name and purpose a lock file may give (a DNS name has at most 253 characters).
+LONGEST_TEXT = 255
+#: The longest a lock may go without a refresh before it is stale, whatever its file says.
+LONGEST_STALE_AFTER = 86_400.0
+#: The largest process id of any system (``pid_t`` is a signed 32-bit integer); those of this host are below its
+#: ``pid_max`` (read from ``PID_MAX_FILE``; ``FALLBACK_PID_MAX``, Linux's ceiling, where there is none).
+LARGEST_PID = 2**31 - 1
+PID_MAX_FILE = "/proc/sys/kernel/pid_max"
+FALLBACK_PID_MAX = 2**22
 
 
 @dataclass(frozen=True)
@@ -86,6 +111,76 @@ class LockFile:
         return f"process {self.pid} on {self.host} ({self.purpose}, since {since})"
 
 
+class _LockFields(msgspec.Struct):
+    """The fields of a lock file that are read, typed and bounded (others, such as ``format``, are let be: a later
+    format may add some)."""
+
+    host: Annotated[str, msgspec.Meta(max_length=LONGEST_TEXT)]
+    pid: Annotated[int, msgspec.Meta(ge=1, le=LARGEST_PID)]
+    purpose: Annotated[str, msgspec.Meta(max_length=LONGEST_TEXT)]
+    created: Annotated[float, msgspec.Meta(ge=0)]  # msgspec gives no infinity nor NaN: JSON has none
+    refreshed: Annotated[float, msgspec.Meta(ge=0)]
+    stale_after: Annotated[float, msgspec.Meta(gt=0, le=LONGEST_STALE_AFTER)]
+
+
+def parse_lock(path: str, data: bytes, *, now: float, host: str, pid_max: int) -> LockFile:
+    """The lock file ``path`` whose bytes are ``data``, read on host ``host`` (this one, whose process ids are below
+    ``pid_max``) at time ``now``: see the module's rule.
+
+    Raises
+    ------
+    ValueError
+        ``data`` is not a lock file datamount can read; the message says what is wrong with it.
+    """
+    if len(data) > LOCK_BYTES:
+        raise ValueError(f"longer than {LOCK_BYTES} bytes")
+    if _nesting(data) > LOCK_DEPTH:
+        raise ValueError(f"JSON nested deeper than {LOCK_DEPTH}")
+    try:
+        fields = msgspec.json.decode(data, type=_LockFields)
+    except msgspec.DecodeError as exc:
+        raise ValueError(str(exc)) from None
+    for name, text in (("host", fields.host), ("purpose", fields.purpose)):
+        if not text.isprintable():
+            raise ValueError(f"its {name} {text!r} is not printable text")
+    if fields.host == host and fields.pid >= pid_max:
+        raise ValueError(f"pid {fields.pid} is no process of this host, {host} (its pid_max is {pid_max})")
+    for name, when in (("created", fields.created), ("refreshed", fields.refreshed)):
+        if when > now + fields.stale_after:
+            raise ValueError(f"{name} {when} is more than its stale_after ({fields.stale_after} s) ahead of {now}")
+    kind = posixpath.basename(path).partition("-")[0]
+    return LockFile(
+        path, kind, fields.host, fields.pid, fields.purpose, fields.created, fields.refreshed, fields.stale_after
+    )
+
+
+def _nesting(data: bytes) -> int:
+    """How deeply the JSON text ``data`` nests arrays and objects (brackets in strings not counted), counted
+    without recursion: a decoder would recurse as deep."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for byte in data:
+        if in_string:
+            escaped, in_string = (False, True) if escaped else (byte == 0x5C, byte != 0x22)
+        elif byte == 0x22:
+            in_string = True
+        elif byte in b"[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif byte in b"]}":
+            depth -= 1
+    return deepest
+
+
+def pid_max() -> int:
+    """This system's ``pid_max``: every process id of this host is below it."""
+    try:
+        with open(PID_MAX_FILE, "rb") as file:
+            return min(int(file.read(32)), LARGEST_PID + 1)
+    except (OSError, ValueError):
+        return FALLBACK_PID_MAX
+
+
 def _process_runs(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -101,32 +196,30 @@ def locks_folder(name: str) -> str:
 
 
 def read_locks(store: Store, name: str) -> list[LockFile]:
-    """The lock files of dataset ``name`` (a file that cannot be read or parsed is skipped: it is being written, or
-    was removed since the listing)."""
+    """The lock files of dataset ``name``: a file removed since the listing is skipped, and an unreadable one (see
+    the module's rule) is named in a warning and holds nothing."""
     found = []
+    now, host, largest = time.time(), socket.gethostname(), pid_max()
     for path in store.list(locks_folder(name), recursive=False):
-        kind = posixpath.basename(path).partition("-")[0]
-        if kind not in (SHARED, EXCLUSIVE):
+        if posixpath.basename(path).partition("-")[0] not in (SHARED, EXCLUSIVE):
             continue
         try:
-            body = json.loads(store.read(path))
-            found.append(
-                LockFile(
-                    path,
-                    kind,
-                    str(body["host"]),
-                    int(body["pid"]),
-                    str(body["purpose"]),
-                    float(body["created"]),
-                    float(body["refreshed"]),
-                    float(body["stale_after"]),
-                )
-            )
+            data = store.read_range(path, 0, LOCK_BYTES + 1)
         except ObjectNotFoundError:
             continue
-        except (ValueError, KeyError, TypeError):  # not a lock of ours: it decides nothing
-            log.warning("%s is not a lock file datamount can read; it is ignored", store.url_for(path))
+        try:
+            found.append(parse_lock(path, data, now=now, host=host, pid_max=largest))
+        except ValueError as exc:
+            _say_unreadable(store.url_for(path), str(exc))
     return found
+
+
+@functools.lru_cache(maxsize=1024)
+def _say_unreadable(url: str, why: str) -> None:
+    """Warn that ``url`` is no lock of ours, once per process (for the last 1,024 files and reasons)."""
+    log.warning(
+        "%s is not a lock file datamount can read (%s): it holds nothing; delete it if no one uses it", url, why
+    )
 
 
 class Lock:
@@ -137,7 +230,14 @@ class Lock:
         self.name = name
         self.kind = kind
         self.purpose = purpose
-        self.refresh_every = refresh_every
+        self.refresh_every = arguments.positive_number(refresh_every, "refresh_every")
+        if refresh_every * STALE_INTERVALS > LONGEST_STALE_AFTER:
+            raise ValueError(
+                f"refresh_every must be at most {LONGEST_STALE_AFTER / STALE_INTERVALS:g} s (a lock not refreshed "
+                f"for {STALE_INTERVALS} of them is stale, and none is kept longer than a day), got {refresh_every}"
+            )
+        if not isinstance(purpose, str) or not purpose.isprintable() or len(purpose) > LONGEST_TEXT:
+            raise ValueError(f"purpose must be printable text of at most {LONGEST_TEXT} characters, got {purpose!r}")
         self.path = f"{locks_folder(name)}/{kind}-{uuid.uuid4().hex}.json"
         self.created = time.time()
         self.lost: str | None = None

@@ -10,6 +10,7 @@ from types import ModuleType
 from typing import Any
 
 from datamount.datasets.errors import RayUnreachableError
+from datamount.storage import arguments
 from datamount.storage.errors import BackendNotInstalledError
 
 #: Seconds a cluster's address may take to accept a connection before it is reported unreachable.
@@ -61,10 +62,11 @@ def connect_ray(address: str | None = None, *, start_local: bool = False) -> tup
 def probe(address: str) -> None:
     """Make sure something accepts connections at ``address`` (``host:port`` or ``ray://host:port``)."""
     host, _, port = address.removeprefix("ray://").rpartition(":")
-    if not host or not port.isdigit():
+    number = arguments.whole_number_text(port)
+    if not host or number is None or number > 65535:
         raise RayUnreachableError(f"{address!r} is not a Ray address: write host:port, ray://host:port or auto")
     try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=PROBE_TIMEOUT):
+        with socket.create_connection((host.strip("[]"), number), timeout=PROBE_TIMEOUT):
             pass
     except OSError as exc:
         raise RayUnreachableError(f"no Ray cluster answers at {address}: {exc.strerror or exc}") from exc

@@ -13,6 +13,12 @@ Stored per epoch as a bitmap of the rows seen (zlib-compressed, base64) and the 
 their extra count: a 1 M-row epoch takes at most 125 kB, far less when rows come in runs. A saved ledger is read
 strictly (:func:`parse_state`): anything but what :meth:`Ledger.state_dict` writes is a :class:`ReaderStateError`
 that names the key at fault, never a count taken on trust.
+
+A row's count in an epoch is at most ``MOST_COUNTS`` (counts are kept in 32 bits: 4 bytes a row and epoch in
+memory), and no sum goes past it unnoticed: :meth:`Ledger.record` and the merge of several ledgers
+(:meth:`Ledger.load_state_dict` of a list) refuse a count that would not fit, naming the epoch and the row, where
+32-bit arithmetic would wrap it round to a small number (a row counted ``2**32 - 1`` times plus once would be
+reported as never read). :func:`check` adds the ledgers' counts up in 64 bits, so that it reports any sum exactly.
 """
 
 from __future__ import annotations
@@ -95,7 +101,14 @@ class Ledger:
         if numbers.size and (numbers.min() < 0 or numbers.max() >= self.rows):
             wrong = numbers[(numbers < 0) | (numbers >= self.rows)][0]
             raise ValueError(f"row {wrong} is not one of the ledger's {self.rows} rows (0 .. {self.rows - 1})")
-        np.add.at(self._epoch_counts(epoch), numbers, 1)
+        counts = self._epoch_counts(epoch)
+        if numbers.size and int(counts[numbers].max()) > MOST_COUNTS - numbers.size:  # may not fit: look closer
+            unique, times = np.unique(numbers, return_counts=True)
+            over = np.flatnonzero(counts[unique].astype(np.uint64) + times.astype(np.uint64) > MOST_COUNTS)
+            if over.size:
+                row = int(unique[over[0]])
+                raise ValueError(f"row {row} cannot be counted more than {MOST_COUNTS} times in epoch {epoch}")
+        np.add.at(counts, numbers, 1)
 
     def counts(self, epoch: int) -> np.ndarray:
         """How many times each row was consumed in ``epoch`` (a read-only array of ``rows`` counts)."""
@@ -139,10 +152,7 @@ class Ledger:
                 raise ReaderStateError(f"a ledger of {one.describe()} cannot load into one of {_describe(*names)}")
             names = names if names[0] is not None else _names(one)  # an unnamed ledger takes the name it is given
             for epoch, epoch_counts in one.counts.items():
-                if epoch in counts:
-                    counts[epoch] += epoch_counts
-                else:
-                    counts[epoch] = epoch_counts
+                counts[epoch] = _sum(counts[epoch], epoch_counts, epoch) if epoch in counts else epoch_counts
         (self.dataset, self.split), self._counts = names, counts
 
     @classmethod
@@ -191,6 +201,21 @@ class Ledger:
         ledger = cls(parsed.rows, dataset=parsed.dataset, split=parsed.split)
         ledger._counts = dict(parsed.counts)
         return ledger
+
+
+def _sum(counts: np.ndarray, more: np.ndarray, epoch: int) -> np.ndarray:
+    """The counts of one epoch of two ledgers added up, each at most :data:`MOST_COUNTS` (a
+    :class:`ReaderStateError` naming the first row whose sum is more)."""
+    summed = counts + more  # wraps round, past 2**32 - 1, to less than either: that is how a sum too large shows
+    over = np.flatnonzero(summed < counts)
+    if over.size:
+        row = int(over[0])
+        raise ReaderStateError(
+            f"epoch {epoch}: row {row} is counted {int(counts[row]) + int(more[row])} times in the ledgers together, "
+            f"more than a ledger holds ({MOST_COUNTS}): these are not the ledgers of one job; check them with "
+            "'datamount ledger check', which adds them up without a limit"
+        )
+    return summed
 
 
 def _states(state: object) -> list[Any]:

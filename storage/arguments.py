@@ -12,6 +12,9 @@ from typing import TypeVar
 
 T = TypeVar("T")
 
+#: A whole number as text: the ASCII digits 0-9, a minus sign first, at most 1,000 digits (``int`` refuses 4,300).
+#: ``str.isdigit`` is not this: it takes ``²``, which ``int`` refuses, and ``١``, which ``int`` reads as 1.
+_WHOLE = re.compile(r"-?[0-9]{1,1000}")
 #: A size as people write one: ``256MB``, ``64MiB``, ``1G``, ``1000``.
 _SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)(i?)[bB]?\s*")
 
@@ -55,6 +58,13 @@ def one_of(value: T, name: str, choices: Collection[T], *, error: type[ValueErro
     if value not in choices:
         raise error(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
     return value
+
+
+def whole_number_text(text: str, *, signed: bool = False) -> int | None:
+    """The whole number ``text`` writes in the ASCII digits 0-9 (after a ``-`` where ``signed``), or None."""
+    if not _WHOLE.fullmatch(text) or (text.startswith("-") and not signed):
+        return None
+    return int(text)
 
 
 def parse_size(text: str) -> int:

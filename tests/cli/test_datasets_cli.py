@@ -300,3 +300,18 @@ def test_reading_a_store_folder_that_does_not_exist_names_it_and_makes_nothing(t
     head = run("head", "cats", "--store", str(missing))
     assert_one_line_error(head, 3, f"no dataset named 'cats' in file://{missing} (no such folder); see 'datamount ls'")
     assert not missing.exists()
+
+
+@pytest.mark.parametrize(
+    "version", ["²", "١", "+1", " 1", "01", "1 "], ids=["super-2", "arabic-1", "plus", "space", "zero", "after"]
+)
+@pytest.mark.parametrize("command", [["info"], ["rm", "--yes"], ["diff"]], ids=["info", "rm", "diff"])
+def test_a_version_not_in_ascii_digits_is_one_line_naming_the_rule(
+    store_dir: str, make_image_list: MakeImageList, command: list[str], version: str
+) -> None:
+    """Not a traceback (``²``: str.isdigit takes it, int refuses it) nor version 1 (``١``: int reads it as 1)."""
+    run("upload", str(make_image_list(2)), "k", "--store", store_dir)
+    result = run(*command, f"k@{version}", "--store", store_dir)
+    assert_one_line_error(result, 2, f"invalid version {version!r} in 'k@{version}'", "in the digits 0-9")
+    assert result.output.count("\n") == 1
+    assert run("info", "k@1", "--store", store_dir).exit_code == 0

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from datamount.cli.main import cli
 from datamount.datasets import upload
 from datamount.readers import Ledger, ReaderStateError, reader
+from datamount.readers.ledger import MOST_COUNTS, check
 from datamount.readers.mixture import EPOCH_STRIDE
 from datamount.storage import Store
 from tests.generated import MakeImageList
@@ -236,3 +237,53 @@ def test_no_damaged_document_gives_a_traceback(document: bytes) -> None:
         assert result.exit_code in (0, 1), (result.exit_code, result.output, result.exception)
         assert isinstance(result.exception, SystemExit) or result.exception is None
         assert "epochs" in result.output and not result.stderr
+
+
+def counted(counts: list[int]) -> dict[str, Any]:
+    """A saved ledger of epoch 0 in which row ``i`` was consumed ``counts[i]`` times (as many as the format holds)."""
+    ledger = Ledger(len(counts), dataset="cats@1")
+    ledger.record(0, [row for row, times in enumerate(counts) if times])
+    state = ledger.state_dict()
+    state["epochs"]["0"]["repeats"] = {str(row): times - 1 for row, times in enumerate(counts) if times > 1}
+    return state
+
+
+def test_a_row_counted_as_often_as_a_ledger_holds_and_once_more_is_never_reported_as_never_read(
+    tmp_path: Path,
+) -> None:
+    """Two ranks' ledgers merged (a resume with fewer ranks) had added their 32-bit counts round to 0."""
+    most = Ledger.from_state_dict(counted([MOST_COUNTS, 1]))
+    assert most.counts(0).tolist() == [MOST_COUNTS, 1]
+    (tmp_path / "rank-0.json").write_text(json.dumps(counted([MOST_COUNTS, 1])))
+    (tmp_path / "rank-1.json").write_text(json.dumps(counted([1, 0])))
+    document = json.loads(run(str(tmp_path), "--json").output)
+    [epoch] = document["epochs"]
+    assert (epoch["consumed"], epoch["duplicates"], epoch["gaps"]) == (MOST_COUNTS + 2, 1, 0)
+    with pytest.raises(ReaderStateError, match=rf"epoch 0: row 0 is counted {MOST_COUNTS + 1} times in the ledgers"):
+        Ledger.from_state_dict([counted([MOST_COUNTS, 1]), counted([1, 0])])
+    with pytest.raises(ValueError, match=f"row 0 cannot be counted more than {MOST_COUNTS} times in epoch 0"):
+        most.record(0, [1, 0])
+    assert most.counts(0).tolist() == [MOST_COUNTS, 1]  # nothing of the refused record is counted
+
+
+COUNTS = st.sampled_from([0, 1, 2, MOST_COUNTS // 2, MOST_COUNTS - 1, MOST_COUNTS]) | st.integers(0, MOST_COUNTS)
+
+
+@settings(deadline=None)
+@given(
+    st.integers(1, 4).flatmap(
+        lambda rows: st.lists(st.lists(COUNTS, min_size=rows, max_size=rows), min_size=1, max_size=3)
+    )
+)
+def test_ledgers_merged_count_what_ledger_check_counts_or_are_refused(ranks: list[list[int]]) -> None:
+    states = [counted(counts) for counts in ranks]
+    together = check([Ledger.from_state_dict(state) for state in states])
+    totals = [sum(column) for column in zip(*ranks, strict=True)]
+    assert together[0].consumed == sum(totals)
+    if max(totals) > MOST_COUNTS:
+        with pytest.raises(ReaderStateError, match="more than a ledger holds"):
+            Ledger.from_state_dict(states)
+        return
+    merged = Ledger.from_state_dict(states)
+    assert merged.counts(0).tolist() == totals
+    assert check([merged]) == together

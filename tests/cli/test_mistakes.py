@@ -34,6 +34,10 @@ MISTAKES = [
     ("s3fs-option", ["ls", "--store", "s3://b", "-o", "client=s3fs", "-o", "endpoint=x"], 2, "and s3fs's own"),
     ("hdfs-option", ["ls", "--store", "hdfs://127.0.0.1:1/x", "-o", "foo=1"], 2, "unknown HDFS store option foo"),
     ("memory-option", ["ls", "--store", "memory://m", "-o", "foo=1"], 2, "a memory store takes no options"),
+    ("option-superscript", ["ls", "--store", "memory://m", "-o", "foo=²"], 2, "a memory store takes no options"),
+    ("option-two-signs", ["ls", "--store", "memory://m", "-o", "foo=--5"], 2, "a memory store takes no options"),
+    ("version-superscript", ["info", "cats@²", "--store", "{store}"], 2, "invalid version '²' in 'cats@²'"),
+    ("version-other-digits", ["rm", "cats@١", "--yes", "--store", "{store}"], 2, "invalid version '١' in 'cats@١'"),
     ("no-profile", ["ls", "--store", "nosuchprofile"], 2, "is neither a profile nor an existing folder"),
     ("no-public", ["public", "install", "nosuch", "--store", "{store}"], 3, "no public dataset named 'nosuch'"),
 ]
