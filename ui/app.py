@@ -1,6 +1,7 @@
 """The web app of ``datamount ui``: its pages, and the rules every request goes through.
 
-Every request is a GET (or HEAD): anything else is answered 405 before it reaches a page, and no page writes. A
+Every request is a GET (or HEAD): anything else is answered 405 before it reaches a page, and no page writes. Every
+answer carries :data:`SECURITY_HEADERS`, errors included (a 405, a refused host name, a failure no page foresaw). A
 request names a store by its key and a dataset version by its reference, both checked before anything is read
 (:mod:`datamount.ui.browse`); a name that is not a dataset name is a 400, a store or version that is not there a
 404, a damaged object or manifest a 502 naming it. Pages are rendered on the server with every value escaped; they
@@ -28,7 +29,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from datamount.datasets import DatasetNotFoundError, Kind, ManifestError
 from datamount.datasets.names import PUBLIC_NAMESPACE, DatasetRef, parse_ref
@@ -51,6 +52,13 @@ DIFF_SAMPLES = 12
 CONTENT_SECURITY_POLICY = (
     "default-src 'none'; img-src 'self'; style-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
 )
+#: The headers of every answer: the page is kept to itself (no script, no frame, no referrer, no sniffed type).
+SECURITY_HEADERS = {
+    "Content-Security-Policy": CONTENT_SECURITY_POLICY,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+}
 #: Host names a server bound to a loopback address answers to (a page elsewhere cannot reach it through a name of
 #: its own that resolves to 127.0.0.1: DNS rebinding).
 LOOPBACK_NAMES = ["127.0.0.1", "localhost", "::1", "[::1]"]
@@ -69,23 +77,20 @@ class ReadOnly:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        if scope["method"] not in ("GET", "HEAD"):
-            answer = PlainTextResponse("datamount ui is read-only: GET only", 405, headers={"Allow": "GET, HEAD"})
-            await answer(scope, receive, send)
-            return
 
-        async def with_headers(message: dict[str, Any]) -> None:
+        async def with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
-                message.setdefault("headers", [])
-                message["headers"] += [
-                    (b"content-security-policy", CONTENT_SECURITY_POLICY.encode()),
-                    (b"x-content-type-options", b"nosniff"),
-                    (b"referrer-policy", b"no-referrer"),
-                    (b"x-frame-options", b"DENY"),
-                ]
+                message["headers"] = [*message.get("headers", []), *_SECURITY_HEADER_LINES]
             await send(message)
 
+        if scope["method"] not in ("GET", "HEAD"):
+            answer = PlainTextResponse("datamount ui is read-only: GET only", 405, headers={"Allow": "GET, HEAD"})
+            await answer(scope, receive, with_headers)
+            return
         await self.app(scope, receive, with_headers)
+
+
+_SECURITY_HEADER_LINES = [(name.lower().encode(), value.encode()) for name, value in SECURITY_HEADERS.items()]
 
 
 def href(path: str, **params: Any) -> str:
@@ -155,7 +160,10 @@ def create_app(
     middleware = [Middleware(ReadOnly)]
     if allowed_hosts is not None:
         middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts)))
-    return Starlette(routes=routes, middleware=middleware, exception_handlers={HTTPException: pages.http_error})
+    # A failure no page foresaw is answered by Starlette's outermost middleware, outside ReadOnly: its page carries the
+    # security headers itself.
+    handlers: dict[Any, Any] = {HTTPException: pages.http_error, Exception: pages.server_error}
+    return Starlette(routes=routes, middleware=middleware, exception_handlers=handlers)
 
 
 def _answered(page: Callable[[_Pages, Request], Response]) -> Callable[[_Pages, Request], Response]:
@@ -197,6 +205,13 @@ class _Pages:
     async def http_error(self, request: Request, exc: Exception) -> Response:
         status, detail = getattr(exc, "status_code", 500), getattr(exc, "detail", "")
         return self.error(request, status, "not found" if status == 404 else "error", detail)
+
+    def server_error(self, request: Request, exc: Exception) -> Response:
+        log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+        why = f"{type(exc).__name__}: this page failed (the server's log says where)"
+        answer = self.error(request, 500, "internal error", why)
+        answer.headers.update(SECURITY_HEADERS)
+        return answer
 
     # -- reading a request ---------------------------------------------------------------------------------------
 

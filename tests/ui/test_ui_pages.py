@@ -26,6 +26,13 @@ from tests.ui.showcase import UiServer
 
 MARKUP = ["<script>alert(1)</script>", "<img src=x onerror=alert(2)>", "\"quoted\" & 'single'"]
 DAMAGED_ROW, MISSING_ROW, LARGE_ROW, NOT_AN_IMAGE_ROW = 3, 5, 2, 7
+#: The headers every answer carries (docs/ui.md, "What holds").
+KEPT_TO_ITSELF = {
+    "Content-Security-Policy": CONTENT_SECURITY_POLICY,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+}
 
 
 def write_pictures(folder: Path) -> Path:
@@ -242,11 +249,32 @@ def test_a_request_naming_another_host_is_refused(server: UiServer) -> None:
     assert get(server, "/", host="localhost").status == 200
 
 
-def test_every_answer_keeps_the_page_to_itself(server: UiServer) -> None:
-    for path in ("/", "/stores/store-1/value?ref=pictures@1&row=0&column=0", "/stores/nothing"):
-        answer = get(server, path)
-        assert answer.headers["Content-Security-Policy"] == CONTENT_SECURITY_POLICY
-        assert answer.headers["X-Content-Type-Options"] == "nosniff"
+@pytest.mark.parametrize(
+    ("method", "path", "host", "status"),
+    [
+        ("GET", "/", None, 200),
+        ("HEAD", "/", None, 200),
+        ("GET", "/stores/store-1/value?ref=pictures@1&row=0&column=0", None, 200),
+        ("GET", "/static/ui.css", None, 200),
+        ("POST", "/", None, 405),
+        ("DELETE", "/stores/store-1/samples?ref=pictures@1", None, 405),
+        ("PUT", "/static/ui.css", None, 405),
+        ("GET", "/stores/nothing", None, 404),
+        ("GET", "/no/such/page", None, 404),
+        ("GET", "/static/none.css", None, 404),
+        ("GET", "/stores/store-1/samples?ref=pictures", None, 400),
+        ("GET", "/", "attacker.example", 400),
+        ("GET", f"/stores/store-1/value?ref=pictures@1&row={NOT_AN_IMAGE_ROW}&column=0&thumbnail=1", None, 415),
+        ("GET", f"/stores/store-1/value?ref=pictures@1&row={DAMAGED_ROW}&column=0", None, 502),
+    ],
+    ids=lambda value: str(value),
+)
+def test_every_answer_keeps_the_page_to_itself(
+    server: UiServer, method: str, path: str, host: str | None, status: int
+) -> None:
+    answer = get(server, path, method=method, host=host)
+    assert answer.status == status
+    assert {name: answer.headers[name] for name in KEPT_TO_ITSELF if name in answer.headers} == KEPT_TO_ITSELF
 
 
 def test_nothing_in_the_store_is_written(server: UiServer, built) -> None:  # type: ignore[no-untyped-def]
