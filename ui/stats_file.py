@@ -4,7 +4,8 @@ the training page plots it: per rank, over time.
 Each line holds one process's counters for one interval (the deltas since its previous line). The lines of a rank's
 processes (its DataLoader workers) are added up in bins of time, as wide as the usual interval (wider when the file
 spans so long that more than :data:`MAX_BINS` would be drawn); a line counts in the bin of its end. A line that is
-not such a record is named (by its number) and left out; the file is only ever read.
+not such a record (not JSON, another format, a count missing, negative, not finite, or beyond 2**63) is named by its
+number and left out; the file is only ever read.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 FORMAT = 1
 #: Points each line of a plot has at most.
@@ -24,6 +26,8 @@ MAX_BINS = 240
 ROUNDING = 1e-6
 #: Problems named one by one; past them only counted.
 MAX_PROBLEMS = 20
+#: Every number of a line is below this in size (a 64-bit counter's range): a line beyond it is left out.
+LARGEST = 2**63
 _COUNTERS = (
     "samples",
     "bytes",
@@ -96,17 +100,20 @@ class StatsReport:
 
 def parse_line(text: str) -> StatsLine:
     """One line of the file (:class:`ValueError` saying what is wrong with it)."""
-    record = json.loads(text)
+    record = json.loads(text)  # NaN and Infinity are read (json.dumps writes them), then refused by name
     if not isinstance(record, dict):
         raise ValueError("not a JSON object")
     if record.get("format") != FORMAT:
-        raise ValueError(f"format {record.get('format')!r}, not {FORMAT}")
+        raise ValueError(f"format {_shown(record.get('format'))}, not {FORMAT}")
     for key, kind in _FIELDS.items():
         if not isinstance(record.get(key), kind) or isinstance(record.get(key), bool):
             raise ValueError(f"{key!r} is missing or not a number")
+        _check_range(key, record[key])
     worker = record.get("worker")
     if worker is not None and (not isinstance(worker, int) or isinstance(worker, bool)):
         raise ValueError("'worker' is neither a number nor null")
+    if worker is not None:
+        _check_range("worker", worker)
     if record["interval_s"] < 0 or any(record[key] < -ROUNDING for key in _COUNTERS):
         raise ValueError("a negative count")
     return StatsLine(
@@ -119,6 +126,19 @@ def parse_line(text: str) -> StatsLine:
         final=bool(record.get("final", False)),
         counters={key: max(float(record[key]), 0.0) for key in _COUNTERS},
     )
+
+
+def _check_range(key: str, value: float) -> None:
+    if not -LARGEST < value < LARGEST:  # compared before any float(): 10**400 has none; NaN compares false
+        raise ValueError(f"{key!r} is {_shown(value)}: not a finite number within ±2**63")
+
+
+def _shown(value: Any) -> str:
+    """``value`` as a message names it: at most 24 characters (a number of 400 digits is named by its length)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**24:
+        return f"a number of {len(str(abs(value)))} digits"
+    text = repr(value)
+    return text if len(text) <= 24 else text[:23] + "…"
 
 
 def read_stats(path: str | os.PathLike[str]) -> StatsReport:
