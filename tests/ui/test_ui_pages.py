@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import http.client
 import io
+import json
+import math
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -308,3 +311,50 @@ def test_a_missing_package_of_the_extra_is_named_with_the_extra() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 1
     assert done.stderr.strip() == "datamount: error: datamount ui needs starlette: pip install 'datamount[ui]'"
+
+
+def stats_line(time: float, interval_s: float, rank: int, samples: int, **changes: object) -> str:
+    record = {
+        "format": 1, "time": time, "rank": rank, "world_size": 2, "worker": None, "dataset": "pictures@1",
+        "pass": 0, "interval_s": interval_s, "samples": samples, "bytes": 1000 * samples, "waited_s": 0.1,
+        "compute_s": interval_s - 0.1, "requests": 1, "retries": 0, "throttled_s": 0.0, "cache_hits": 0,
+        "bytes_verified": 0, "final": False,
+    }  # fmt: skip
+    record.update(changes)
+    return json.dumps(record)
+
+
+def test_the_training_page_names_what_it_leaves_out_and_draws_each_rank_over_its_own_time(
+    built: tuple[Path, dict[str, tuple[int, int]]], tmp_path: Path
+) -> None:
+    """Rank 0 writes a line every 0.5 s for 60 s, rank 1 one every 0.51 s for its first 30 s; three lines hold NaN,
+    Infinity and 10**400."""
+    start = 1_750_000_000.0
+    lines = [stats_line(start + 0.5 * n, 0.5, 0, 100) for n in range(1, 121)]
+    lines += [stats_line(start + 0.51 * n, 0.51, 1, 100) for n in range(1, 59)]
+    lines[10] = stats_line(start + 5.5, 0.5, 0, 100, waited_s=math.nan)
+    lines[20] = stats_line(math.inf, 0.5, 0, 100)
+    lines[30] = stats_line(start + 15.5, 0.5, 0, 10**400)
+    stats = tmp_path / "stats.jsonl"
+    stats.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    running = UiServer([str(built[0] / "store")], tmp_path / "ui.log", stats_file=stats)
+    try:
+        answer = get(running, "/training")
+    finally:
+        running.stop()
+    assert answer.status == 200
+    page = answer.body.decode()  # type: ignore[attr-defined]
+    assert "3 lines left out" in page
+    assert "<li>line 11: &#39;waited_s&#39; is nan: not a finite number within ±2**63</li>" in page
+    assert (
+        "<li>line 21: &#39;time&#39; is inf:" in page
+        and "<li>line 31: &#39;samples&#39; is a number of 401 digits:" in page
+    )
+    rows = page.split('id="ranks"')[1].split("<tbody>")[1].split("</tr>")[:-1]
+    rates = [re.findall(r"<td[^>]*>([^<]*)</td>", row)[4] for row in rows]  # the samples/s column
+    assert rates == ["200", "196"]  # rank 1: 5,800 samples over its 29.6 s, not over the file's 60 s
+    chart = page.split('aria-label="samples per second"')[1].split("</svg>")[0]
+    baseline = re.search(r'y1="([\d.]+)" y2="\1" stroke="#555"', chart)
+    assert baseline is not None
+    heights = [float(point.split(",")[1]) for line in re.findall(r'points="([^"]+)"', chart) for point in line.split()]
+    assert len(heights) == 120 + 60 and max(heights) < float(baseline.group(1)) - 50  # no step drops towards 0
