@@ -38,7 +38,7 @@ from datamount.ui import charts
 from datamount.ui.browse import Browser
 from datamount.ui.stats_file import read_stats
 from datamount.ui.stores import StoreShelf
-from datamount.ui.values import image_type
+from datamount.ui.values import MAX_DECODED_PIXELS, cell, describe_pixels, image_type
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +128,9 @@ def _environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    environment.globals.update(href=href, size=format_size, PUBLIC=PUBLIC_NAMESPACE + "/")
+    environment.globals.update(
+        href=href, size=format_size, PUBLIC=PUBLIC_NAMESPACE + "/", describe_pixels=describe_pixels
+    )
     for name in environment.list_templates():  # compiled now rather than on the first page that needs each
         environment.get_template(name)
     return environment
@@ -330,7 +332,7 @@ class _Pages:
         if request.query_params.get("thumbnail"):
             found = self.browser.thumbnail(key, ref, row, column)
             if found is None:
-                return PlainTextResponse("not an image that can be shown small", 415)
+                return PlainTextResponse(self.no_thumbnail(key, ref, row, column), 415)
             return Response(found[0], media_type=found[1], headers=cache)
         value = self.browser.value(key, ref, row, column)
         if isinstance(value, str):
@@ -343,6 +345,16 @@ class _Pages:
         name = _FILENAME_UNSAFE.sub("_", f"{ref.name}-{ref.version}-row-{row}-column-{column}.bin")
         cache["Content-Disposition"] = f'attachment; filename="{name}"'
         return Response(value, media_type="application/octet-stream", headers=cache)
+
+    def no_thumbnail(self, key: str, ref: DatasetRef, row: int, column: int) -> str:
+        shown = cell(self.browser.value(key, ref, row, column))
+        if shown.kind == "large-image":
+            stored = href(f"/stores/{key}/value", ref=str(ref), row=row, column=column)
+            return (
+                f"row {row} of {ref} is an image of {describe_pixels(shown)}, more than a thumbnail is made from "
+                f"({MAX_DECODED_PIXELS:,} pixels): its stored bytes are at {stored}"
+            )
+        return f"row {row} of {ref}, column {column}: not an image that can be shown small"
 
     @_answered
     def labels(self, request: Request) -> Response:

@@ -36,6 +36,8 @@ KEPT_TO_ITSELF = {
     "Referrer-Policy": "no-referrer",
     "X-Frame-Options": "DENY",
 }
+#: An image a PNG of one colour holds in 420 KB: 576 MB once decoded (Pillow holds RGB in 4 bytes a pixel).
+HUGE = (12_000, 12_000)
 
 
 def write_pictures(folder: Path) -> Path:
@@ -311,6 +313,48 @@ def test_a_missing_package_of_the_extra_is_named_with_the_extra() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 1
     assert done.stderr.strip() == "datamount: error: datamount ui needs starlette: pip install 'datamount[ui]'"
+
+
+def peak_rss(pid: int) -> int:
+    """The most memory process ``pid`` has held resident so far, in bytes (``VmHWM``)."""
+    status = Path(f"/proc/{pid}/status").read_text(encoding="ascii")
+    found = re.search(r"^VmHWM:\s+(\d+) kB$", status, re.MULTILINE)
+    assert found is not None, status
+    return int(found.group(1)) * 1024
+
+
+@pytest.fixture(scope="module")
+def huge_images(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[UiServer, bytes]]:
+    """A server over a version of two rows, each a PNG of one colour of :data:`HUGE` pixels, and the PNG's bytes."""
+    folder = tmp_path_factory.mktemp("huge")
+    (folder / "src").mkdir()
+    Image.new("RGB", HUGE, (200, 60, 20)).save(folder / "src" / "a.png")
+    png = (folder / "src" / "a.png").read_bytes()
+    (folder / "src" / "b.png").write_bytes(png)
+    (folder / "src" / "huge.list").write_text("./a.png\tone\n./b.png\ttwo\n", encoding="utf-8")
+    upload(folder / "src" / "huge.list", "huge", store=open_store(folder / "store"), kind="image")
+    running = UiServer([str(folder / "store")], folder / "ui.log")
+    yield running, png
+    running.stop()
+
+
+def test_an_image_of_too_many_pixels_is_a_placeholder_never_decoded(huge_images: tuple[UiServer, bytes]) -> None:
+    server, png = huge_images
+    assert len(png) < 500_000
+    assert get(server, "/stores/store-1/dataset?name=huge").status == 200
+    before = peak_rss(server.process.pid)
+    page = get(server, "/stores/store-1/samples?ref=huge@1")
+    thumbnails = [get(server, f"/stores/store-1/value?ref=huge@1&row={row}&column=0&thumbnail=1") for row in (0, 1)]
+    grown = peak_rss(server.process.pid) - before
+    assert grown < 100 << 20, f"the server grew by {grown / 1e6:,.0f} MB: it decoded an image of {HUGE} pixels"
+    assert page.status == 200
+    html = page.body.decode()  # type: ignore[attr-defined]
+    assert html.count("12,000 × 12,000 pixels") == 2 and "<img" not in html
+    for answer in thumbnails:
+        assert answer.status == 415
+        assert "an image of 12,000 × 12,000 pixels, more than a thumbnail is made from" in answer.body.decode()  # type: ignore[attr-defined]
+    stored = get(server, "/stores/store-1/value?ref=huge@1&row=1&column=0")  # one click away, as it is
+    assert (stored.status, stored.headers["Content-Type"], stored.body) == (200, "image/png", png)  # type: ignore[attr-defined]
 
 
 def stats_line(time: float, interval_s: float, rank: int, samples: int, **changes: object) -> str:
