@@ -31,14 +31,22 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from datamount.datasets import DatasetNotFoundError, Kind, ManifestError
+from datamount.datasets import DatasetNotFoundError, Kind, Manifest, ManifestError
 from datamount.datasets.names import PUBLIC_NAMESPACE, DatasetRef, parse_ref
 from datamount.storage import DatamountError, IntegrityError, ObjectNotFoundError
 from datamount.ui import charts
 from datamount.ui.browse import Browser
 from datamount.ui.stats_file import read_stats
 from datamount.ui.stores import StoreShelf
-from datamount.ui.values import MAX_DECODED_PIXELS, cell, describe_pixels, image_type
+from datamount.ui.values import (
+    CARD_CELL,
+    MAX_DECODED_PIXELS,
+    ROW_CELL,
+    cell,
+    describe_pixels,
+    drawn_size,
+    image_type,
+)
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +137,13 @@ def _environment() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     environment.globals.update(
-        href=href, size=format_size, PUBLIC=PUBLIC_NAMESPACE + "/", describe_pixels=describe_pixels
+        href=href,
+        size=format_size,
+        PUBLIC=PUBLIC_NAMESPACE + "/",
+        drawn_size=drawn_size,
+        describe_pixels=describe_pixels,
+        CARD_CELL=CARD_CELL,
+        ROW_CELL=ROW_CELL,
     )
     for name in environment.list_templates():  # compiled now rather than on the first page that needs each
         environment.get_template(name)
@@ -387,6 +401,7 @@ class _Pages:
         samples = {category: found.sample_rows(category, DIFF_SAMPLES) for category in ("added", "removed", "changed")}
         labels = sorted(set(found.label_counts_a) | set(found.label_counts_b))
         manifest_a, manifest_b = self.browser.manifest(key, a), self.browser.manifest(key, b)
+        shown = self.diff_rows(key, (manifest_a, manifest_b), samples)
         crumbs_shown = crumbs(key, a.name, a.version, f"diff with {b}")
         return self.render(
             request,
@@ -397,8 +412,19 @@ class _Pages:
             found=found,
             samples=samples,
             labels=labels,
+            shown=shown,
             crumbs=crumbs_shown,
         )
+
+    def diff_rows(self, key: str, manifests: tuple[Manifest, Manifest], samples: dict[str, Any]) -> dict[str, Any]:
+        """The rows of image versions the diff page shows, by version and row, read as the samples page reads them."""
+        wanted: dict[str, set[int]] = {manifest.ref: set() for manifest in manifests if manifest.kind is Kind.IMAGE}
+        for rows in samples.values():
+            for row in rows:
+                for manifest, index in zip(manifests, (row.row_a, row.row_b), strict=True):
+                    if manifest.ref in wanted and index is not None:
+                        wanted[manifest.ref].add(index)
+        return {ref: self.browser.rows(key, parse_ref(ref), indices) for ref, indices in wanted.items()}
 
     @_answered
     def training(self, request: Request) -> Response:

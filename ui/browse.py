@@ -13,7 +13,7 @@ from __future__ import annotations
 import collections
 import os
 import threading
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -169,6 +169,16 @@ class Browser:
                     position += 1  # the rest of the page is read again from the next row
         self._make_thumbnails(key, manifest, rows)
         return Page(manifest, start, stop, rows)
+
+    def rows(self, key: str, ref: DatasetRef, indices: Iterable[int]) -> dict[int, PageRow]:
+        """Rows ``indices`` of version ``ref``, each read by itself (a diff's rows, far apart), as :meth:`page` shows
+        them."""
+        manifest = self.manifest(key, ref)
+        opened = self._source(key, manifest)
+        with opened.lock:
+            found = [self._row_alone(key, manifest, opened.source, index) for index in sorted(set(indices))]
+        self._make_thumbnails(key, manifest, found)
+        return {row.index: row for row in found}
 
     def _make_thumbnails(self, key: str, manifest: Manifest, rows: list[PageRow]) -> None:
         """Make the thumbnails of the images of ``rows`` now, on several cores at once (Pillow lets go of the GIL),

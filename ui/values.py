@@ -8,7 +8,8 @@ An image is made small only when its header (read without decoding it: Pillow op
 most :data:`MAX_DECODED_PIXELS` (a JPEG counted at the reduced scale it is decoded at); a larger one is shown as a
 placeholder naming its size, and its stored bytes are one click away. The images being decoded at any moment, over
 every thread of the process, add up to at most :data:`DECODING_PIXELS`: a page of large images waits its turn
-rather than holding them all decoded at once.
+rather than holding them all decoded at once. A page draws every image in a cell of a fixed size, scaled up or down
+to fit it with its aspect kept (:func:`drawn_size`).
 """
 
 from __future__ import annotations
@@ -48,6 +49,9 @@ TEXT_SHOWN = 500
 MAX_DECODED_PIXELS = 4096 * 4096
 #: Pixels being decoded at once in this process, every thread together.
 DECODING_PIXELS = 2 * MAX_DECODED_PIXELS
+#: The sides of the square cells images are drawn in: a sample's card, and a row of a table.
+CARD_CELL = 144
+ROW_CELL = 96
 
 
 def image_type(data: bytes | bytearray | memoryview) -> str | None:
@@ -98,10 +102,19 @@ def cell(value: Any) -> Cell:
     return Cell("value", text[:TEXT_SHOWN], shortened=len(text) > TEXT_SHOWN)
 
 
-def describe_pixels(cell: Cell) -> str:
+def drawn_size(width: int, height: int, side: int) -> tuple[int, int]:
+    """The size an image of ``width`` x ``height`` pixels is drawn at in a square cell of side ``side``: scaled up or
+    down until it fills the cell one way, its aspect kept (the cell itself when its size is unknown)."""
+    if width <= 0 or height <= 0:
+        return side, side
+    scale = side / max(width, height)
+    return max(1, round(width * scale)), max(1, round(height * scale))
+
+
+def describe_pixels(shown: Cell) -> str:
     """An image's size as a placeholder names it: ``12,000 × 12,000 pixels``."""
-    if cell.width and cell.height:
-        return f"{cell.width:,} × {cell.height:,} pixels"
+    if shown.width and shown.height:
+        return f"{shown.width:,} × {shown.height:,} pixels"
     return f"more than {_PILLOW_LIMIT:,} pixels"
 
 
