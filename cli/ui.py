@@ -42,10 +42,17 @@ def ui(stores: tuple[str, ...], options: tuple[str, ...], host: str, port: int, 
     """Browse the datasets of the stores in a web browser: versions, samples, labels, diffs, and what training
     waited for (--stats). Read-only: it answers GET requests only and writes nothing."""
     _check_installed()
+    import warnings
+
+    from PIL.Image import DecompressionBombWarning
+
     from datamount.ui import StoreShelf, create_app
     from datamount.ui.app import LOOPBACK_NAMES
     from datamount.ui.server import bind, is_loopback, serve, url_of
 
+    # The app reads an image's size from its header and decodes none larger than it allows (ui/values.py): Pillow's
+    # warning on opening one of more than its MAX_IMAGE_PIXELS names an attack that is not let through.
+    warnings.filterwarnings("ignore", category=DecompressionBombWarning)
     shelf = StoreShelf.from_command(stores, options_dict(options))
     local = is_loopback(host)
     app = create_app(shelf, stats_file=stats_file, allowed_hosts=[*LOOPBACK_NAMES, host] if local else None)

@@ -1,6 +1,7 @@
 """The web app of ``datamount ui``: its pages, and the rules every request goes through.
 
-Every request is a GET (or HEAD): anything else is answered 405 before it reaches a page, and no page writes. A
+Every request is a GET (or HEAD): anything else is answered 405 before it reaches a page, and no page writes. Every
+answer carries :data:`SECURITY_HEADERS`, errors included (a 405, a refused host name, a failure no page foresaw). A
 request names a store by its key and a dataset version by its reference, both checked before anything is read
 (:mod:`datamount.ui.browse`); a name that is not a dataset name is a 400, a store or version that is not there a
 404, a damaged object or manifest a 502 naming it. Pages are rendered on the server with every value escaped; they
@@ -28,16 +29,24 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from datamount.datasets import DatasetNotFoundError, Kind, ManifestError
+from datamount.datasets import DatasetNotFoundError, Kind, Manifest, ManifestError
 from datamount.datasets.names import PUBLIC_NAMESPACE, DatasetRef, parse_ref
 from datamount.storage import DatamountError, IntegrityError, ObjectNotFoundError
 from datamount.ui import charts
 from datamount.ui.browse import Browser
 from datamount.ui.stats_file import read_stats
 from datamount.ui.stores import StoreShelf
-from datamount.ui.values import image_type
+from datamount.ui.values import (
+    CARD_CELL,
+    MAX_DECODED_PIXELS,
+    ROW_CELL,
+    cell,
+    describe_pixels,
+    drawn_size,
+    image_type,
+)
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +60,13 @@ DIFF_SAMPLES = 12
 CONTENT_SECURITY_POLICY = (
     "default-src 'none'; img-src 'self'; style-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
 )
+#: The headers of every answer: the page is kept to itself (no script, no frame, no referrer, no sniffed type).
+SECURITY_HEADERS = {
+    "Content-Security-Policy": CONTENT_SECURITY_POLICY,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+}
 #: Host names a server bound to a loopback address answers to (a page elsewhere cannot reach it through a name of
 #: its own that resolves to 127.0.0.1: DNS rebinding).
 LOOPBACK_NAMES = ["127.0.0.1", "localhost", "::1", "[::1]"]
@@ -73,23 +89,20 @@ class ReadOnly:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        if scope["method"] not in ("GET", "HEAD"):
-            answer = PlainTextResponse("datamount ui is read-only: GET only", 405, headers={"Allow": "GET, HEAD"})
-            await answer(scope, receive, send)
-            return
 
-        async def with_headers(message: dict[str, Any]) -> None:
+        async def with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
-                message.setdefault("headers", [])
-                message["headers"] += [
-                    (b"content-security-policy", CONTENT_SECURITY_POLICY.encode()),
-                    (b"x-content-type-options", b"nosniff"),
-                    (b"referrer-policy", b"no-referrer"),
-                    (b"x-frame-options", b"DENY"),
-                ]
+                message["headers"] = [*message.get("headers", []), *_SECURITY_HEADER_LINES]
             await send(message)
 
+        if scope["method"] not in ("GET", "HEAD"):
+            answer = PlainTextResponse("datamount ui is read-only: GET only", 405, headers={"Allow": "GET, HEAD"})
+            await answer(scope, receive, with_headers)
+            return
         await self.app(scope, receive, with_headers)
+
+
+_SECURITY_HEADER_LINES = [(name.lower().encode(), value.encode()) for name, value in SECURITY_HEADERS.items()]
 
 
 def href(path: str, **params: Any) -> str:
@@ -127,7 +140,15 @@ def _environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    environment.globals.update(href=href, size=format_size, PUBLIC=PUBLIC_NAMESPACE + "/")
+    environment.globals.update(
+        href=href,
+        size=format_size,
+        PUBLIC=PUBLIC_NAMESPACE + "/",
+        drawn_size=drawn_size,
+        describe_pixels=describe_pixels,
+        CARD_CELL=CARD_CELL,
+        ROW_CELL=ROW_CELL,
+    )
     for name in environment.list_templates():  # compiled now rather than on the first page that needs each
         environment.get_template(name)
     return environment
@@ -159,7 +180,10 @@ def create_app(
     middleware = [Middleware(ReadOnly)]
     if allowed_hosts is not None:
         middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts)))
-    return Starlette(routes=routes, middleware=middleware, exception_handlers={HTTPException: pages.http_error})
+    # A failure no page foresaw is answered by Starlette's outermost middleware, outside ReadOnly: its page carries the
+    # security headers itself.
+    handlers: dict[Any, Any] = {HTTPException: pages.http_error, Exception: pages.server_error}
+    return Starlette(routes=routes, middleware=middleware, exception_handlers=handlers)
 
 
 def _value_headers(identity: str, row: int, column: int, small: bool, by_identity: bool) -> dict[str, str]:
@@ -208,6 +232,13 @@ class _Pages:
     async def http_error(self, request: Request, exc: Exception) -> Response:
         status, detail = getattr(exc, "status_code", 500), getattr(exc, "detail", "")
         return self.error(request, status, "not found" if status == 404 else "error", detail)
+
+    def server_error(self, request: Request, exc: Exception) -> Response:
+        log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+        why = f"{type(exc).__name__}: this page failed (the server's log says where)"
+        answer = self.error(request, 500, "internal error", why)
+        answer.headers.update(SECURITY_HEADERS)
+        return answer
 
     # -- reading a request ---------------------------------------------------------------------------------------
 
@@ -343,7 +374,7 @@ class _Pages:
         if small:
             found = self.browser.thumbnail(key, manifest, row, column)
             if found is None:
-                return PlainTextResponse("not an image that can be shown small", 415)
+                return PlainTextResponse(self.no_thumbnail(key, manifest, row, column), 415)
             return Response(found[0], media_type=found[1], headers=cache)
         value = self.browser.value(key, manifest, row, column)
         if isinstance(value, str):
@@ -356,6 +387,17 @@ class _Pages:
         name = _FILENAME_UNSAFE.sub("_", f"{ref.name}-{ref.version}-row-{row}-column-{column}.bin")
         cache["Content-Disposition"] = f'attachment; filename="{name}"'
         return Response(value, media_type="application/octet-stream", headers=cache)
+
+    def no_thumbnail(self, key: str, manifest: Manifest, row: int, column: int) -> str:
+        shown = cell(self.browser.value(key, manifest, row, column))
+        ref = manifest.ref
+        if shown.kind == "large-image":
+            stored = href(f"/stores/{key}/value", ref=ref, row=row, column=column, m=manifest.manifest_sha256)
+            return (
+                f"row {row} of {ref} is an image of {describe_pixels(shown)}, more than a thumbnail is made from "
+                f"({MAX_DECODED_PIXELS:,} pixels): its stored bytes are at {stored}"
+            )
+        return f"row {row} of {ref}, column {column}: not an image that can be shown small"
 
     @_answered
     def labels(self, request: Request) -> Response:
@@ -388,6 +430,7 @@ class _Pages:
             return self.error(request, 501, "not available", "this datamount has no version diffs")
         samples = {category: found.sample_rows(category, DIFF_SAMPLES) for category in ("added", "removed", "changed")}
         labels = sorted(set(found.label_counts_a) | set(found.label_counts_b))
+        shown = self.diff_rows(key, (manifest_a, manifest_b), samples)
         crumbs_shown = crumbs(key, a.name, a.version, f"diff with {b}")
         return self.render(
             request,
@@ -398,8 +441,20 @@ class _Pages:
             found=found,
             samples=samples,
             labels=labels,
+            shown=shown,
             crumbs=crumbs_shown,
         )
+
+    def diff_rows(self, key: str, manifests: tuple[Manifest, Manifest], samples: dict[str, Any]) -> dict[str, Any]:
+        """The rows of image versions the diff page shows, by version and row, read as the samples page reads them."""
+        wanted: dict[str, set[int]] = {manifest.ref: set() for manifest in manifests if manifest.kind is Kind.IMAGE}
+        for rows in samples.values():
+            for row in rows:
+                for manifest, index in zip(manifests, (row.row_a, row.row_b), strict=True):
+                    if manifest.ref in wanted and index is not None:
+                        wanted[manifest.ref].add(index)
+        found = {manifest.ref: manifest for manifest in manifests}
+        return {ref: self.browser.rows(key, found[ref], indices) for ref, indices in wanted.items()}
 
     @_answered
     def training(self, request: Request) -> Response:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import collections
 import os
 import threading
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -28,6 +28,7 @@ from datamount.datasets import DatasetNotFoundError, Manifest, catalog, open_row
 from datamount.datasets.names import DatasetRef, validate_name
 from datamount.datasets.rows import RowSource, closing, read_lines
 from datamount.storage import IntegrityError, ObjectNotFoundError, Store
+from datamount.storage.arguments import whole_number_text
 from datamount.ui.stores import StoreShelf
 from datamount.ui.values import Cell, cell, thumbnail
 
@@ -188,6 +189,15 @@ class Browser:
         self._make_thumbnails(key, manifest, rows)
         return Page(manifest, start, stop, rows)
 
+    def rows(self, key: str, manifest: Manifest, indices: Iterable[int]) -> dict[int, PageRow]:
+        """Rows ``indices`` of version ``manifest``, each read by itself (a diff's rows, far apart), as :meth:`page`
+        shows them."""
+        opened = self._source(key, manifest)
+        with opened.lock:
+            found = [self._row_alone(key, manifest, opened.source, index) for index in sorted(set(indices))]
+        self._make_thumbnails(key, manifest, found)
+        return {row.index: row for row in found}
+
     def _make_thumbnails(self, key: str, manifest: Manifest, rows: list[PageRow]) -> None:
         """Make the thumbnails of the images of ``rows`` now, on several cores at once (Pillow lets go of the GIL),
         rather than one by one as the browser asks for them (each then answered at once: :meth:`made_thumbnail`)."""
@@ -305,8 +315,11 @@ def _histogram(manifest: Manifest, column: int, counts: collections.Counter[str]
     the most frequent first and the rest counted together."""
     counted = sum(counts.values())
     if len(counts) <= HISTOGRAM_BARS:
-        numeric = all(label.lstrip("-").isdigit() for label in counts)
-        bars = sorted(counts.items(), key=lambda item: int(item[0]) if numeric else item[0])
+        numbers = {label: whole_number_text(label, signed=True) for label in counts}
+        if None in numbers.values():
+            bars = sorted(counts.items())
+        else:
+            bars = sorted(counts.items(), key=lambda item: numbers[item[0]] or 0)
         return Histogram(manifest, column, bars, (0, 0), counted)
     bars = counts.most_common(HISTOGRAM_BARS)
     shown = sum(rows for _, rows in bars)

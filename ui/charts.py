@@ -1,13 +1,14 @@
-"""Charts drawn on the server as SVG: no script runs in the page, and every text in them is escaped.
+"""Charts drawn on the server as SVG: no script runs in the page, and every text in them is escaped; and the steps
+of time their lines are drawn in (:func:`step_rates`).
 
-Each function returns the markup of one ``<svg>`` element, sized by its ``viewBox`` (the page's style scales it to
-the width it has).
+Each drawing function returns the markup of one ``<svg>`` element, sized by its ``viewBox`` (the page's style scales
+it to the width it has).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from markupsafe import Markup, escape
@@ -24,6 +25,50 @@ class Series:
     name: str
     xs: Sequence[float]
     ys: Sequence[float | None]
+
+
+def step_rates(
+    spans: Iterable[tuple[float, float, Sequence[float]]], *, start: float, step: float, steps: int
+) -> list[list[float] | None]:
+    """Amounts measured over spans of time as rates per step: ``steps`` steps of ``step`` seconds from ``start``.
+
+    ``spans`` are ``(begin, end, amounts)``, one after another, as one process's lines are. Each spreads its amounts
+    evenly over its time, and a step's rates are what the spans put in it over the time they cover of it: a step that
+    spans cover only in part (lines every 0.51 s over steps of 0.5 s, a process's first and last line) reads the rate
+    of its spans, not less, and a step that two spans end in reads theirs, not more. A step that no span covers
+    carries the rates of the step before it; steps before the first span and after the last are None. A span of no
+    time counts in the step it ends in (over that step's time when nothing else covers it).
+    """
+    sums: list[list[float] | None] = [None] * steps
+    covered = [0.0] * steps
+    for begin, end, amounts in spans:
+        last = _step_of(end - start, step, steps, ending=True)
+        first = _step_of(begin - start, step, steps, ending=False) if end > begin else last
+        for index in range(min(first, last), last + 1):
+            low, high = max(begin, start + index * step), min(end, start + (index + 1) * step)
+            if end > begin and high <= low:
+                continue
+            share = (high - low) / (end - begin) if end > begin else 1.0
+            found = sums[index]
+            if found is None:
+                found = sums[index] = [0.0] * len(amounts)
+            for position, amount in enumerate(amounts):
+                found[position] += amount * share
+            covered[index] += max(high - low, 0.0)
+    rates: list[list[float] | None] = []
+    carried: list[float] | None = None
+    for found, seconds in zip(sums, covered, strict=True):
+        if found is not None:
+            carried = [amount / (seconds or step) for amount in found]
+        rates.append(carried)
+    ended = max((index for index, found in enumerate(sums) if found is not None), default=-1)
+    return [rate if index <= ended else None for index, rate in enumerate(rates)]
+
+
+def _step_of(offset: float, step: float, steps: int, *, ending: bool) -> int:
+    """The step holding the time ``offset`` from the first step's start (the one it ends, when ``ending``)."""
+    index = math.ceil(offset / step - 1e-9) - 1 if ending else math.floor(offset / step + 1e-9)
+    return min(max(index, 0), steps - 1)
 
 
 def nice_ticks(top: float, count: int = 5) -> list[float]:

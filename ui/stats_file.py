@@ -1,10 +1,14 @@
 """A reader statistics file (``DATAMOUNT_STATS_FILE``: JSON lines, format 1, documented in ``docs/readers.md``) as
 the training page plots it: per rank, over time.
 
-Each line holds one process's counters for one interval (the deltas since its previous line). The lines of a rank's
-processes (its DataLoader workers) are added up in bins of time, as wide as the usual interval (wider when the file
-spans so long that more than :data:`MAX_BINS` would be drawn); a line counts in the bin of its end. A line that is
-not such a record is named (by its number) and left out; the file is only ever read.
+Each line holds one process's counters for one interval (the deltas since its previous line), which ends at its
+``time`` and lasts ``interval_s``. The lines of a rank's processes (its DataLoader workers) are added up in bins of
+time, as wide as the usual interval (wider when the file spans so long that more than :data:`MAX_BINS` would be
+drawn): each process's lines as rates over the time they cover (:func:`~datamount.ui.charts.step_rates`), so that
+lines that do not fall in step with the bins draw no drops nor spikes, then the rates of a rank's processes added up.
+A rank's samples per second in all is its samples over the time its own lines cover. A line that is not such a record
+(not JSON, another format, a count missing, negative, not finite, or beyond 2**63) is named by its number and left
+out; the file is only ever read.
 """
 
 from __future__ import annotations
@@ -16,6 +20,9 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from datamount.ui.charts import step_rates
 
 FORMAT = 1
 #: Points each line of a plot has at most.
@@ -24,6 +31,8 @@ MAX_BINS = 240
 ROUNDING = 1e-6
 #: Problems named one by one; past them only counted.
 MAX_PROBLEMS = 20
+#: Every number of a line is below this in size (a 64-bit counter's range): a line beyond it is left out.
+LARGEST = 2**63
 _COUNTERS = (
     "samples",
     "bytes",
@@ -62,17 +71,24 @@ class StatsLine:
 
 @dataclass
 class RankSummary:
-    """One rank over the whole file: its counters added up, and its series in bins (``times`` are the bins' ends,
-    in seconds from the file's first line's start)."""
+    """One rank over the whole file: its counters added up, the seconds its lines cover (``covered_s``: the union of
+    their intervals), and its series in bins (``times`` are the bins' ends, in seconds from the file's first line's
+    start; None where none of its lines has begun, or after they all ended)."""
 
     rank: int
     totals: dict[str, float] = field(default_factory=lambda: dict.fromkeys(_COUNTERS, 0.0))
     datasets: set[str] = field(default_factory=set)
     passes: set[int] = field(default_factory=set)
     workers: set[int | None] = field(default_factory=set)
+    covered_s: float = 0.0
     times: list[float] = field(default_factory=list)
-    samples_per_s: list[float] = field(default_factory=list)
+    samples_per_s: list[float | None] = field(default_factory=list)
     wait_share: list[float | None] = field(default_factory=list)
+
+    @property
+    def samples_per_s_total(self) -> float | None:
+        """Samples over the seconds this rank's lines cover; None when they cover none."""
+        return self.totals["samples"] / self.covered_s if self.covered_s > 0 else None
 
     @property
     def wait_share_total(self) -> float | None:
@@ -96,17 +112,20 @@ class StatsReport:
 
 def parse_line(text: str) -> StatsLine:
     """One line of the file (:class:`ValueError` saying what is wrong with it)."""
-    record = json.loads(text)
+    record = json.loads(text)  # NaN and Infinity are read (json.dumps writes them), then refused by name
     if not isinstance(record, dict):
         raise ValueError("not a JSON object")
     if record.get("format") != FORMAT:
-        raise ValueError(f"format {record.get('format')!r}, not {FORMAT}")
+        raise ValueError(f"format {_shown(record.get('format'))}, not {FORMAT}")
     for key, kind in _FIELDS.items():
         if not isinstance(record.get(key), kind) or isinstance(record.get(key), bool):
             raise ValueError(f"{key!r} is missing or not a number")
+        _check_range(key, record[key])
     worker = record.get("worker")
     if worker is not None and (not isinstance(worker, int) or isinstance(worker, bool)):
         raise ValueError("'worker' is neither a number nor null")
+    if worker is not None:
+        _check_range("worker", worker)
     if record["interval_s"] < 0 or any(record[key] < -ROUNDING for key in _COUNTERS):
         raise ValueError("a negative count")
     return StatsLine(
@@ -119,6 +138,19 @@ def parse_line(text: str) -> StatsLine:
         final=bool(record.get("final", False)),
         counters={key: max(float(record[key]), 0.0) for key in _COUNTERS},
     )
+
+
+def _check_range(key: str, value: float) -> None:
+    if not -LARGEST < value < LARGEST:  # compared before any float(): 10**400 has none; NaN compares false
+        raise ValueError(f"{key!r} is {_shown(value)}: not a finite number within ±2**63")
+
+
+def _shown(value: Any) -> str:
+    """``value`` as a message names it: at most 24 characters (a number of 400 digits is named by its length)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**24:
+        return f"a number of {len(str(abs(value)))} digits"
+    text = repr(value)
+    return text if len(text) <= 24 else text[:23] + "…"
 
 
 def read_stats(path: str | os.PathLike[str]) -> StatsReport:
@@ -148,8 +180,8 @@ def _summarise(report: StatsReport, lines: list[StatsLine]) -> None:
     usual = statistics.median(line.interval_s for line in lines) or 1.0
     report.bin_s = max(usual, report.span_s / MAX_BINS)
     bins = max(1, math.ceil(report.span_s / report.bin_s - 1e-9))
-    sums: dict[int, list[list[float]]] = defaultdict(lambda: [[0.0, 0.0, 0.0] for _ in range(bins)])
     ranks: dict[int, RankSummary] = {}
+    processes: dict[tuple[int, int | None, str], list[StatsLine]] = defaultdict(list)
     for line in lines:
         summary = ranks.setdefault(line.rank, RankSummary(line.rank))
         for key, value in line.counters.items():
@@ -157,13 +189,38 @@ def _summarise(report: StatsReport, lines: list[StatsLine]) -> None:
         summary.datasets.add(line.dataset)
         summary.workers.add(line.worker)
         summary.passes.add(line.pass_number)
-        slot = sums[line.rank][min(max(math.ceil((line.time - start) / report.bin_s - 1e-9) - 1, 0), bins - 1)]
-        slot[0] += line.counters["samples"]
-        slot[1] += line.counters["waited_s"]
-        slot[2] += line.counters["compute_s"]
+        processes[line.rank, line.worker, line.dataset].append(line)
+    sums: dict[int, list[list[float] | None]] = {rank: [None] * bins for rank in ranks}
+    for (rank, _, _), own in processes.items():
+        spans = [(line.time - line.interval_s, line.time, _charted(line)) for line in sorted(own, key=_ending)]
+        for index, rates in enumerate(step_rates(spans, start=start, step=report.bin_s, steps=bins)):
+            if rates is not None:
+                held = sums[rank][index] = sums[rank][index] or [0.0, 0.0, 0.0]
+                held[:] = [a + b for a, b in zip(held, rates, strict=True)]
     for rank, summary in sorted(ranks.items()):
-        for index, (samples, waited, computing) in enumerate(sums[rank]):
+        summary.covered_s = _covered([line for key, own in processes.items() if key[0] == rank for line in own])
+        for index, rates in enumerate(sums[rank]):
             summary.times.append((index + 1) * report.bin_s)
-            summary.samples_per_s.append(samples / report.bin_s)
+            samples, waited, computing = rates if rates is not None else (None, 0.0, 0.0)
+            summary.samples_per_s.append(samples)
             summary.wait_share.append(waited / (waited + computing) if waited + computing > 0 else None)
         report.ranks.append(summary)
+
+
+def _charted(line: StatsLine) -> tuple[float, float, float]:
+    """What the training page plots of ``line``: its samples, seconds waited and seconds computing."""
+    return line.counters["samples"], line.counters["waited_s"], line.counters["compute_s"]
+
+
+def _ending(line: StatsLine) -> float:
+    return line.time
+
+
+def _covered(lines: list[StatsLine]) -> float:
+    """The seconds that at least one of ``lines`` covers (the union of their intervals)."""
+    total, reached = 0.0, -math.inf
+    for begin, end in sorted((line.time - line.interval_s, line.time) for line in lines):
+        if end > reached:
+            total += end - max(begin, reached)
+            reached = end
+    return total

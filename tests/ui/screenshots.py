@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 
 from PIL import Image
+from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.ui.showcase import IMAGES, UiServer, build, chrome
 
@@ -23,6 +24,13 @@ SHOTS = [
     ("ui-training.png", "/training", (1280, 1040)),
 ]
 MAX_BYTES = 200_000
+#: Whether every image in the window is loaded and decoded (images further down load lazily, as they come into view;
+#: the page's load event does not wait for them).
+IMAGES_IN_VIEW_DRAWN = """
+return Array.from(document.images)
+    .filter(image => image.getBoundingClientRect().top < window.innerHeight)
+    .every(image => image.complete && image.naturalWidth > 0);
+"""
 
 
 def small_png(png: bytes) -> bytes:
@@ -54,6 +62,7 @@ def take(folder: Path) -> list[Path]:
                     driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", metrics)
                     driver.get(server.url + page)
                     driver.execute_script("return document.fonts.ready")
+                    WebDriverWait(driver, 30).until(lambda d: d.execute_script(IMAGES_IN_VIEW_DRAWN))
                     png = small_png(driver.get_screenshot_as_png())
                 finally:
                     driver.quit()

@@ -2,8 +2,9 @@
 of the images, a reader statistics file, a ``datamount ui`` process serving them, and a headless Chromium.
 
 The second version of ``demo-images`` differs from the first in known ways (:data:`EXPECTED_DIFF`): rows removed,
-relabelled, re-encoded and added, among the added a large JPEG (shown as a thumbnail) and a row whose label is
-markup (shown as text).
+relabelled, re-encoded and added, among the added a large JPEG (shown as a thumbnail), a row whose label is markup
+(shown as text), and images of awkward sizes (:data:`ODD_IMAGES`: a speck, a strip, and one of more pixels than a
+thumbnail is made from).
 """
 
 from __future__ import annotations
@@ -30,8 +31,10 @@ IMAGES, TEXT = "demo-images", "demo-translation"
 MARKUP_LABEL = "<script>alert(1)</script>"
 #: Size of the large image added in version 2 (its thumbnail is smaller).
 LARGE_IMAGE = (640, 480)
+#: Images of awkward sizes added in version 2 after the large one, by their row there: width, height.
+ODD_IMAGES = {199: (16, 16), 200: (1024, 64), 201: (5000, 4000)}
 #: How demo-images@2 differs from demo-images@1.
-EXPECTED_DIFF = {"added": 9, "removed": 10, "changed": 8, "unchanged": 182}
+EXPECTED_DIFF = {"added": 12, "removed": 10, "changed": 8, "unchanged": 182}
 #: The statistics file's shape: ranks, DataLoader workers per rank, lines per worker, seconds per line.
 STATS_RANKS, STATS_WORKERS, STATS_INTERVALS, STATS_INTERVAL_S = 2, 2, 24, 5.0
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
@@ -58,7 +61,7 @@ def build(folder: Path) -> Showcase:
 
 def _second_version(image_list: Path) -> Path:
     """The list of demo-images@2, beside ``image_list``: rows 0-9 removed, 10-14 relabelled, the files of 15-17
-    redrawn, and 9 rows added (7 small images, one large JPEG, one labelled with markup)."""
+    redrawn, and 12 rows added (7 small images, one labelled with markup, one large JPEG, then :data:`ODD_IMAGES`)."""
     from PIL import Image
 
     root = image_list.parent
@@ -81,6 +84,15 @@ def _second_version(image_list: Path) -> Path:
     Image.fromarray(noisy).save(jpeg, "JPEG", quality=95)
     (root / "images/large.jpg").write_bytes(jpeg.getvalue())
     added.append(["./images/large.jpg", "1"])
+    for index, (width, height) in enumerate(ODD_IMAGES.values()):
+        name = f"images/odd-{width}x{height}.png"
+        if width * height > 1 << 20:  # one colour: a few KB, whatever its size
+            Image.new("RGB", (width, height), (40, 120, 200)).save(root / name)
+        else:  # a gradient across, under the size a thumbnail is made from: served as itself
+            across = np.linspace(0, 255, width, dtype=np.float32)[None, :, None]
+            pixels = (across * np.ones((height, 1, 3), np.float32) * (0.3, 0.7, 1.0)).astype(np.uint8)
+            (root / name).write_bytes(png_bytes(pixels))
+        added.append([f"./{name}", str(index)])
     second = root / "images-2.list"
     second.write_text("".join(f"{path}\t{label}\n" for path, label in kept + added), encoding="utf-8")
     return second

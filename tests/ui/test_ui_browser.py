@@ -18,6 +18,7 @@ from tests.ui.showcase import (
     IMAGES,
     LARGE_IMAGE,
     MARKUP_LABEL,
+    ODD_IMAGES,
     STATS_RANKS,
     TEXT,
     Showcase,
@@ -28,6 +29,8 @@ from tests.ui.showcase import (
 
 pytestmark = pytest.mark.slow
 HAS_DIFF = importlib.util.find_spec("datamount.datasets.diff") is not None
+#: The sides of the square cells a card and a table row draw images in (ui.css: .frame-144, .frame-96).
+CARD_CELL, ROW_CELL = 144, 96
 
 
 @pytest.fixture(scope="module")
@@ -59,11 +62,46 @@ def arrive(driver, css: str) -> None:  # type: ignore[no-untyped-def]
 
 
 def decoded_width(driver, image) -> int:  # type: ignore[no-untyped-def]
-    """The natural width of ``image`` once the browser has decoded it (0 when it could not)."""
+    """The natural width of ``image`` once the browser has decoded it (0 when it could not); it is scrolled into
+    view first, for an image further down the page is loaded only then."""
     from selenium.webdriver.support.ui import WebDriverWait
 
+    driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", image)
     WebDriverWait(driver, 20).until(lambda d: d.execute_script("return arguments[0].complete", image))
     return int(driver.execute_script("return arguments[0].naturalWidth", image))
+
+
+def assert_drawn_in_cells(driver, images, side: int) -> None:  # type: ignore[no-untyped-def]
+    """Each of ``images`` says its size (``width``, ``height``), loads lazily, and is drawn inside its cell (a square
+    of ``side``), filling it one way with the aspect of its pixels."""
+    assert images
+    for image in images:
+        assert image.get_dom_attribute("loading") == "lazy"
+        width, height = int(image.get_dom_attribute("width")), int(image.get_dom_attribute("height"))
+        natural = decoded_width(driver, image), int(driver.execute_script("return arguments[0].naturalHeight", image))
+        drawn, cell = image.rect, image.find_element("xpath", "..").rect
+        assert (round(drawn["width"]), round(drawn["height"])) == (width, height)
+        assert max(width, height) == side and abs(width / height - natural[0] / natural[1]) <= 1.5 / min(width, height)
+        assert (cell["width"], cell["height"]) == (side, side)
+        assert cell["x"] <= drawn["x"] and drawn["x"] + drawn["width"] <= cell["x"] + cell["width"]
+        assert cell["y"] <= drawn["y"] and drawn["y"] + drawn["height"] <= cell["y"] + cell["height"]
+
+
+def assert_fits_the_page(driver, width: int) -> None:  # type: ignore[no-untyped-def]
+    """In a window ``width`` pixels wide, nothing on the page is wider than the window: no table pushes it
+    sideways."""
+    from selenium.webdriver.common.by import By
+
+    metrics = {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": False}
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", metrics)
+    try:
+        page = int(driver.execute_script("return document.documentElement.clientWidth"))
+        assert page == width
+        assert int(driver.execute_script("return document.documentElement.scrollWidth")) <= page
+        for table in driver.find_elements(By.TAG_NAME, "table"):
+            assert table.rect["x"] + table.rect["width"] <= page, table.get_attribute("id")
+    finally:
+        driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
 
 
 def test_a_walk_from_the_stores_to_the_training_page(server: UiServer, browser, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -88,7 +126,7 @@ def test_a_walk_from_the_stores_to_the_training_page(server: UiServer, browser, 
     own = driver.find_elements(By.CSS_SELECTOR, "#own tbody tr")
     assert sorted(row.find_element(By.TAG_NAME, "a").text for row in own) == [IMAGES, TEXT]
     by_name = {row.find_element(By.TAG_NAME, "a").text: row.text for row in own}
-    assert " 199 " in by_name[IMAGES] and " 16 " in by_name[TEXT]  # the latest versions' rows
+    assert " 202 " in by_name[IMAGES] and " 16 " in by_name[TEXT]  # the latest versions' rows
     shot("2-datasets")
     driver.find_element(By.LINK_TEXT, IMAGES).click()
     arrive(driver, "#versions")
@@ -107,6 +145,7 @@ def test_a_walk_from_the_stores_to_the_training_page(server: UiServer, browser, 
     assert first.find_element(By.CLASS_NAME, "label").text == "0"
     assert decoded_width(driver, first.find_element(By.TAG_NAME, "img")) == 64
     assert "rows 0–99 of 200" in driver.find_element(By.CLASS_NAME, "pager").text
+    assert_drawn_in_cells(driver, driver.find_elements(By.CSS_SELECTOR, "#samples img")[:12], CARD_CELL)
     shot("4-samples")
 
     jump = driver.find_element(By.CSS_SELECTOR, "#jump input[name=row]")
@@ -126,10 +165,23 @@ def test_a_walk_from_the_stores_to_the_training_page(server: UiServer, browser, 
         driver.switch_to.alert.text  # noqa: B018
     large = driver.find_element(By.CSS_SELECTOR, "#row-198 img")
     assert 0 < decoded_width(driver, large) <= THUMBNAIL_PIXELS
+    assert_drawn_in_cells(driver, [large], CARD_CELL)
     shot("5-samples-v2")
     large.click()  # the stored bytes, as the image they are
     arrive(driver, "body > img")
     assert decoded_width(driver, driver.find_element(By.TAG_NAME, "img")) == LARGE_IMAGE[0]
+    driver.back()
+    arrive(driver, "#labels-link")
+
+    driver.get(f"{server.url}/stores/store-1/samples?ref={IMAGES}@2&row={min(ODD_IMAGES)}&size=12")
+    arrive(driver, "#samples")
+    speck, strip, too_many = (driver.find_element(By.ID, f"row-{row}") for row in sorted(ODD_IMAGES))
+    assert_drawn_in_cells(driver, [speck.find_element(By.TAG_NAME, "img")], CARD_CELL)  # 16x16, drawn 144x144
+    assert_drawn_in_cells(driver, [strip.find_element(By.TAG_NAME, "img")], CARD_CELL)  # 1024x64, drawn 144x9
+    assert too_many.find_elements(By.TAG_NAME, "img") == []
+    assert "5,000 × 4,000 pixels" in too_many.find_element(By.CLASS_NAME, "placeholder").text
+    assert_fits_the_page(driver, 800)
+    shot("5-samples-odd-sizes")
     driver.back()
     arrive(driver, "#labels-link")
 
@@ -140,7 +192,7 @@ def test_a_walk_from_the_stores_to_the_training_page(server: UiServer, browser, 
         for row in driver.find_elements(By.CSS_SELECTOR, "#histogram tbody tr")
     }
     assert histogram[MARKUP_LABEL] == "1"
-    assert sum(int(count) for count in histogram.values()) == 199
+    assert sum(int(count) for count in histogram.values()) == 202
     assert driver.find_elements(By.CSS_SELECTOR, "svg.chart rect")
     shot("6-labels")
 
@@ -156,6 +208,10 @@ def test_a_walk_from_the_stores_to_the_training_page(server: UiServer, browser, 
         changed = driver.find_elements(By.CSS_SELECTOR, "#changed-rows tbody tr")
         assert changed and all(decoded_width(driver, img) == 64 for img in changed[0].find_elements(By.TAG_NAME, "img"))
         assert MARKUP_LABEL in driver.find_element(By.ID, "added-rows").text
+        assert_drawn_in_cells(driver, driver.find_elements(By.CSS_SELECTOR, ".changes img"), ROW_CELL)
+        assert "5,000 × 4,000 pixels" in driver.find_element(By.ID, "added-rows").text
+        assert_fits_the_page(driver, 800)
+        driver.execute_script("window.scrollTo(0, 0)")
         shot("7-diff")
 
     driver.find_element(By.LINK_TEXT, "training").click()

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import http.client
 import io
+import json
+import math
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -26,6 +29,15 @@ from tests.ui.showcase import UiServer
 
 MARKUP = ["<script>alert(1)</script>", "<img src=x onerror=alert(2)>", "\"quoted\" & 'single'"]
 DAMAGED_ROW, MISSING_ROW, LARGE_ROW, NOT_AN_IMAGE_ROW = 3, 5, 2, 7
+#: The headers every answer carries (docs/ui.md, "What holds").
+KEPT_TO_ITSELF = {
+    "Content-Security-Policy": CONTENT_SECURITY_POLICY,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+}
+#: An image a PNG of one colour holds in 420 KB: 576 MB once decoded (Pillow holds RGB in 4 bytes a pixel).
+HUGE = (12_000, 12_000)
 
 
 def write_pictures(folder: Path) -> Path:
@@ -242,11 +254,32 @@ def test_a_request_naming_another_host_is_refused(server: UiServer) -> None:
     assert get(server, "/", host="localhost").status == 200
 
 
-def test_every_answer_keeps_the_page_to_itself(server: UiServer) -> None:
-    for path in ("/", "/stores/store-1/value?ref=pictures@1&row=0&column=0", "/stores/nothing"):
-        answer = get(server, path)
-        assert answer.headers["Content-Security-Policy"] == CONTENT_SECURITY_POLICY
-        assert answer.headers["X-Content-Type-Options"] == "nosniff"
+@pytest.mark.parametrize(
+    ("method", "path", "host", "status"),
+    [
+        ("GET", "/", None, 200),
+        ("HEAD", "/", None, 200),
+        ("GET", "/stores/store-1/value?ref=pictures@1&row=0&column=0", None, 200),
+        ("GET", "/static/ui.css", None, 200),
+        ("POST", "/", None, 405),
+        ("DELETE", "/stores/store-1/samples?ref=pictures@1", None, 405),
+        ("PUT", "/static/ui.css", None, 405),
+        ("GET", "/stores/nothing", None, 404),
+        ("GET", "/no/such/page", None, 404),
+        ("GET", "/static/none.css", None, 404),
+        ("GET", "/stores/store-1/samples?ref=pictures", None, 400),
+        ("GET", "/", "attacker.example", 400),
+        ("GET", f"/stores/store-1/value?ref=pictures@1&row={NOT_AN_IMAGE_ROW}&column=0&thumbnail=1", None, 415),
+        ("GET", f"/stores/store-1/value?ref=pictures@1&row={DAMAGED_ROW}&column=0", None, 502),
+    ],
+    ids=lambda value: str(value),
+)
+def test_every_answer_keeps_the_page_to_itself(
+    server: UiServer, method: str, path: str, host: str | None, status: int
+) -> None:
+    answer = get(server, path, method=method, host=host)
+    assert answer.status == status
+    assert {name: answer.headers[name] for name in KEPT_TO_ITSELF if name in answer.headers} == KEPT_TO_ITSELF
 
 
 def test_nothing_in_the_store_is_written(server: UiServer, built) -> None:  # type: ignore[no-untyped-def]
@@ -280,3 +313,92 @@ def test_a_missing_package_of_the_extra_is_named_with_the_extra() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 1
     assert done.stderr.strip() == "datamount: error: datamount ui needs starlette: pip install 'datamount[ui]'"
+
+
+def peak_rss(pid: int) -> int:
+    """The most memory process ``pid`` has held resident so far, in bytes (``VmHWM``)."""
+    status = Path(f"/proc/{pid}/status").read_text(encoding="ascii")
+    found = re.search(r"^VmHWM:\s+(\d+) kB$", status, re.MULTILINE)
+    assert found is not None, status
+    return int(found.group(1)) * 1024
+
+
+@pytest.fixture(scope="module")
+def huge_images(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[UiServer, bytes]]:
+    """A server over a version of two rows, each a PNG of one colour of :data:`HUGE` pixels, and the PNG's bytes."""
+    folder = tmp_path_factory.mktemp("huge")
+    (folder / "src").mkdir()
+    Image.new("RGB", HUGE, (200, 60, 20)).save(folder / "src" / "a.png")
+    png = (folder / "src" / "a.png").read_bytes()
+    (folder / "src" / "b.png").write_bytes(png)
+    (folder / "src" / "huge.list").write_text("./a.png\tone\n./b.png\ttwo\n", encoding="utf-8")
+    upload(folder / "src" / "huge.list", "huge", store=open_store(folder / "store"), kind="image")
+    running = UiServer([str(folder / "store")], folder / "ui.log")
+    yield running, png
+    running.stop()
+
+
+def test_an_image_of_too_many_pixels_is_a_placeholder_never_decoded(huge_images: tuple[UiServer, bytes]) -> None:
+    server, png = huge_images
+    assert len(png) < 500_000
+    assert get(server, "/stores/store-1/dataset?name=huge").status == 200
+    before = peak_rss(server.process.pid)
+    page = get(server, "/stores/store-1/samples?ref=huge@1")
+    thumbnails = [get(server, f"/stores/store-1/value?ref=huge@1&row={row}&column=0&thumbnail=1") for row in (0, 1)]
+    grown = peak_rss(server.process.pid) - before
+    assert grown < 100 << 20, f"the server grew by {grown / 1e6:,.0f} MB: it decoded an image of {HUGE} pixels"
+    assert page.status == 200
+    html = page.body.decode()  # type: ignore[attr-defined]
+    assert html.count("12,000 × 12,000 pixels") == 2 and "<img" not in html
+    for answer in thumbnails:
+        assert answer.status == 415
+        assert "an image of 12,000 × 12,000 pixels, more than a thumbnail is made from" in answer.body.decode()  # type: ignore[attr-defined]
+    stored = get(server, "/stores/store-1/value?ref=huge@1&row=1&column=0")  # one click away, as it is
+    assert (stored.status, stored.headers["Content-Type"], stored.body) == (200, "image/png", png)  # type: ignore[attr-defined]
+
+
+def stats_line(time: float, interval_s: float, rank: int, samples: int, **changes: object) -> str:
+    record = {
+        "format": 1, "time": time, "rank": rank, "world_size": 2, "worker": None, "dataset": "pictures@1",
+        "pass": 0, "interval_s": interval_s, "samples": samples, "bytes": 1000 * samples, "waited_s": 0.1,
+        "compute_s": interval_s - 0.1, "requests": 1, "retries": 0, "throttled_s": 0.0, "cache_hits": 0,
+        "bytes_verified": 0, "final": False,
+    }  # fmt: skip
+    record.update(changes)
+    return json.dumps(record)
+
+
+def test_the_training_page_names_what_it_leaves_out_and_draws_each_rank_over_its_own_time(
+    built: tuple[Path, dict[str, tuple[int, int]]], tmp_path: Path
+) -> None:
+    """Rank 0 writes a line every 0.5 s for 60 s, rank 1 one every 0.51 s for its first 30 s; three lines hold NaN,
+    Infinity and 10**400."""
+    start = 1_750_000_000.0
+    lines = [stats_line(start + 0.5 * n, 0.5, 0, 100) for n in range(1, 121)]
+    lines += [stats_line(start + 0.51 * n, 0.51, 1, 100) for n in range(1, 59)]
+    lines[10] = stats_line(start + 5.5, 0.5, 0, 100, waited_s=math.nan)
+    lines[20] = stats_line(math.inf, 0.5, 0, 100)
+    lines[30] = stats_line(start + 15.5, 0.5, 0, 10**400)
+    stats = tmp_path / "stats.jsonl"
+    stats.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    running = UiServer([str(built[0] / "store")], tmp_path / "ui.log", stats_file=stats)
+    try:
+        answer = get(running, "/training")
+    finally:
+        running.stop()
+    assert answer.status == 200
+    page = answer.body.decode()  # type: ignore[attr-defined]
+    assert "3 lines left out" in page
+    assert "<li>line 11: &#39;waited_s&#39; is nan: not a finite number within ±2**63</li>" in page
+    assert (
+        "<li>line 21: &#39;time&#39; is inf:" in page
+        and "<li>line 31: &#39;samples&#39; is a number of 401 digits:" in page
+    )
+    rows = page.split('id="ranks"')[1].split("<tbody>")[1].split("</tr>")[:-1]
+    rates = [re.findall(r"<td[^>]*>([^<]*)</td>", row)[4] for row in rows]  # the samples/s column
+    assert rates == ["200", "196"]  # rank 1: 5,800 samples over its 29.6 s, not over the file's 60 s
+    chart = page.split('aria-label="samples per second"')[1].split("</svg>")[0]
+    baseline = re.search(r'y1="([\d.]+)" y2="\1" stroke="#555"', chart)
+    assert baseline is not None
+    heights = [float(point.split(",")[1]) for line in re.findall(r'points="([^"]+)"', chart) for point in line.split()]
+    assert len(heights) == 120 + 60 and max(heights) < float(baseline.group(1)) - 50  # no step drops towards 0
