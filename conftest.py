@@ -34,6 +34,7 @@ pytest_plugins: list[str] = [
     "tests.generated",
     "tests.skip_summary",
     "tests.parallel",
+    "tests.matrix",
     "pytester",
 ]
 

@@ -24,8 +24,20 @@ def skip_reason(report: pytest.TestReport) -> str:
     return str(report.longrepr)
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--skipped-to",
+        metavar="FILE",
+        help="write the node ids of the tests (and modules) that skipped, one a line: `pytest @FILE` runs them again",
+    )
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     skipped = [report for report in terminalreporter.stats.get("skipped", []) if report.skipped]
+    where = terminalreporter.config.getoption("skipped_to")
+    if where:
+        with open(where, "w", encoding="utf-8") as out:
+            out.writelines(f"{nodeid}\n" for nodeid in sorted({report.nodeid for report in skipped if report.nodeid}))
     if not skipped:
         return
     counts = Counter(skip_reason(report) for report in skipped)

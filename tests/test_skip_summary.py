@@ -39,3 +39,21 @@ def test_a_run_that_skipped_nothing_says_nothing_of_it(pytester: pytest.Pytester
     result.assert_outcomes(passed=1)
     result.stdout.no_fnmatch_line("*skipped, by reason*")
     result.stdout.no_fnmatch_line("*bash .ci/run*")
+
+
+def test_the_skipped_tests_are_written_for_a_run_that_takes_them_again(pytester: pytest.Pytester) -> None:
+    """``--skipped-to FILE`` lists each skipped test (a module that skipped as a whole by its path), and
+    ``pytest @FILE`` runs exactly those again (as ``.ci/run`` does once every server and package is there)."""
+    pytester.makepyfile(test_some=SOME_SKIPPED, test_whole="import pytest\npytest.importorskip('nothing_such')\n")
+    listed = pytester.path / "skipped.txt"
+    result = pytester.runpytest("-p", "tests.skip_summary", f"--skipped-to={listed}")
+    result.assert_outcomes(passed=1, skipped=5)
+    assert listed.read_text().splitlines() == [
+        "test_some.py::test_on_a_server[0]",
+        "test_some.py::test_on_a_server[1]",
+        "test_some.py::test_on_a_server[2]",
+        "test_some.py::test_with_a_package",
+        "test_whole.py",
+    ]
+    again = pytester.runpytest("-p", "tests.skip_summary", f"@{listed}")
+    again.assert_outcomes(skipped=5)

@@ -1,0 +1,52 @@
+"""The README's test command leaves the full real-server matrix out, and never downloads within a test's time."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.servers import hdfs
+
+#: Where the tests collected come from: store tests on every backend, and a data-center rig.
+COLLECTED = ["tests/datasets/test_commit.py", "tests/datacenter/test_ceph_replicas.py"]
+
+
+def _collected(*options: str) -> set[str]:
+    """The node ids pytest collects from :data:`COLLECTED` with ``options`` (in a process of its own, as a user
+    runs it)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *options, *COLLECTED],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return {line for line in done.stdout.splitlines() if "::" in line}
+
+
+def test_the_default_run_leaves_the_full_matrix_out_and_m_full_runs_it_alone() -> None:
+    default, full = _collected(), _collected("-m", "full")
+    assert full and default and not default & full
+    racing = "tests/datasets/test_commit.py::test_racing_writers_lose_no_version"
+    assert {f"{racing}[{server}]" for server in ("gluster", "hdfs", "ceph-rgw")} <= full
+    assert {f"{racing}[{server}]" for server in ("local", "memory", "s3-moto", "gcs")} <= default
+    assert {node for node in full if node.startswith("tests/datacenter/")}
+    assert default | full == _collected("-m", "")
+
+
+def test_without_the_hadoop_jars_the_hdfs_tests_skip_naming_the_command_and_fetch_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(hdfs, "CACHE_ROOT", tmp_path / "empty-cache")
+    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/nothing-here")  # a download could not succeed
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    reason = hdfs.why_hdfs_cannot_run()
+    if reason is not None and ("hdfs-native" in reason or "java" in reason):
+        pytest.skip(reason)
+    assert reason is not None and hdfs.FETCH_COMMAND in reason, reason
+    assert not (tmp_path / "empty-cache").exists()  # nothing was fetched, nor begun
