@@ -159,6 +159,12 @@ def shard_marker(pack_folder: str, number: int) -> str:
     return f"{pack_folder}/shard-{number:05d}.done.json"
 
 
+def upload_shard_marker(pack_folder: str, number: int) -> str:
+    """The marker ``upload --pack`` leaves beside the ``number``-th shard once it is written, with each of its rows'
+    file size and sha256 (relative to the dataset folder; :mod:`datamount.datasets.upload_marker`)."""
+    return f"{pack_folder}/shard-{number:05d}.done"
+
+
 def shard_key(pack_folder: str, number: int, run: str = "") -> str:
     """The ``number``-th shard of a pack folder (relative to the dataset folder); written by writer ``run`` when
     several writers may write that shard (each its own file: none ever replaces a file another wrote)."""

@@ -3,10 +3,10 @@ writes in all instead of one object per file (and no second pass that reads ever
 
 Resumable shard by shard: the shards go into a pack folder named after what decides them (the list, its files'
 sizes, the shard sizes), and each shard written leaves a marker beside it (its entry and its files' sizes and
-sha256). Run again after a kill, the upload writes only the shards without a marker. Each run names its shard files
-after itself, so no writer ever replaces a file another wrote; and just before the commit the folder is marked
-taken, so that no later upload writes into a folder whose shards a version may use (it takes the next folder of
-that name).
+sha256: :mod:`~datamount.datasets.upload_marker`). Run again after a kill, the upload writes only the shards without
+a marker. Each run names its shard files after itself, so no writer ever replaces a file another wrote; and just
+before the commit the folder is marked taken, so that no later upload writes into a folder whose shards a version
+may use (it takes the next folder of that name).
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import array
 import dataclasses
 import hashlib
 import itertools
-import json
 import operator
 import uuid
 from collections.abc import Iterator, Mapping
@@ -31,6 +30,7 @@ from datamount.datasets.pack import cut_shards
 from datamount.datasets.progress import Progress
 from datamount.datasets.shard_writer import FIRST_ROW_GROUP_BYTES, ShardWriter, check_sizes, list_schema
 from datamount.datasets.spool import BLOCK_RECORDS, ExternalSort, FileSpool
+from datamount.datasets.upload_marker import Marker, MarkerWriter, read_marker
 from datamount.storage import IntegrityError, ObjectNotFoundError, Store
 from datamount.storage.checksums import require_unchanged
 from datamount.storage.files import read_file
@@ -85,7 +85,7 @@ def commit_packed(
         ours = [number for number in entries if number not in written]
         store.remove_many(
             [f"{dataset}/{entries[number]['path']}" for number in ours]
-            + [f"{dataset}/{layout.shard_marker(folder, number)}" for number in ours]
+            + [f"{dataset}/{layout.upload_shard_marker(folder, number)}" for number in ours]
         )
         raise
     packed = dataclasses.replace(
@@ -98,7 +98,7 @@ def commit_packed(
     dataset = layout.dataset_folder(draft.name)
     store.write(f"{dataset}/{layout.taken_marker(folder)}", b"")
     manifest = catalog.commit(store, packed)
-    store.remove_many(f"{dataset}/{layout.shard_marker(folder, number)}" for number in range(len(plans)))
+    store.remove_many(f"{dataset}/{layout.upload_shard_marker(folder, number)}" for number in range(len(plans)))
     sent = sum(packed.shards[number].size for number in range(len(plans)) if number not in written)
     return PackedUpload(manifest, sent_files, sent, len(files) - sent_files)
 
@@ -166,29 +166,29 @@ def _written_shards(store: Store, name: str, folder: str, plans: list[Plan]) -> 
         marker = _marker(store, name, folder, number, stored)
         if marker is None:
             continue
-        entry = ShardEntry(**marker["entry"])
+        entry = ShardEntry(**marker.entry)
         rows = plan[-1][1] - plan[0][0]
-        if stored.get(f"{dataset}/{entry.path}") == entry.size and entry.rows == rows == len(marker["files"]):
-            written[number] = marker["entry"]
+        if stored.get(f"{dataset}/{entry.path}") == entry.size and entry.rows == rows == marker.rows:
+            written[number] = marker.entry
     return written
 
 
 def _marker(
     store: Store, name: str, folder: str, number: int, stored: Mapping[str, int] | None = None
-) -> dict[str, Any] | None:
+) -> Marker | None:
     """The marker of shard ``number`` (``stored``: the folder's listing, when known), or None where there is none
     or it is not one this upload wrote."""
-    marker_path = f"{layout.dataset_folder(name)}/{layout.shard_marker(folder, number)}"
+    marker_path = f"{layout.dataset_folder(name)}/{layout.upload_shard_marker(folder, number)}"
     if stored is not None and marker_path not in stored:
         return None
-    try:
-        marker = json.loads(store.read(marker_path))
-        entry = ShardEntry(**marker["entry"])
-        run = entry.path.removeprefix(f"{folder}/shard-{number:05d}-").removesuffix(".parquet")
-        if not isinstance(marker["files"], list):
-            return None
-    except (ValueError, TypeError, KeyError, AttributeError, ObjectNotFoundError):
+    marker = read_marker(store, marker_path, None if stored is None else stored[marker_path])
+    if marker is None:
         return None
+    try:
+        entry = ShardEntry(**marker.entry)
+    except TypeError:
+        return None
+    run = entry.path.removeprefix(f"{folder}/shard-{number:05d}-").removesuffix(".parquet")
     fits = bool(run) and "/" not in run and entry.path == layout.shard_key(folder, number, run)
     return marker if fits else None
 
@@ -211,20 +211,20 @@ class _Resumed:
         self.written, self.read, self.progress = written, read, progress
 
     def pending(self, groups: Iterator[Group]) -> Iterator[Group]:
-        files: list[Any] = []
+        marker: Marker | None = None
         for group in groups:
             number, start, stop, rows = group
             if number not in self.written:
                 yield group
                 continue
             first = self.plans[number][0][0]
-            if start == first:
+            if start == first or marker is None:
                 marker = _marker(self.store, self.name, self.folder, number)
                 if marker is None:
                     raise ObjectNotFoundError(f"the marker of shard {number} in {self.folder} is gone; upload again")
-                files = marker["files"]
-            for (row, _), (size, sha256) in zip(rows, files[start - first : stop - first], strict=True):
-                self.read.add((row[0], 0, str(sha256), int(size)))
+            files = marker.files(self.store, start - first, stop - first)
+            for (row, _), (size, sha256) in zip(rows, files, strict=True):
+                self.read.add((row[0], 0, sha256, size))
             self.progress.advance(items=stop - start, size=sum(size for _, size in rows))
 
 
@@ -266,7 +266,7 @@ class _ShardsOfRows:
         ``read``; the entries of the shards written."""
         written: dict[int, dict[str, Any]] = {}
         writer: ShardWriter | None = None
-        files: list[tuple[int, str]] = []
+        marker = MarkerWriter()
         ahead: list[Future[list[tuple[bytes, str]]]] = []
         with ThreadPoolExecutor(max_workers=READERS, thread_name_prefix="datamount-read") as pool:
             try:
@@ -280,20 +280,22 @@ class _ShardsOfRows:
                     group_files = [(len(data), sha256) for data, sha256 in read_back]
                     for (row, _), (size, sha256) in zip(rows, group_files, strict=True):
                         read.add((row[0], 1, sha256, size))
-                    files.extend(group_files)
+                    marker.add(group_files)
                     if writer is None:
                         writer = self._writer(number, start)
                     labels = [list(column) for column in zip(*(row[1:] for row, _ in rows), strict=True)]
                     writer.add_group([[data for data, _ in read_back], *labels, [row[0] for row, _ in rows]])
                     if stop == plans[number][-1][1]:  # the shard's last row group
-                        written[number] = self._finish(number, writer, files)
-                        writer, files = None, []
+                        written[number] = self._finish(number, writer, marker)
+                        writer, marker = None, MarkerWriter()
             except BaseException:  # the shards finished stay, with their markers, for the next run
                 for future in ahead:
                     future.cancel()
                 if writer is not None:
                     writer.discard()
                 raise
+            finally:
+                marker.close()
         return written
 
     def _read(self, pool: ThreadPoolExecutor, rows: list[tuple[Row, int]]) -> list[Future[list[tuple[bytes, str]]]]:
@@ -314,12 +316,13 @@ class _ShardsOfRows:
             progress=self.progress,
         )
 
-    def _finish(self, number: int, writer: ShardWriter, files: list[tuple[int, str]]) -> dict[str, Any]:
+    def _finish(self, number: int, writer: ShardWriter, marker: MarkerWriter) -> dict[str, Any]:
         """Close shard ``number`` and leave its marker; the shard's entry."""
         (entry,) = writer.close()
         fields = dataclasses.asdict(entry)
-        marker_path = f"{layout.dataset_folder(self.name)}/{layout.shard_marker(self.folder, number)}"
-        self.store.write(marker_path, json.dumps({"entry": fields, "files": files}).encode())
+        marker.send(
+            self.store, f"{layout.dataset_folder(self.name)}/{layout.upload_shard_marker(self.folder, number)}", fields
+        )
         return fields
 
 

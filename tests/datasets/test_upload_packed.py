@@ -9,13 +9,14 @@ import json
 import multiprocessing
 import os
 import signal
+import tracemalloc
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from datamount.cli.main import cli
-from datamount.datasets import catalog, layout, upload, verify
+from datamount.datasets import catalog, layout, listfile, spool, upload, verify
 from datamount.datasets.manifest import FORMAT_VERSION, SHARD_BLOCK_BYTES
 from datamount.readers import DataLoader, reader
 from datamount.storage import IntegrityError, Store
@@ -171,7 +172,7 @@ def test_a_killed_upload_goes_on_from_the_shards_it_wrote(store: Store, make_ima
     packs = f"{layout.dataset_folder('d')}/{layout.PACKS}"
     before = store.list(packs)
     left = sorted(path for path in before if path.endswith(".parquet"))
-    assert len(left) == 2 and len([path for path in before if path.endswith(".done.json")]) == 2
+    assert len(left) == 2 and len([path for path in before if path.endswith(".done")]) == 2
 
     result = upload(list_file, "d", store=store, packed=True, **SMALL_SHARDS)
     manifest = result.manifest
@@ -185,7 +186,7 @@ def test_a_killed_upload_goes_on_from_the_shards_it_wrote(store: Store, make_ima
     assert list(reader("d", store)()) == image_rows(list_file)
     assert verify(store, manifest).ok
     after = store.list(packs)
-    assert not [path for path in after if path.endswith(".done.json")]  # the markers went with the commit
+    assert not [path for path in after if path.endswith(".done")]  # the markers went with the commit
     assert [path for path in after if path.endswith("/taken")]
 
 
@@ -202,3 +203,26 @@ def test_an_upload_never_writes_into_the_shards_of_a_version(
     assert {layout.pack_folder_of(s) for s in first.shards}.isdisjoint(layout.pack_folder_of(s) for s in second.shards)
     assert list(reader("d@1", local_store)()) == rows and verify(local_store, first).ok
     assert list(reader("d@2", local_store)()) == image_rows(list_file) != rows
+
+
+def test_the_memory_held_does_not_grow_with_a_shards_rows(
+    local_store: Store, make_image_list: MakeImageList, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """60,000 rows in one shard of small row groups: what the upload holds is a row group's rows and the bounded
+    window of the sort of their entries, not a record per row of the shard (its marker's records go to disk)."""
+    monkeypatch.setattr(listfile, "READ_BYTES", 1 << 16)  # the windows of the list's read and sort, small beside
+    monkeypatch.setattr(spool, "RUN_RECORDS", 2048)  # the rows
+    monkeypatch.setattr(spool, "BLOCK_RECORDS", 256)
+    source = make_image_list(200, size=16)
+    upload(source, "warm-up", store=local_store, packed=True)  # the imports of a first upload are not the rows'
+    list_file = source.with_name("many.list")
+    list_file.write_text(source.read_text() * 300)
+    tracemalloc.start()
+    try:
+        result = upload(list_file, "d", store=local_store, packed=True, row_group_bytes=4096, shard_bytes=1 << 30)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert result.manifest.rows == 60_000 and len(result.manifest.shards) == 1
+    assert peak < 4 * 1024**2, f"{peak / 1024**2:.1f} MB held for 60,000 rows"
+    assert reader("d", local_store)[59_999] == image_rows(list_file)[59_999]
