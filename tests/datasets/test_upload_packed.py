@@ -190,6 +190,31 @@ def test_a_killed_upload_goes_on_from_the_shards_it_wrote(store: Store, make_ima
     assert [path for path in after if path.endswith("/taken")]
 
 
+@pytest.mark.parametrize("damage", ["cut short", "another format", "records of another shard"])
+def test_a_marker_that_is_not_whole_counts_as_none(
+    local_store: Store, make_image_list: MakeImageList, damage: str
+) -> None:
+    """A killed run's marker cut short, left by another release, or holding records for another number of rows:
+    that shard is written again, the others are taken as written."""
+    list_file = make_image_list(80, size=3_000)
+    child = multiprocessing.get_context("spawn").Process(target=_upload_killed, args=(local_store, list_file, 50))
+    child.start()
+    child.join(timeout=120)
+    packs = f"{layout.dataset_folder('d')}/{layout.PACKS}"
+    first = sorted(path for path in local_store.list(packs) if path.endswith(".done"))[0]
+    marker = local_store.read(first)
+    spoiled = {
+        "cut short": marker[: len(marker) - 7],
+        "another format": json.dumps({"entry": {}, "files": []}).encode(),
+        "records of another shard": marker + marker[-40:],
+    }[damage]
+    local_store.write(first, spoiled)
+    result = upload(list_file, "d", store=local_store, packed=True, **SMALL_SHARDS)
+    second = result.manifest.shards[1].rows
+    assert (result.reused_files, result.sent_files) == (second, 80 - second)
+    assert list(reader("d", local_store)()) == image_rows(list_file)
+
+
 def test_an_upload_never_writes_into_the_shards_of_a_version(
     local_store: Store, make_image_list: MakeImageList
 ) -> None:
