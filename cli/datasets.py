@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.markup import escape
@@ -32,6 +32,9 @@ from datamount.datasets import DatasetNotFoundError, Manifest, catalog, layout, 
 from datamount.storage import Store, open_store
 from datamount.storage.redact import redact_url
 
+if TYPE_CHECKING:
+    from datamount.datasets.upload import UploadResult
+
 
 @click.command()
 @click.argument("list_file", type=click.Path(dir_okay=True, path_type=str))
@@ -59,6 +62,7 @@ from datamount.storage.redact import redact_url
 )
 @click.option("--seed", "split_seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of --split.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+@json_option
 def upload(
     list_file: str,
     name: str,
@@ -71,11 +75,13 @@ def upload(
     split_text: str | None,
     split_seed: int,
     quiet: bool,
+    as_json: bool,
 ) -> None:
     """Upload the samples of LIST_FILE as a new version of dataset NAME.
 
     The list is checked as a whole first (nothing is written if any line is wrong); running the same command again
-    after an interruption sends only what is missing. With --split, read a split with reader(NAME, split="train").
+    after an interruption sends only what is missing. Without --kind, the kind detected and why are printed on
+    stderr. With --split, read a split with reader(NAME, split="train").
     """
     from datamount.datasets import upload as upload_list
     from datamount.datasets.rows.split import parse_fractions, row_splits
@@ -88,7 +94,7 @@ def upload(
         raise click.BadParameter(str(exc), param_hint="--split") from None
     if split is None and split_seed:
         raise click.UsageError("--seed goes with --split")
-    with ProgressBar(quiet=quiet) as bar:
+    with ProgressBar(quiet=quiet or as_json) as bar:
         result = upload_list(
             list_file,
             name,
@@ -102,6 +108,16 @@ def upload(
             split=split,
             split_seed=split_seed,
         )
+    if as_json:
+        echo_json("upload", _upload_json(result, store))
+        return
+    if result.kind_reason is not None:
+        click.echo(f"detected {result.kind_reason}", err=True)
+    _echo_uploaded(result, store, then_pack)
+
+
+def _echo_uploaded(result: UploadResult, store: Store, then_pack: bool) -> None:
+    """What an upload did, in lines of text."""
     m = result.manifest
     if m.splits and result.created:
         click.echo("splits: " + ", ".join(f"{split} {counted(rows, 'row')}" for split, rows in m.splits.items()))
@@ -124,6 +140,27 @@ def upload(
         f"({result.sent_files} sent, {format_size(result.sent_bytes)}; {result.reused_files} already stored) "
         f"to {store.url}"
     )
+
+
+def _upload_json(result: UploadResult, store: Store) -> dict[str, Any]:
+    m = result.manifest
+    return {
+        "dataset": m.name,
+        "version": m.version,
+        "store": store.url,
+        "created": result.created,
+        "kind": str(m.kind),
+        "kind_reason": result.kind_reason,
+        "columns": list(m.columns),
+        "rows": m.rows,
+        "files": len(m.files),
+        "sent_files": result.sent_files,
+        "sent_bytes": result.sent_bytes,
+        "reused_files": result.reused_files,
+        "repaired_files": result.repaired_files,
+        "shards": len(m.shards),
+        "splits": m.splits,
+    }
 
 
 @click.command()

@@ -4,6 +4,12 @@ Image lists name a file in their first column (relative to the list's folder, or
 others; text lists (e.g. translation pairs) hold text in every column. Every problem is found, with its line number,
 before anything is written anywhere.
 
+A kind that is not given is never guessed against the evidence, and the parsed list says which it is and why
+(:attr:`ParsedList.kind_reason`): image as soon as one row's first column names an existing file or looks like a
+file's path (and then every row must name one), text only when none does, and never for a line that starts with an
+existing file's path followed by white space and more (an image list whose columns were joined by spaces, not TABs):
+such lines are refused, each with its number, unless the caller says the list is text.
+
 A list of any length is checked in memory that does not grow with its rows: it is read as a stream (twice when its
 kind is detected: the detection stops at the first row that decides it), the normalised list is written to a
 temporary file as it is read, and what must be compared across rows (an image list's paths, each named by one or
@@ -16,16 +22,18 @@ from __future__ import annotations
 
 import array
 import codecs
+import functools
 import hashlib
 import itertools
 import operator
 import os
+import re
 import shutil
 import stat
 import tempfile
 import unicodedata
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import BinaryIO
@@ -82,6 +90,8 @@ class ParsedList:
     _spools: list[FileSpool] = field(repr=False, default_factory=list)
     #: Where each block of the normalised list's lines starts, and its xxh3-64.
     list_blocks: ListBlocks | None = None
+    #: Why the list is of its :attr:`kind`, when that was detected (``None``: the caller gave it).
+    kind_reason: str | None = None
 
     def __post_init__(self) -> None:
         # A list nobody closed still leaves nothing behind once it is collected.
@@ -171,7 +181,9 @@ def parse_list(
     kind
         ``"image"`` or ``"text"``; detected when not given: image as soon as one row's first column names an
         existing file under the root or looks like a file's path (a name with an image, audio, array or binary
-        file's suffix), text otherwise.
+        file's suffix), text otherwise, but never for a line that starts with an existing file's path followed by
+        white space and more (columns joined by spaces): those lines are problems. The result's ``kind_reason``
+        says why the kind was chosen.
     root
         The folder that image paths are relative to (default: the list file's folder).
     follow_links
@@ -190,31 +202,77 @@ def parse_list(
     path = os.fspath(path)
     report = progress or Silent()
     root_dir = os.path.abspath(root if root is not None else os.path.dirname(os.path.abspath(path)))
-    evidence = None if kind is not None else _file_evidence(path, root_dir)
-    chosen = _list_kind(kind) if kind is not None else Kind.IMAGE if evidence else Kind.TEXT
+    if kind is not None:
+        detection = _Detection(_list_kind(kind), detected=False)
+    else:
+        evidence = _file_evidence(path, root_dir)
+        detection = _Detection(Kind.IMAGE if evidence else Kind.TEXT, detected=True, evidence=evidence)
     folder = tempfile.mkdtemp(prefix="datamount-list-")
     try:
-        return _check(path, chosen, root, root_dir, evidence, folder, report, follow_links=follow_links)
+        return _check(path, detection, root, root_dir, folder, report, follow_links=follow_links)
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         raise
 
 
+@dataclass(frozen=True)
+class _Detection:
+    """The kind a list is read as: given by the caller, or detected (an image list by the row in ``evidence``)."""
+
+    kind: Kind
+    detected: bool
+    evidence: str | None = None
+
+    @property
+    def refuses_spaced_lines(self) -> bool:
+        """Whether a line that starts with a file's path and white space is a problem: in a list taken for text."""
+        return self.detected and self.kind is Kind.TEXT
+
+    def reason(self, root_dir: str, width: int) -> str | None:
+        """Why a list that passed its checks is of this kind (``None`` when the caller gave it)."""
+        if not self.detected:
+            return None
+        if self.kind is Kind.TEXT:
+            return (
+                f"text: no line's first column names a file in {root_dir} (whole, or up to white space) or looks "
+                "like a file's path (a name ending in .jpg, .png, .wav, .npy...)"
+            )
+        labels = " (one column: files without labels)" if width == 1 else ""
+        return f"image: every line's first column names a file in {root_dir}{labels}"
+
+    def hint(self, spaced_lines: int) -> str:
+        """What the error of a list with problems adds: why it was taken for its kind, and the fix."""
+        if spaced_lines:
+            lines = "a line starts" if spaced_lines == 1 else f"{spaced_lines:,} lines start"
+            return (
+                f"(taken for a text list, but {lines} with the path of an existing file followed by white space "
+                "and more: an image list whose columns are separated by spaces? Separate the columns with TABs, or "
+                "give --kind text to store the lines as text)"
+            )
+        if self.evidence is not None:
+            return (
+                f"(taken for an image list because {self.evidence}; if its first column is text, not file paths, "
+                "say so: --kind text)"
+            )
+        return ""
+
+
 def _check(
     path: str,
-    kind: Kind,
+    detection: _Detection,
     root: str | None,
     root_dir: str,
-    evidence: str | None,
     folder: str,
     report: Progress,
     *,
     follow_links: bool,
 ) -> ParsedList:
     """The list's checked form in ``folder``; its problems raised."""
+    kind = detection.kind
     problems = ProblemLog(path, folder)
     written = _NormalisedCopy(os.path.join(folder, "list"))
     paths = ExternalSort(folder)  # (relative path, line, value as written when it differs)
+    spaced = _SpacedLines(root_dir, problems) if detection.refuses_spaced_lines else None
     width = first_line = 0
     report.start("check", items=0, size=os.path.getsize(path))
     with written:
@@ -234,6 +292,8 @@ def _check(
                 else:
                     paths.add((relative, number, row[0]))
                     row = (relative, *row[1:])
+            elif spaced is not None:
+                spaced.check(number, row[0])
             written.add(row)
     report.finish()
     if not written.rows:
@@ -247,13 +307,7 @@ def _check(
         resolved = _FileCheck(root_dir, first_line, problems, folder, follow_links=follow_links)
         files_bytes = resolved.run(paths, files, sizes, report)
         sizes.spill()  # read only by an upload into shards
-    hint = ""
-    if evidence is not None:
-        hint = (
-            f"(taken for an image list because {evidence}; if its first column is text, not file paths, "
-            "say so: --kind text)"
-        )
-    problems.raise_if_any(hint=hint)
+    problems.raise_if_any(hint=detection.hint(spaced.count if spaced is not None else 0))
     return ParsedList(
         path,
         kind,
@@ -268,6 +322,7 @@ def _check(
         folder,
         sizes,
         list_blocks=written.blocks,
+        kind_reason=detection.reason(root_dir, width),
     )
 
 
@@ -404,6 +459,60 @@ def _names_a_file(value: str, root: str) -> bool:
     return os.path.isfile(os.path.join(root, value))
 
 
+#: A file's suffix followed by white space: where a path with spaces in its name may end inside a column.
+_SUFFIX_BEFORE_SPACE = re.compile(
+    "(?:" + "|".join(re.escape(suffix) for suffix in sorted(FILE_SUFFIXES)) + r")(?=\s)", re.IGNORECASE
+)
+
+
+def _file_before_space(value: str, names_a_file: Callable[[str], bool]) -> str | None:
+    """The path that ``value`` starts with of a file that ``names_a_file``, cut at a run of white space that more
+    text follows (the first column of a line whose columns are separated by spaces, not TABs), or None.
+
+    The cuts tried: after the first word, and after each word that ends in a file's suffix (a path with spaces in its
+    name, ``my cat.png circle``); white space around ``value`` aside.
+    """
+    value = value.strip()
+    words = value.split(None, 1)
+    if len(words) < 2:
+        return None
+    if names_a_file(words[0]):
+        return words[0]
+    for found in _SUFFIX_BEFORE_SPACE.finditer(value):
+        if names_a_file(value[: found.end()]):
+            return value[: found.end()]
+    return None
+
+
+class _SpacedLines:
+    """Reports each line of a list taken for text whose first column starts with an existing file's path followed
+    by white space and more, and counts them.
+
+    Whether a word names a file is remembered for the last :data:`REMEMBERED_WORDS` words asked about: a text's
+    lines start with the same few words again and again, each a ``stat`` otherwise.
+    """
+
+    REMEMBERED_WORDS = 1 << 16
+
+    def __init__(self, root: str, problems: ProblemLog) -> None:
+        self.problems = problems
+        self.count = 0
+        self._names_a_file = functools.lru_cache(maxsize=self.REMEMBERED_WORDS)(
+            functools.partial(_names_a_file, root=root)
+        )
+
+    def check(self, number: int, value: str) -> None:
+        found = _file_before_space(value, self._names_a_file)
+        if found is not None:
+            self.count += 1
+            self.problems.add(
+                number,
+                f"{value!r} starts with the path of the file {found!r}, then white space and more (columns are "
+                "separated by TABs)",
+                order=1,
+            )
+
+
 class _FileCheck:
     """Checks each distinct file an image list names once, in path order (the paths sorted on disk): its problems
     for each row that names it, its entry into the spool of files and its size for each row (sorted back into row
@@ -495,10 +604,14 @@ _HEADER_WORDS = frozenset({"path", "paths", "file", "files", "filename", "file_n
 
 
 def _path_hint(value: str, root: str, *, first: bool) -> str:
-    """What may be wrong with a path that names no file: a header line, white space around it, Windows' separators,
-    or its letters in another Unicode form than the file's name (a name written on macOS, say)."""
+    """What may be wrong with a path that names no file: a header line, columns separated by spaces, white space
+    around it, Windows' separators, or its letters in another Unicode form than the file's name (a name written on
+    macOS, say)."""
     if first and value.strip().lower() in _HEADER_WORDS:
         return " (a header line? a .list has none: its first line is a row; remove that line)"
+    spaced = _file_before_space(value, functools.partial(_names_a_file, root=root))
+    if spaced is not None:
+        return f" (columns separated by spaces? {spaced!r} exists: separate the columns with TABs)"
     if value != value.strip():
         return " (mind the white space around the path)"
     if "\\" in value:

@@ -52,6 +52,8 @@ class UploadResult:
     created: bool
     #: Files the version already needed that were missing from the store (lost, removed) and were sent again.
     repaired_files: int = 0
+    #: Why the list was taken for its kind, when that was detected (``None``: the caller gave ``kind``).
+    kind_reason: str | None = None
 
 
 def upload(
@@ -92,7 +94,9 @@ def upload(
     store
         A Store, URL, path or profile name (default: the default store).
     kind
-        ``"image"`` or ``"text"``; detected when not given.
+        ``"image"`` or ``"text"``; detected when not given (as :func:`.parse_list` does: a line that starts with an
+        existing file's path followed by white space is refused unless ``kind`` is given), the result's
+        ``kind_reason`` saying why.
     root
         The folder image paths are relative to (default: the list file's folder).
     progress
@@ -134,7 +138,8 @@ def upload(
             draft = dataclasses.replace(draft, extra={SPLITS_KEY: row_splits(split, split_seed, parsed.row_count)})
         with locks.writing(target, name, purpose="upload"):
             sizes = _Sizes(packed=packed, shard_bytes=shard_bytes, row_group_bytes=row_group_bytes)
-            return _upload(target, draft, parsed, report, max_requests, sizes)
+            done = _upload(target, draft, parsed, report, max_requests, sizes)
+        return dataclasses.replace(done, kind_reason=parsed.kind_reason)
 
 
 @dataclass(frozen=True)

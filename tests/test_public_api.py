@@ -25,10 +25,12 @@ PACKAGES["urlfs"] = "datamount.urlfs"
 #: Source folders whose imports are checked: the product, its tests and its benchmarks.
 SOURCE_FOLDERS = [*PACKAGES, "tests", "benchmarks"]
 
+#: How to install PyTorch's CPU build, from PyTorch's own wheel index (PyPI's torch is the CUDA build, several GB).
+CPU_TORCH = "pip install torch --index-url https://download.pytorch.org/whl/cpu"
 #: Public modules and names that need an optional package: (the package to import, how to install it).
 #: Where that package is missing, the checks of what needs it are skipped with the reason; nothing else may need one.
 OPTIONAL = {
-    "datamount.torch": ("torch", "pip install torch"),
+    "datamount.torch": ("torch", CPU_TORCH),
     "datamount.torch.StatefulDataLoader": ("torchdata", "pip install 'datamount[torch]'"),
 }
 
@@ -78,6 +80,15 @@ def test_every_documented_import_is_public_api(document: str, module: str, name:
     public = getattr(imported, "__all__", None)
     assert public is not None, f"{document}: {module} has no __all__"
     assert name in public, f"{document}: {name} is imported from {module} but not listed in its __all__"
+
+
+def test_without_torch_datamount_torch_says_how_to_install_its_cpu_build() -> None:
+    """The error names the command the README gives, not a plain ``pip install torch`` (the CUDA build)."""
+    code = "import sys\nsys.modules['torch'] = None  # as if torch were not installed\nimport datamount.torch"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert f"ImportError: datamount.torch needs PyTorch: {CPU_TORCH} for its CPU build" in done.stderr, done.stderr
+    assert CPU_TORCH in (ROOT / "README.md").read_text(encoding="utf-8")
 
 
 @pytest.mark.parametrize("package", sorted(PACKAGES.values()))

@@ -24,7 +24,10 @@ from typing import Any
 try:
     import torch.utils.data
 except ImportError as exc:  # pragma: no cover - exercised only without torch
-    raise ImportError("datamount.torch needs PyTorch: pip install torch") from exc
+    raise ImportError(
+        "datamount.torch needs PyTorch: pip install torch --index-url https://download.pytorch.org/whl/cpu for its "
+        "CPU build (a plain pip install torch takes the CUDA build, several GB)"
+    ) from exc
 
 from datamount.readers.dataset import DatasetReader
 from datamount.readers.errors import ReaderStateError

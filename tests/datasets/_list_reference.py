@@ -5,6 +5,7 @@ their property test compares them with."""
 from __future__ import annotations
 
 import os
+import re
 import stat
 import unicodedata
 from pathlib import Path
@@ -43,6 +44,8 @@ def reference_check(
             names = (_names_a_file(row[0], root_dir) for row in rows)
             evidence = next((number for number, found in zip(numbers, names, strict=True) if found), None)
         kind = Kind.IMAGE if evidence is not None else Kind.TEXT
+        if kind is Kind.TEXT:
+            problems += _spaced_lines(rows, numbers, root_dir)
     if kind is Kind.IMAGE:
         problems += _resolve(rows, numbers, root_dir, follow_links=follow_links)
         rows = [(os.path.normpath(row[0]), *row[1:]) for row in rows]
@@ -108,6 +111,35 @@ def _names_a_file(value: str, root: str) -> bool:
     return os.path.isfile(os.path.join(root, value))
 
 
+def _spaced_lines(rows: list[tuple[str, ...]], numbers: list[int], root: str) -> list[ListProblem]:
+    """A problem for each row of a list taken for text whose first column starts with an existing file's path and
+    white space and more."""
+    problems = []
+    for row, number in zip(rows, numbers, strict=True):
+        found = _file_before_space(row[0], root)
+        if found is not None:
+            problems.append(
+                ListProblem(
+                    number,
+                    f"{row[0]!r} starts with the path of the file {found!r}, then white space and more (columns "
+                    "are separated by TABs)",
+                )
+            )
+    return problems
+
+
+def _file_before_space(value: str, root: str) -> str | None:
+    """The start of ``value`` (stripped) up to the end of its first word, or of a later word that ends in a file's
+    suffix, that names an existing file, when more words follow it."""
+    value = value.strip()
+    words = list(re.finditer(r"\S+", value))
+    for index, word in enumerate(words[:-1]):
+        suffixed = word.group().lower().endswith(tuple(FILE_SUFFIXES))
+        if (index == 0 or suffixed) and _names_a_file(value[: word.end()], root):
+            return value[: word.end()]
+    return None
+
+
 #: First-line paths that are column names: a header line, which a ``.list`` does not have.
 _HEADER_WORDS = frozenset({"path", "paths", "file", "files", "filename", "file_name", "filepath", "image", "images"})
 
@@ -117,6 +149,9 @@ def _path_hint(value: str, root: str, *, first: bool) -> str:
     or its letters in another Unicode form than the file's name (a name written on macOS, say)."""
     if first and value.strip().lower() in _HEADER_WORDS:
         return " (a header line? a .list has none: its first line is a row; remove that line)"
+    spaced = _file_before_space(value, root)
+    if spaced is not None:
+        return f" (columns separated by spaces? {spaced!r} exists: separate the columns with TABs)"
     if value != value.strip():
         return " (mind the white space around the path)"
     if "\\" in value:

@@ -19,7 +19,8 @@ from datamount.datasets.spool import ExternalSort, FileSpool
 from tests.datasets._list_reference import reference_check
 
 #: First columns an image list may hold: files, the same file written two ways, missing ones, a folder, paths
-#: through links that lead out of the root, one that stays inside, paths refused as written, a header word.
+#: through links that lead out of the root, one that stays inside, paths refused as written, a header word, and paths
+#: of files joined to a label by white space (one with a space in its name).
 PATHS = [
     "a.jpg",
     "./a.jpg",
@@ -42,6 +43,10 @@ PATHS = [
     "a.jpg/inner.jpg",
     "sub\\c.jpg",
     "le chat",
+    "a.jpg cat",
+    "sub/c.jpg \u00a0 2",
+    "my cat.jpg dog",
+    "my cat",
 ]
 _LABEL = st.sampled_from(["1", "cat", "", " 2 ", "chien"])
 _ROW = st.tuples(st.sampled_from(PATHS), st.lists(_LABEL, min_size=0, max_size=2))
@@ -49,14 +54,15 @@ _LINE = st.one_of(_ROW, st.sampled_from(["", "   "]))
 
 
 def _folder(base: Path) -> Path:
-    """The root the lists are read in: two files, one in a sub-folder, a folder named like a file, two links to
-    folders outside and one to a file inside."""
+    """The root the lists are read in: three files (one with a space in its name), one in a sub-folder, a folder
+    named like a file, two links to folders outside and one to a file inside."""
     root = base / "root"
     (root / "sub").mkdir(parents=True)
     (root / "folder.jpg").mkdir()
     (root / "a.jpg").write_bytes(b"A")
     (root / "b.jpg").write_bytes(b"BB")
     (root / "sub" / "c.jpg").write_bytes(b"CCC")
+    (root / "my cat.jpg").write_bytes(b"M")
     for name in ("outside", "outside2"):
         (base / name).mkdir()
         (base / name / "x.jpg").write_bytes(b"X")
