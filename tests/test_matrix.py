@@ -11,7 +11,7 @@ import pytest
 from tests.servers import hdfs
 
 #: Where the tests collected come from: store tests on every backend, and a data-center rig.
-COLLECTED = ["tests/datasets/test_commit.py", "tests/datacenter/test_ceph_replicas.py"]
+COLLECTED = ["tests/datasets/test_catalog.py", "tests/datacenter/test_ceph_replicas.py"]
 
 
 def _collected(*options: str) -> set[str]:
@@ -32,9 +32,9 @@ def _collected(*options: str) -> set[str]:
 def test_the_default_run_leaves_the_full_matrix_out_and_m_full_runs_it_alone() -> None:
     default, full = _collected(), _collected("-m", "full")
     assert full and default and not default & full
-    racing = "tests/datasets/test_commit.py::test_racing_writers_lose_no_version"
-    assert {f"{racing}[{server}]" for server in ("gluster", "hdfs", "ceph-rgw")} <= full
-    assert {f"{racing}[{server}]" for server in ("local", "memory", "s3-moto", "gcs")} <= default
+    verify = "tests/datasets/test_catalog.py::test_verify_reports_every_missing_and_corrupt_object"
+    assert {f"{verify}[{server}]" for server in ("gluster", "hdfs", "ceph-rgw")} <= full
+    assert {f"{verify}[{server}]" for server in ("local", "memory", "s3-moto", "gcs")} <= default
     assert {node for node in full if node.startswith("tests/datacenter/")}
     assert default | full == _collected("-m", "")
 
