@@ -297,7 +297,7 @@ def info(name: str, store: Store, as_json: bool) -> None:
 
 def _packed(manifest: Manifest) -> str:
     if not manifest.shards:
-        return "no (datamount pack NAME)"
+        return f"no (datamount pack {manifest.ref})"
     return f"{len(manifest.shards)} shard(s)" + ("" if manifest.objects else ", the files stored only there")
 
 

@@ -83,6 +83,15 @@ def test_pack_twice_says_the_version_is_packed_and_info_counts_the_versions_kept
     assert "versions: @2 (1 kept)" in run("info", "cats", "--store", store_dir).output
 
 
+def test_info_of_a_version_not_packed_names_the_command_that_packs_it(
+    store_dir: str, make_image_list: MakeImageList
+) -> None:
+    run("upload", str(make_image_list(2)), "team/cats.v2", "--store", store_dir)
+    run("upload", str(make_image_list(3)), "team/cats.v2", "--store", store_dir)
+    info = run("info", "team/cats.v2@1", "--store", store_dir)
+    assert "   packed: no (datamount pack team/cats.v2@1)\n" in info.output, info.output
+
+
 def test_verify_fails_on_a_corrupt_object(store_dir: str, make_image_list: MakeImageList) -> None:
     run("upload", str(make_image_list(3)), "cats", "--store", store_dir)
     store = open_store(store_dir)
