@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.markup import escape
@@ -31,6 +31,9 @@ from datamount.cli.removal import confirm_removal, echo_removed, wait_option, ye
 from datamount.datasets import DatasetNotFoundError, Manifest, catalog, layout, parse_ref
 from datamount.storage import Store, open_store
 from datamount.storage.redact import redact_url
+
+if TYPE_CHECKING:
+    from datamount.datasets.verify import Damage
 
 
 @click.command()
@@ -380,10 +383,27 @@ def verify(
         if fixed.ok:
             click.echo(f"{manifest.ref}: repaired {len(fixed.repaired)} of {report.checked} objects; all match now")
             return
-        click.echo(f"{manifest.ref}: {len(fixed.unrepaired)} of {report.checked} objects are still damaged", err=True)
+        left = [damage for damage, _ in fixed.unrepaired]
+        click.echo(f"{manifest.ref}: {_damaged(left, report.checked, still=True)}", err=True)
         raise click.exceptions.Exit(1)
-    click.echo(f"{manifest.ref}: {len(report.problems)} of {report.checked} objects do not match", err=True)
+    click.echo(f"{manifest.ref}: {_damaged(report.damaged, report.checked)}", err=True)
     raise click.exceptions.Exit(1)
+
+
+def _damaged(damaged: list[Damage], checked: int, *, still: bool = False) -> str:
+    """``1 of 202 objects is missing and 2 do not match the manifest``: the parts the store lacks and those whose
+    bytes are wrong, counted apart (``is still missing``, ``still do not match`` after a repair)."""
+    missing = sum(damage.missing for damage in damaged)
+    wrong = len(damaged) - missing
+    counts = []
+    if missing:
+        counts.append((missing, ("is" if missing == 1 else "are") + (" still" if still else "") + " missing"))
+    if wrong:
+        counts.append(
+            (wrong, ("still " if still else "") + ("does" if wrong == 1 else "do") + " not match the manifest")
+        )
+    (count, verb), *rest = counts
+    return " and ".join([f"{count:,} of {checked:,} objects {verb}", *(f"{n:,} {more}" for n, more in rest)])
 
 
 @click.command(name="cp")
