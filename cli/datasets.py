@@ -28,7 +28,7 @@ from datamount.cli.options import (
 )
 from datamount.cli.progress import ProgressBar
 from datamount.cli.removal import confirm_removal, echo_removed, wait_option, yes_option
-from datamount.datasets import DatasetNotFoundError, Manifest, catalog, layout, parse_ref
+from datamount.datasets import Manifest, catalog, layout, parse_ref
 from datamount.storage import Store, open_store
 from datamount.storage.redact import redact_url
 
@@ -472,7 +472,7 @@ def rm(name: str, yes: bool, wait: float, store: Store) -> None:
     ref = parse_ref(name)
     found = catalog.versions(store, ref.name)
     if not found:
-        raise DatasetNotFoundError(f"no dataset named {ref.name!r} in {catalog.store_named(store)}")
+        raise catalog.no_dataset(store, ref.name)
     what = f"version {ref.version} of {ref.name}" if ref.version else f"{ref.name} (versions {found})"
     if not yes and not confirm_removal(what, store):
         return
