@@ -180,7 +180,8 @@ class DatasetReader(ReaderCreator, EpochLock):
         if started:
             samples = head_start(samples)
         if self.measure:
-            where = Where(self.manifest.ref, self.rank, self.world_size, self._worker_index())
+            local = self.store.local_path() is not None
+            where = Where(self.manifest.ref, self.rank, self.world_size, self._worker_index(), local)
             reading = functools.partial(self._reading, progress)
             metered = self._meter.begin(where, progress.epoch, reading, timing=timing, reports=reports)
             progress.handout = metered.handout

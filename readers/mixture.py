@@ -172,7 +172,8 @@ class Mixture(ReaderCreator, EpochLock):
         any_part = next(iter(self.parts.values()))
         worker = self._worker[0] if self._worker is not None else (torch_worker() or (None,))[0]
         label = "+".join(part.manifest.ref for part in self.parts.values())
-        where = Where(label, any_part.rank, any_part.world_size, worker)
+        local = all(part.store.local_path() is not None for part in self.parts.values())
+        where = Where(label, any_part.rank, any_part.world_size, worker, local)
         reading = functools.partial(self._reading, progress)
         return self._meter.begin(where, progress.epoch, reading, reports=reports)
 
