@@ -44,7 +44,7 @@ COMMANDS = {
 
 
 #: What click (8.2 and later) raises for a command it does not know, with the close names it suggests.
-_NO_SUCH_COMMAND: type[click.UsageError] | None = getattr(click.exceptions, "NoSuchCommand", None)
+_NO_SUCH_COMMAND: Any = getattr(click.exceptions, "NoSuchCommand", None)
 
 
 class _Commands(ErrorHandlingGroup):

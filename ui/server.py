@@ -92,6 +92,6 @@ def serve(
         proxy_headers=False,  # nothing stands in front of it: no client names itself through a header
         server_header=False,
         lifespan="off",
-        timeout_graceful_shutdown=STOP_GRACE_S,
+        timeout_graceful_shutdown=STOP_GRACE_S,  # type: ignore[arg-type]  # typed int, used as asyncio.timeout's seconds
     )
     StoppingServer(config).run(sockets=[listening])
