@@ -28,12 +28,13 @@ from datamount.cli.options import (
 )
 from datamount.cli.progress import ProgressBar
 from datamount.cli.removal import confirm_removal, echo_removed, wait_option, yes_option
-from datamount.datasets import DatasetNotFoundError, Manifest, catalog, layout, parse_ref
+from datamount.datasets import Manifest, catalog, layout, parse_ref
 from datamount.storage import Store, open_store
 from datamount.storage.redact import redact_url
 
 if TYPE_CHECKING:
     from datamount.datasets.upload import UploadResult
+    from datamount.datasets.verify import Damage
 
 
 @click.command()
@@ -334,7 +335,7 @@ def info(name: str, store: Store, as_json: bool) -> None:
 
 def _packed(manifest: Manifest) -> str:
     if not manifest.shards:
-        return "no (datamount pack NAME)"
+        return f"no (datamount pack {manifest.ref})"
     return f"{len(manifest.shards)} shard(s)" + ("" if manifest.objects else ", the files stored only there")
 
 
@@ -417,10 +418,27 @@ def verify(
         if fixed.ok:
             click.echo(f"{manifest.ref}: repaired {len(fixed.repaired)} of {report.checked} objects; all match now")
             return
-        click.echo(f"{manifest.ref}: {len(fixed.unrepaired)} of {report.checked} objects are still damaged", err=True)
+        left = [damage for damage, _ in fixed.unrepaired]
+        click.echo(f"{manifest.ref}: {_damaged(left, report.checked, still=True)}", err=True)
         raise click.exceptions.Exit(1)
-    click.echo(f"{manifest.ref}: {len(report.problems)} of {report.checked} objects do not match", err=True)
+    click.echo(f"{manifest.ref}: {_damaged(report.damaged, report.checked)}", err=True)
     raise click.exceptions.Exit(1)
+
+
+def _damaged(damaged: list[Damage], checked: int, *, still: bool = False) -> str:
+    """``1 of 202 objects is missing and 2 do not match the manifest``: the parts the store lacks and those whose
+    bytes are wrong, counted apart (``is still missing``, ``still do not match`` after a repair)."""
+    missing = sum(damage.missing for damage in damaged)
+    wrong = len(damaged) - missing
+    counts = []
+    if missing:
+        counts.append((missing, ("is" if missing == 1 else "are") + (" still" if still else "") + " missing"))
+    if wrong:
+        counts.append(
+            (wrong, ("still " if still else "") + ("does" if wrong == 1 else "do") + " not match the manifest")
+        )
+    (count, verb), *rest = counts
+    return " and ".join([f"{count:,} of {checked:,} objects {verb}", *(f"{n:,} {more}" for n, more in rest)])
 
 
 @click.command(name="cp")
@@ -489,7 +507,7 @@ def rm(name: str, yes: bool, wait: float, store: Store) -> None:
     ref = parse_ref(name)
     found = catalog.versions(store, ref.name)
     if not found:
-        raise DatasetNotFoundError(f"no dataset named {ref.name!r} in {catalog.store_named(store)}")
+        raise catalog.no_dataset(store, ref.name)
     what = f"version {ref.version} of {ref.name}" if ref.version else f"{ref.name} (versions {found})"
     if not yes and not confirm_removal(what, store):
         return

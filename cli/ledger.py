@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from datamount.cli.formatting import echo_json, json_option, print_table
+from datamount.cli.formatting import counted, echo_json, json_option, print_table
 from datamount.readers.ledger import EpochReport, Ledger, check
 
 #: ``ledger check``'s exit status when an epoch checked is not exact (the others are every command's: docs/cli.md).
@@ -58,21 +58,22 @@ def check_command(paths: tuple[Path, ...], epochs: tuple[int, ...], as_json: boo
             {
                 "ledgers": len(files),
                 "dataset": named.dataset if named else None,
-                "split": named.split if named else None,
+                "split": (named.split or None) if named else None,  # "": the ledgers count the whole version
                 "exact": exact,
                 "epochs": [r.to_dict() for r in reports],
                 "notes": notes,
             },
         )
     else:
-        _print_reports(reports, named)
+        _print_reports(reports, named, len(files))
         for note in notes:
             click.echo(f"note: {note}")
         recorded = sum(not report.skipped for report in reports)
         runs = [(report.epoch, report.skipped_through) for report in reports if report.skipped_through is not None]
         skipped = sum(last - first + 1 for first, last in runs)
-        counted = f"{recorded} epochs" + (f" ({skipped} more skipped)" if skipped else "")
-        click.echo(f"{len(files)} ledgers, {counted}: {'every row exactly once' if exact else 'NOT exact'}")
+        epochs_read = counted(recorded, "epoch") + (f" ({skipped:,} more skipped)" if skipped else "")
+        verdict = "every row exactly once" if exact else "NOT exact"
+        click.echo(f"{counted(len(files), 'ledger')}, {epochs_read}: {verdict}")
     if not exact:
         raise click.exceptions.Exit(NOT_EXACT)
 
@@ -104,9 +105,9 @@ def _unnamed_note(unnamed: list[str], named: Ledger | None) -> str:
     return f"{files} name no dataset (saved before ledgers named theirs){': ' + against if against else ''}"
 
 
-def _print_reports(reports: list[EpochReport], named: Ledger | None) -> None:
+def _print_reports(reports: list[EpochReport], named: Ledger | None, files: int) -> None:
     if named is not None:
-        click.echo(f"ledgers of {named.describe()}")
+        click.echo(f"{'ledger' if files == 1 else 'ledgers'} of {named.describe()}")
     table = Table("epoch", "rows", "consumed", "twice or more", "never", "", box=None)
     for report in reports:
         verdict = "SKIPPED" if report.skipped else "exact" if report.exact else "NOT EXACT"

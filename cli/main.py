@@ -43,11 +43,27 @@ COMMANDS = {
 }
 
 
+#: What click (8.2 and later) raises for a command it does not know, with the close names it suggests.
+_NO_SUCH_COMMAND: Any = getattr(click.exceptions, "NoSuchCommand", None)
+
+
 class _Commands(ErrorHandlingGroup):
     """The ``datamount`` group, its commands imported by name as they are asked for (click's lazy subcommands)."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        """click's, but a misspelt command gets click's "Did you mean" from :data:`COMMANDS`: click suggests from
+        the commands the group holds, and a lazy group holds none until one is asked for."""
+        try:
+            return super().resolve_command(ctx, args)
+        except click.UsageError as exc:
+            if _NO_SUCH_COMMAND is None or not isinstance(exc, _NO_SUCH_COMMAND) or exc.possibilities:
+                raise
+            raise _NO_SUCH_COMMAND(exc.command_name, possibilities=self.list_commands(ctx), ctx=ctx) from None
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         where = COMMANDS.get(cmd_name)

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import sys
+from typing import NoReturn
+
 import click
 
 from datamount.cli.completion import complete_stores
@@ -60,7 +65,21 @@ def ui(stores: tuple[str, ...], options: tuple[str, ...], host: str, port: int, 
     if not local:
         click.echo(f"datamount ui: serving to {host}: whoever reaches it can read these stores' datasets", err=True)
     click.echo(f"datamount ui: {len(shelf.entries())} store(s) at {url_of(listening)} (Ctrl-C stops it)", err=True)
-    serve(app, listening)
+    serve(app, listening, stopped=_end_now)
+
+
+def _end_now(signum: int) -> NoReturn:
+    """End the process once a signal stopped the server, without waiting for the pages still being made (NOTE
+    [ Stopping at once ] in ``ui/server.py``): after SIGINT with status 130 and the line every command prints on
+    Ctrl-C, after another signal as that signal ends a process."""
+    if signum == signal.SIGINT:
+        click.echo("datamount: interrupted", err=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if signum != signal.SIGINT:
+        signal.signal(signum, signal.SIG_DFL)
+        signal.raise_signal(signum)  # ends the process, as the signal does
+    os._exit(128 + signum)  # 130 after SIGINT
 
 
 def _check_installed() -> None:

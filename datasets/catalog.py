@@ -19,24 +19,34 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import difflib
 import functools
 import hashlib
 import json
 import logging
+import posixpath
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib.metadata import version as package_version
 
 from datamount.datasets import layout, locks
-from datamount.datasets.errors import CommitConflictError, DatasetBusyError, DatasetNotFoundError, ManifestError
+from datamount.datasets.errors import (
+    CommitConflictError,
+    DatasetBusyError,
+    DatasetNotFoundError,
+    InvalidDatasetNameError,
+    ManifestError,
+)
 from datamount.datasets.file_parts import FileParts
 from datamount.datasets.manifest import Manifest, ShardEntry, now_utc
-from datamount.datasets.names import PUBLIC_NAMESPACE, DatasetRef, parse_ref
+from datamount.datasets.names import PUBLIC_NAMESPACE, DatasetRef, parse_ref, validate_name
 from datamount.storage import DatamountError, ObjectExistsError, ObjectNotFoundError, Store
 
 log = logging.getLogger(__name__)
 
+#: Close names a "did you mean" offers at most (:func:`close_names`).
+CLOSE_NAMES = 3
 #: Numbers a commit tries before it gives up: each failed try means another writer committed meanwhile.
 COMMIT_ATTEMPTS = 100
 #: Format 2 of a pack record: its shards' entries carry the xxh3-64 of their row groups, footer and blocks (an older
@@ -220,8 +230,49 @@ def resolve(store: Store, ref: str | DatasetRef, *, public_fallback: bool = True
             f"{what}: every version of {removed_name} in {store.url} was removed ({_numbers(folder.removed)}); "
             f"its next upload is @{folder.next_number}"
         )
-    hint = " (nor in the public area)" if len(candidates) > 1 and store.root_exists else ""
-    raise DatasetNotFoundError(f"no dataset named {parsed.name!r} in {store_named(store)}{hint}; see 'datamount ls'")
+    raise no_dataset(store, parsed.name, public_fallback=len(candidates) > 1)
+
+
+def no_dataset(store: Store, name: str, *, public_fallback: bool = False) -> DatasetNotFoundError:
+    """The error for a dataset ``name`` that ``store`` does not hold (nor its public area, with
+    ``public_fallback``): it names the store's datasets close to it (:func:`close_names`), or where to look."""
+    if not store.root_exists:
+        return DatasetNotFoundError(f"no dataset named {name!r} in {store_named(store)}; see 'datamount ls'")
+    hint = " (nor in the public area)" if public_fallback else ""
+    close = close_names(store, name, public_fallback=public_fallback)
+    fix = f"did you mean {' or '.join(map(repr, close))}?" if close else "see 'datamount ls'"
+    return DatasetNotFoundError(f"no dataset named {name!r} in {store.url}{hint}; {fix}")
+
+
+def close_names(store: Store, name: str, *, public_fallback: bool = True) -> list[str]:
+    """The datasets of ``store`` whose names are close to ``name`` (a misspelling of one), closest first, at most
+    :data:`CLOSE_NAMES`, each as ``name`` would be written to find it.
+
+    The cost is bounded whatever the store holds: one listing of the folder that ``name``'s dataset would be in
+    (and of the public area, where a plain name is also looked for with ``public_fallback``), then one of the
+    versions folder of each close name, which is offered only when it has a version.
+    """
+    areas = [posixpath.dirname(layout.dataset_folder(name))]
+    if public_fallback and "/" not in name:
+        areas.append(PUBLIC_NAMESPACE)
+    found: dict[str, tuple[str, str]] = {}  # a name's last part: the name as written, and the dataset's own
+    for area in areas:
+        for folder in store.list_folders(area):
+            dataset = layout.dataset_name(folder)
+            if layout.is_own_folder(folder) or not _is_name(dataset):
+                continue
+            written = posixpath.basename(dataset) if area == PUBLIC_NAMESPACE and "/" not in name else dataset
+            found.setdefault(posixpath.basename(dataset), (written, dataset))  # as resolve: the user's name first
+    close = difflib.get_close_matches(posixpath.basename(name), list(found), n=CLOSE_NAMES)
+    return [found[part][0] for part in close if versions_folder(store, found[part][1]).committed]
+
+
+def _is_name(text: str) -> bool:
+    try:
+        validate_name(text)
+    except InvalidDatasetNameError:
+        return False
+    return True
 
 
 def _no_version(store: Store, name: str, version: int, folder: VersionsFolder) -> str:
@@ -515,7 +566,7 @@ def _doomed(store: Store, parsed: DatasetRef) -> list[int]:
             f"every version of {parsed.name} in {store.url} was removed already ({_numbers(folder.removed)})"
         )
     if not found:
-        raise DatasetNotFoundError(f"no dataset named {parsed.name!r} in {store_named(store)}")
+        raise no_dataset(store, parsed.name)
     if parsed.version is not None and parsed.version not in found:
         why = _no_version(store, parsed.name, parsed.version, folder)
         raise DatasetNotFoundError(f"{why}; versions: {_numbers(found)}")

@@ -61,6 +61,11 @@ class DatasetNotFoundError(DatamountError, FileNotFoundError):
     """No committed dataset (or version) of that name is in the store."""
 
 
+class ReaderNotCalledError(DatamountError, TypeError):
+    """A reader was iterated where it is to be called for a pass (``for s in mnist.train():`` for
+    ``mnist.train()()``): the message names the call (:mod:`datamount.datasets.reader_creator`)."""
+
+
 class MissingPartError(ObjectNotFoundError):
     """A part of a committed version (an object, a shard, its list) is not in the store while the version is: the
     message names the version, the rows that need the part, its URL and how to put it back. :attr:`missing` is the

@@ -34,6 +34,8 @@ class Damage:
     reason: str
     #: What is damaged: the list, a file's object, a shard or a part of the files' entries (with its manifest entry).
     entry: FileEntry | ShardEntry | FilePart | None = None
+    #: Whether the store lacks the part (else it holds bytes that do not match the manifest).
+    missing: bool = False
 
     def __str__(self) -> str:
         return self.reason
@@ -93,7 +95,7 @@ def verify(store: Store, manifest: Manifest, *, on_checked: Callable[[int], None
         elif isinstance(entry, FileEntry) and entry.xxh3 and found[1] != entry.xxh3:
             reason = f"wrong checksum: {label}: the manifest's xxh3-64 {entry.xxh3} is not its content's {found[1]}"
         if reason is not None:
-            report.damaged.append(Damage(path, label, reason, entry))
+            report.damaged.append(Damage(path, label, reason, entry, missing=path not in present))
         if on_checked is not None:
             on_checked(size)
     return report

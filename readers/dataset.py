@@ -19,6 +19,7 @@ from typing import Any
 
 from datamount.datasets import catalog
 from datamount.datasets.manifest import Manifest
+from datamount.datasets.reader_creator import ReaderCreator
 from datamount.datasets.rows import DEFAULT_ROWS_PER_SPAN, Piece, RowSource, open_rows, removed_or_missing
 from datamount.readers.errors import ReaderStateError
 from datamount.readers.resume import ReaderState, Resume, Segment, WorkerProgress, plan_resume
@@ -81,7 +82,7 @@ class _PassProgress:
         return self.yielded if self.handout is None else self.yielded + self.handout.count()
 
 
-class DatasetReader(EpochLock):
+class DatasetReader(ReaderCreator, EpochLock):
     """A reader creator over the rows of one dataset version: each call returns a fresh iterator over one pass.
 
     It reads through a :class:`~datamount.datasets.rows.RowSource` (made by :func:`reader`), whose version was fixed
@@ -152,6 +153,9 @@ class DatasetReader(EpochLock):
         shuffled = f", shuffle seed {self.seed}" if self.shuffle else ""
         return f"DatasetReader({self.manifest.ref!r}, {self.store.url!r}, rows={len(self)}{packed}{sharded}{shuffled})"
 
+    def made_by(self) -> str:
+        return f"reader({self.manifest.name!r})"
+
     # --------------------------------------------------------------------------------------------------- passes
 
     def __call__(self) -> Iterator[tuple[Any, ...]]:
@@ -176,7 +180,8 @@ class DatasetReader(EpochLock):
         if started:
             samples = head_start(samples)
         if self.measure:
-            where = Where(self.manifest.ref, self.rank, self.world_size, self._worker_index())
+            local = self.store.local_path() is not None
+            where = Where(self.manifest.ref, self.rank, self.world_size, self._worker_index(), local)
             reading = functools.partial(self._reading, progress)
             metered = self._meter.begin(where, progress.epoch, reading, timing=timing, reports=reports)
             progress.handout = metered.handout

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from datamount.datasets.reader_creator import ReaderCreator
 from datamount.readers.dataset import DatasetReader, reader
 from datamount.readers.errors import ReaderStateError
 from datamount.readers.sharding import check_worker, torch_worker
@@ -86,8 +87,10 @@ def mix(
     return Mixture(parts, weights, seed=seed, stop=stop, samples=samples, with_part=with_part)
 
 
-class Mixture(EpochLock):
+class Mixture(ReaderCreator, EpochLock):
     """Passes over a weighted mixture of dataset readers; see :func:`mix`. Picklable: worker processes take it."""
+
+    MADE_BY = "mix(...)"
 
     def __init__(
         self,
@@ -169,7 +172,8 @@ class Mixture(EpochLock):
         any_part = next(iter(self.parts.values()))
         worker = self._worker[0] if self._worker is not None else (torch_worker() or (None,))[0]
         label = "+".join(part.manifest.ref for part in self.parts.values())
-        where = Where(label, any_part.rank, any_part.world_size, worker)
+        local = all(part.store.local_path() is not None for part in self.parts.values())
+        where = Where(label, any_part.rank, any_part.world_size, worker, local)
         reading = functools.partial(self._reading, progress)
         return self._meter.begin(where, progress.epoch, reading, reports=reports)
 

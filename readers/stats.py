@@ -86,6 +86,8 @@ LINE_KEYS = (
     "waited_s",
     "compute_s",
     *COUNTERS,
+    "pass_s",
+    "local",
     "final",
 )
 #: How long a chunk of samples may take (its wait and its compute) before the next one is smaller.
@@ -318,6 +320,8 @@ def _show_log() -> None:
 
 
 def _log_text(line: Mapping[str, Any]) -> str:
+    """A line as the log says it: its interval's figures; a pass's last line says the pass's duration first, and
+    a pass that reads only local files says so in place of requests, retries and throttling (none are made)."""
     seconds = line["waited_s"] + line["compute_s"]
     share = f"{line['waited_s'] / seconds:.0%}" if seconds > 0 else "-"
     interval = line["interval_s"]
@@ -325,12 +329,18 @@ def _log_text(line: Mapping[str, Any]) -> str:
     where = f"rank {line['rank']} of {line['world_size']}"
     if line["worker"] is not None:
         where += f", worker {line['worker']}"
-    kind = "pass end" if line["final"] else "last"
+    when = f" ended after {line['pass_s']:.1f} s, its last" if line["final"] else ", last"
+    if line["local"]:
+        reading = "local files"
+    else:
+        reading = (
+            f"{line['requests']:,} requests, {line['retries']:,} retries, {line['throttled_s']:.1f} s throttled, "
+            f"{line['cache_hits']:,} cache hits"
+        )
     return (
-        f"{line['dataset']} pass {line['pass']} ({where}), {kind} {interval:.1f} s: {line['samples']:,} samples "
+        f"{line['dataset']} pass {line['pass']} ({where}){when} {interval:.1f} s: {line['samples']:,} samples "
         f"({rate:,.0f}/s, {line['bytes'] / interval / 1e6 if interval > 0 else 0:,.1f} MB/s); waited {share} "
-        f"({line['waited_s']:.2f} s, compute {line['compute_s']:.2f} s); {line['requests']:,} requests, "
-        f"{line['retries']:,} retries, {line['throttled_s']:.1f} s throttled, {line['cache_hits']:,} cache hits, "
+        f"({line['waited_s']:.2f} s, compute {line['compute_s']:.2f} s); {reading}, "
         f"{line['bytes_verified'] / 1e6:,.1f} MB verified"
     )
 
@@ -340,12 +350,14 @@ def _log_text(line: Mapping[str, Any]) -> str:
 
 @dataclass(frozen=True)
 class Where:
-    """Who reads: the dataset (or mixture) and the process's rank, world size and worker (None: not a worker)."""
+    """Who reads: the dataset (or mixture) and the process's rank, world size and worker (None: not a worker);
+    ``local``: whether every store it reads is a folder on this machine (file reads, not requests)."""
 
     dataset: str
     rank: int
     world_size: int
     worker: int | None
+    local: bool = False
 
 
 class Timing:
@@ -558,19 +570,21 @@ class Meter:
         interval = figures - self._reported
         # Whole bytes in every line, and the lines' sum that of stats(): the rounded totals' difference.
         interval = dataclasses.replace(interval, bytes=round(figures.bytes) - round(self._reported.bytes))
-        since = max(self._reported_ns or 0, latest.timing.first_ns or now)
+        first = latest.timing.first_ns or now
+        since = max(self._reported_ns or 0, first)
         self._reported, self._reported_ns = figures, now
         self._line_due = now + int(settings.interval_s * 1e9)
         self._set_due()
-        line = _line(latest, interval, (now - since) / 1e9, final=final)
+        line = _line(latest, interval, (now - since) / 1e9, (now - first) / 1e9, final=final)
         if settings.file is not None:
             _files.write(settings.file, line)
         if settings.log:
             log.info("%s", _log_text(line))
 
 
-def _line(metered: MeteredPass, interval: Figures, seconds: float, *, final: bool) -> dict[str, Any]:
-    """A line of the stats file (the keys of :data:`LINE_KEYS`, in order)."""
+def _line(metered: MeteredPass, interval: Figures, seconds: float, pass_s: float, *, final: bool) -> dict[str, Any]:
+    """A line of the stats file (the keys of :data:`LINE_KEYS`, in order): ``interval`` over its ``seconds``, in a
+    pass of ``pass_s`` seconds so far."""
     counts = interval.counts
     where = metered.where
     return {
@@ -590,6 +604,8 @@ def _line(metered: MeteredPass, interval: Figures, seconds: float, *, final: boo
             name: float(counts.get(name, 0)) if name == "throttled_s" else round(counts.get(name, 0))
             for name in COUNTERS
         },
+        "pass_s": round(max(pass_s, 0.0), 6),
+        "local": where.local,
         "final": final,
     }
 

@@ -29,6 +29,7 @@ from datamount.datasets.importing import import_batches
 from datamount.datasets.manifest import Manifest
 from datamount.datasets.names import validate_name
 from datamount.datasets.progress import Progress
+from datamount.datasets.reader_creator import ReaderCreator
 from datamount.datasets.shard_writer import DEFAULT_ROW_GROUP_BYTES, DEFAULT_SHARD_BYTES, INDEX_COLUMN
 from datamount.storage import Store, arguments
 
@@ -595,7 +596,7 @@ def stream_reader(source: StreamTarget, *, writable: bool = False) -> StreamRead
     return StreamReaderCreator(source, writable=writable)
 
 
-class StreamReaderCreator:
+class StreamReaderCreator(ReaderCreator):
     """A picklable zero-argument reader creator over a stream; see :func:`stream_reader`."""
 
     def __init__(self, source: StreamTarget, *, writable: bool = False) -> None:
@@ -605,6 +606,9 @@ class StreamReaderCreator:
 
     def __repr__(self) -> str:
         return f"stream_reader({self.source!r})"
+
+    def made_by(self) -> str:
+        return repr(self)
 
     def __call__(self) -> Iterator[tuple[Any, ...]]:
         return self._rows()

@@ -145,7 +145,7 @@ class Browser:
         store = self.store(key)
         found = catalog.versions(store, validate_name(name))
         if not found:
-            raise DatasetNotFoundError(f"no dataset named {name!r} in {catalog.store_named(store)}")
+            raise catalog.no_dataset(store, name)
         return [self.manifest(key, DatasetRef(name, version)) for version in reversed(found)]
 
     def manifest(self, key: str, ref: DatasetRef, identity: str | None = None) -> Manifest:

@@ -6,7 +6,8 @@ Each line holds one process's counters for one interval (the deltas since its pr
 time, as wide as the usual interval (wider when the file spans so long that more than :data:`MAX_BINS` would be
 drawn): each process's lines as rates over the time they cover (:func:`~datamount.ui.charts.step_rates`), so that
 lines that do not fall in step with the bins draw no drops nor spikes, then the rates of a rank's processes added up.
-A rank's samples per second in all is its samples over the time its own lines cover. A line that is not such a record
+A rank's samples per second in all is its samples over the time its own lines cover; a rank all of whose lines say
+``"local": true`` read local files only, and made no requests to count. A line that is not such a record
 (not JSON, another format, a count missing, negative, not finite, or beyond 2**63) is named by its number and left
 out; the file is only ever read.
 """
@@ -67,6 +68,8 @@ class StatsLine:
     interval_s: float
     final: bool
     counters: dict[str, float]
+    #: Its pass read only folders on the reading machine (file reads: no requests, retries nor throttling).
+    local: bool = False
 
 
 @dataclass
@@ -81,6 +84,8 @@ class RankSummary:
     passes: set[int] = field(default_factory=set)
     workers: set[int | None] = field(default_factory=set)
     covered_s: float = 0.0
+    #: Every line of the rank read only local files (no request was counted because none was made).
+    local: bool = True
     times: list[float] = field(default_factory=list)
     samples_per_s: list[float | None] = field(default_factory=list)
     wait_share: list[float | None] = field(default_factory=list)
@@ -126,6 +131,9 @@ def parse_line(text: str) -> StatsLine:
         raise ValueError("'worker' is neither a number nor null")
     if worker is not None:
         _check_range("worker", worker)
+    local = record.get("local", False)  # lines written before it was a key: counted as reading a remote store
+    if not isinstance(local, bool):
+        raise ValueError("'local' is neither true nor false")
     if record["interval_s"] < 0 or any(record[key] < -ROUNDING for key in _COUNTERS):
         raise ValueError("a negative count")
     return StatsLine(
@@ -137,6 +145,7 @@ def parse_line(text: str) -> StatsLine:
         interval_s=float(record["interval_s"]),
         final=bool(record.get("final", False)),
         counters={key: max(float(record[key]), 0.0) for key in _COUNTERS},
+        local=local,
     )
 
 
@@ -189,6 +198,7 @@ def _summarise(report: StatsReport, lines: list[StatsLine]) -> None:
         summary.datasets.add(line.dataset)
         summary.workers.add(line.worker)
         summary.passes.add(line.pass_number)
+        summary.local = summary.local and line.local
         processes[line.rank, line.worker, line.dataset].append(line)
     sums: dict[int, list[list[float] | None]] = {rank: [None] * bins for rank in ranks}
     for (rank, _, _), own in processes.items():

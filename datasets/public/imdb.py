@@ -132,6 +132,8 @@ def word_dict(cutoff: int = DEFAULT_CUTOFF, *, store: Store | str | None = None)
 class ImdbReader(SplitReader):
     """Paddle's IMDB samples from an installed split: ``(list of word ids, int label)``, pos = 0, neg = 1."""
 
+    ARGUMENTS = "word_idx"
+
     def __init__(self, split: str, word_idx: Mapping[str | bytes, int], store: Store | str | None = None) -> None:
         self.word_idx = _text_keys(word_idx)
         if UNKNOWN not in self.word_idx:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import contextlib
 import hashlib
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 from datamount.datasets import catalog, layout
 from datamount.datasets.errors import DatasetNotFoundError
 from datamount.datasets.manifest import Manifest
 from datamount.datasets.names import PUBLIC_NAMESPACE
+from datamount.datasets.reader_creator import ReaderCreator
 from datamount.datasets.rows import RowSource, closing, open_rows
 from datamount.storage import IntegrityError, Store, open_store
 
@@ -39,11 +40,14 @@ def attached_file(store: Store, manifest: Manifest, name: str) -> bytes:
     return data
 
 
-class SplitReader:
+class SplitReader(ReaderCreator):
     """A reader creator over one split of an installed public dataset; each call is one pass.
 
     The version is fixed when the reader is made. Picklable, so that worker processes can take it.
     """
+
+    #: What the dataset's ``train()`` and ``test()`` take, as :meth:`made_by` writes the call.
+    ARGUMENTS: ClassVar[str] = ""
 
     def __init__(self, dataset: str, split: str, store: Store | str | None = None) -> None:
         self.store = open_store(store)
@@ -57,6 +61,9 @@ class SplitReader:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.manifest.ref!r}, split={self.split!r}, rows={len(self)})"
+
+    def made_by(self) -> str:
+        return f"{self.dataset}.{self.split}({self.ARGUMENTS})"
 
     @contextlib.contextmanager
     def rows(self) -> Iterator[Iterator[tuple[Any, ...]]]:

@@ -107,6 +107,8 @@ def _check_size(dict_size: int) -> None:
 class Wmt14Reader(SplitReader):
     """Paddle's WMT14 samples from an installed split: ``(source ids, target ids, next target ids)``."""
 
+    ARGUMENTS = "dict_size"
+
     def __init__(self, split: str, dict_size: int, store: Store | str | None = None) -> None:
         _check_size(dict_size)
         super().__init__(NAME, split, store)

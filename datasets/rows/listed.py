@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 from collections.abc import Iterable, Iterator
@@ -15,12 +16,10 @@ from datamount.datasets.rows.missing import missing_list, missing_object, object
 from datamount.datasets.rows.source import DEFAULT_ROWS_PER_SPAN, Piece, Row, clip, line_spans, out_of_range
 from datamount.storage import IntegrityError, ObjectNotFoundError, Store
 from datamount.storage.checksums import matches
-from datamount.storage.counters import Tally
+from datamount.storage.counters import RunningCount, Tally
 from datamount.storage.store import DEFAULT_MAX_BYTES_IN_FLIGHT
 
 Line = tuple[str, ...]
-#: Objects whose checked bytes are counted together (one addition to the source's tally per so many objects).
-COUNTED_AT_ONCE = 256
 
 #: Bytes read from the start of a list to find the rows a window near its start asks for, while the whole list is not
 #: needed: the first page of a million-row text version (``datamount ui``) in milliseconds rather than the seconds
@@ -300,15 +299,17 @@ class ObjectRows(ListRows):
         for_paths, for_sizes, for_checks = itertools.tee(located, 3)
         paths = (location.path for _, location in for_paths)
         sizes = (location.size for _, location in for_sizes)
-        verified = _Verified(self.tally if self.verify else None)  # objects checked by size alone are not counted
-        try:
+        # Objects checked by size alone are not counted. Each object's count is an addition, not a lock, and the
+        # reports made while the pass runs see it (datamount.storage.counters.RunningCount).
+        counting = self.tally.running("bytes_verified") if self.verify else contextlib.nullcontext(RunningCount(""))
+        with counting as verified:
             if not (self.verify and self._sha256_only):
                 blobs = self.store.read_many(
                     paths, sizes=sizes, max_requests=self.max_requests, max_bytes=self.max_bytes
                 )
                 for row, location, data in objects_read(self.store, manifest, for_checks, blobs):
                     checked = check_object(self.store, manifest, row, location, data, hashed=self.verify)
-                    verified.count(len(checked))
+                    verified.value += len(checked)
                     yield (checked, *lines[row][1:])
                 return
             hashed = self.store.read_many_hashed(
@@ -316,30 +317,5 @@ class ObjectRows(ListRows):
             )
             for row, location, (data, digest) in objects_read(self.store, manifest, for_checks, hashed):
                 checked = check_object(self.store, manifest, row, location, data, digest=digest)
-                verified.count(len(checked))
+                verified.value += len(checked)
                 yield (checked, *lines[row][1:])
-        finally:
-            verified.flush()
-
-
-class _Verified:
-    """Bytes checked against their checksums, added to ``tally`` (as ``bytes_verified``; nowhere if None) a few
-    hundred objects at a time: one object's count costs an addition, not a lock."""
-
-    __slots__ = ("_bytes", "_left", "_tally")
-
-    def __init__(self, tally: Tally | None) -> None:
-        self._tally = tally
-        self._bytes = 0
-        self._left = COUNTED_AT_ONCE
-
-    def count(self, size: int) -> None:
-        self._bytes += size
-        self._left -= 1
-        if not self._left:
-            self.flush()
-
-    def flush(self) -> None:
-        if self._bytes and self._tally is not None:
-            self._tally.add("bytes_verified", self._bytes)
-        self._bytes, self._left = 0, COUNTED_AT_ONCE

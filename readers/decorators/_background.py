@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from multiprocessing.context import BaseContext
 from typing import Any, Generic, TypeVar
 
+from datamount.datasets.reader_creator import ReaderCreator
 from datamount.readers.workers.carried import END_OF_STREAM, CarriedException
 from datamount.readers.workers.chains import Reader, advance_epochs, check_reader, split_among_workers
 from datamount.readers.workers.channels import (
@@ -43,8 +44,10 @@ _BUFFERED = "buffered() thread"
 
 
 @dataclass(frozen=True, eq=False)
-class BufferedReader(Generic[T]):
+class BufferedReader(ReaderCreator, Generic[T]):
     """Reader returned by :func:`datamount.readers.buffered`."""
+
+    MADE_BY = "buffered(...)"
 
     reader: Reader[T]
     size: int
@@ -133,8 +136,10 @@ def _map_tasks(
 
 
 @dataclass(frozen=True, eq=False)
-class XmapReader(Generic[T, U]):
+class XmapReader(ReaderCreator, Generic[T, U]):
     """Reader returned by :func:`datamount.readers.xmap_readers`."""
+
+    MADE_BY = "xmap_readers(...)"
 
     mapper: Callable[[T], U]
     reader: Reader[T]
@@ -227,8 +232,10 @@ def xmap_readers(
 
 
 @dataclass(frozen=True, eq=False)
-class MultiprocessReader(Generic[T]):
+class MultiprocessReader(ReaderCreator, Generic[T]):
     """Reader returned by :func:`datamount.readers.multiprocess_reader`."""
+
+    MADE_BY = "multiprocess_reader(...)"
 
     readers: tuple[Reader[T], ...]
     use_pipe: bool

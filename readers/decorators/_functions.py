@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from itertools import islice, zip_longest
 from typing import Any, Generic, TypeVar
 
+from datamount.datasets.reader_creator import ReaderCreator
 from datamount.readers.errors import ComposeNotAligned
 from datamount.readers.workers import (
     END_OF_STREAM,
@@ -45,7 +46,9 @@ def _close_all(iterators: Sequence[Iterator[Any]]) -> None:
 
 
 @dataclass(frozen=True, eq=False)
-class _BatchReader(Generic[T]):
+class _BatchReader(ReaderCreator, Generic[T]):
+    MADE_BY = "batch(...)"
+
     reader: Reader[T]
     batch_size: int
     drop_last: bool
@@ -112,8 +115,10 @@ def _shuffled(reader: Reader[T], buf_size: int, rng: random.Random) -> Iterator[
         close_iterator(iterator)
 
 
-class _ShuffleReader(EpochLock, Generic[T]):
+class _ShuffleReader(ReaderCreator, EpochLock, Generic[T]):
     """Reader returned by :func:`shuffle`; ``seed`` and ``epoch`` (the next epoch's number) are public."""
+
+    MADE_BY = "shuffle(...)"
 
     def __init__(self, reader: Reader[T], buf_size: int, seed: int) -> None:
         self.reader = reader
@@ -192,7 +197,9 @@ def _splice(row: tuple[Any, ...], count: int) -> tuple[Any, ...]:
 
 
 @dataclass(frozen=True, eq=False)
-class _ComposeReader:
+class _ComposeReader(ReaderCreator):
+    MADE_BY = "compose(...)"
+
     readers: tuple[Reader[Any], ...]
     check_alignment: bool
 
@@ -234,7 +241,9 @@ def compose(*readers: Reader[Any], check_alignment: bool = True) -> Reader[tuple
 
 
 @dataclass(frozen=True, eq=False)
-class _ChainReader(Generic[T]):
+class _ChainReader(ReaderCreator, Generic[T]):
+    MADE_BY = "chain(...)"
+
     readers: tuple[Reader[T], ...]
 
     def __call__(self) -> Iterator[T]:
@@ -268,7 +277,9 @@ def chain(*readers: Reader[T]) -> Reader[T]:
 
 
 @dataclass(frozen=True, eq=False)
-class _MapReader(Generic[U]):
+class _MapReader(ReaderCreator, Generic[U]):
+    MADE_BY = "map_readers(...)"
+
     func: Callable[..., U]
     readers: tuple[Reader[Any], ...]
 
@@ -303,7 +314,9 @@ def map_readers(func: Callable[..., U], *readers: Reader[Any]) -> Reader[U]:
 
 
 @dataclass(frozen=True, eq=False)
-class _FirstNReader(Generic[T]):
+class _FirstNReader(ReaderCreator, Generic[T]):
+    MADE_BY = "firstn(...)"
+
     reader: Reader[T]
     n: int
 
@@ -339,8 +352,10 @@ def firstn(reader: Reader[T], n: int) -> Reader[T]:
     return _FirstNReader(reader, arguments.whole_number(n, "firstn(): n", minimum=0))
 
 
-class _CacheReader(Generic[T]):
+class _CacheReader(ReaderCreator, Generic[T]):
     """Reader returned by :func:`cache`; ``samples`` is None until a first pass has completed."""
+
+    MADE_BY = "cache(...)"
 
     def __init__(self, reader: Reader[T]) -> None:
         self.reader = reader

@@ -24,6 +24,7 @@ from typing import Any
 from datamount.datasets import catalog
 from datamount.datasets.names import parse_ref
 from datamount.datasets.ray_cluster import configured_address
+from datamount.datasets.reader_creator import ReaderCreator
 from datamount.datasets.rows import RowSource, open_rows
 from datamount.readers.dataset import DatasetReader, reader
 from datamount.readers.errors import MasterFinishedError
@@ -44,7 +45,7 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
 
-class DistReader:
+class DistReader(ReaderCreator):
     """A reader creator over the tasks of a task master: each call is one pass of the master, shared with the other
     trainers; the iterator ends when the pass is over (every task done or failed), also for tasks other trainers read.
 
@@ -80,6 +81,9 @@ class DistReader:
 
     def __repr__(self) -> str:
         return f"DistReader({str(self.ref)!r}, namespace={self.namespace!r})"
+
+    def made_by(self) -> str:
+        return f"dist_reader({str(self.ref)!r})"
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_client": None, "_source": None}

@@ -83,6 +83,15 @@ def test_pack_twice_says_the_version_is_packed_and_info_counts_the_versions_kept
     assert "versions: @2 (1 kept)" in run("info", "cats", "--store", store_dir).output
 
 
+def test_info_of_a_version_not_packed_names_the_command_that_packs_it(
+    store_dir: str, make_image_list: MakeImageList
+) -> None:
+    run("upload", str(make_image_list(2)), "team/cats.v2", "--store", store_dir)
+    run("upload", str(make_image_list(3)), "team/cats.v2", "--store", store_dir)
+    info = run("info", "team/cats.v2@1", "--store", store_dir)
+    assert "   packed: no (datamount pack team/cats.v2@1)\n" in info.output, info.output
+
+
 def test_verify_fails_on_a_corrupt_object(store_dir: str, make_image_list: MakeImageList) -> None:
     run("upload", str(make_image_list(3)), "cats", "--store", store_dir)
     store = open_store(store_dir)
@@ -90,7 +99,31 @@ def test_verify_fails_on_a_corrupt_object(store_dir: str, make_image_list: MakeI
     store.write(victim, b"tampered")
     result = run("verify", "cats", "--store", store_dir, "--quiet")
     assert result.exit_code == 1
-    assert "wrong size" in result.output and "1 of 5 objects do not match" in result.output  # the list, a part, 3
+    assert "wrong size" in result.output and "1 of 5 objects does not match the manifest" in result.output
+
+
+def test_verify_counts_and_words_missing_objects_apart_from_damaged_ones(
+    store_dir: str, make_image_list: MakeImageList
+) -> None:
+    run("upload", str(make_image_list(6)), "cats", "--store", store_dir)
+    store = open_store(store_dir)
+    objects = sorted(store.list("datasets/cats/objects"))  # 6 objects, the list and the entries' part: 8 checked
+    store.remove(objects[0])
+    missing = run("verify", "cats", "--store", store_dir, "--quiet")
+    assert missing.exit_code == 1
+    assert missing.output.splitlines()[-1] == "cats@1: 1 of 8 objects is missing", missing.output
+    store.remove(objects[1])
+    for victim in objects[2:4]:
+        store.write(victim, b"tampered")
+    both = run("verify", "cats", "--store", store_dir, "--quiet")
+    assert both.output.count("missing: ") == 2 and both.output.count("wrong size: ") == 2, both.output
+    assert both.output.splitlines()[-1] == "cats@1: 2 of 8 objects are missing and 2 do not match the manifest"
+    still = run("verify", "cats", "--repair", "--store", store_dir, "--quiet")
+    assert still.exit_code == 1
+    assert (
+        still.output.splitlines()[-1]
+        == "cats@1: 2 of 8 objects are still missing and 2 still do not match the manifest"
+    )
 
 
 def test_rm_asks_unless_yes(store_dir: str, make_image_list: MakeImageList) -> None:

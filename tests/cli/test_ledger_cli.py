@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -111,12 +112,29 @@ def test_an_epoch_skipped_between_two_recorded_ones_is_reported(tmp_path: Path) 
     result = run(str(tmp_path / "rank-0"))
     assert result.exit_code == 1, result.output
     assert "epoch 1-2: skipped: no row consumed" in result.output
-    assert "1 ledgers, 3 epochs (2 more skipped): NOT exact" in result.output
+    assert "1 ledger, 3 epochs (2 more skipped): NOT exact" in result.output
     document = json.loads(run(str(tmp_path / "rank-0"), "--json").output)
     skipped = [(e["epoch"], e["skipped_through"], e["gaps"]) for e in document["epochs"] if e["skipped"]]
     assert skipped == [(1, 2, 5)] and document["dataset"] == "cats@1"
     assert run(str(tmp_path / "rank-0"), "--epoch", "2").exit_code == 1
     assert run(str(tmp_path / "rank-0"), "--epoch", "3").exit_code == 0
+
+
+def test_one_ledger_of_a_whole_version_reads_as_one_and_its_split_is_null(tmp_path: Path) -> None:
+    """docs/cli.md: ``split`` is ``null`` when the ledgers name none (a reader of the whole version, ``split=""``)."""
+    whole = Ledger(4, dataset="cats@1")
+    whole.record(0, range(4))
+    whole.save(tmp_path / "rank-0")
+    text = run(str(tmp_path / "rank-0"))
+    assert text.exit_code == 0, text.output
+    assert text.output.splitlines()[0] == "ledger of cats@1"
+    assert text.output.splitlines()[-1] == "1 ledger, 1 epoch: every row exactly once"
+    document = json.loads(run(str(tmp_path / "rank-0"), "--json").output)
+    assert (document["ledgers"], document["dataset"], document["split"]) == (1, "cats@1", None)
+    split = Ledger(4, dataset="cats@1", split="train")
+    split.record(0, range(4))
+    split.save(tmp_path / "rank-0")
+    assert json.loads(run(str(tmp_path / "rank-0"), "--json").output)["split"] == "train"
 
 
 def test_a_mixture_pass_in_which_a_part_was_not_drawn_is_no_skipped_epoch(tmp_path: Path) -> None:
@@ -169,7 +187,7 @@ def test_a_folder_is_read_whatever_its_files_are_named(tmp_path: Path) -> None:
     (tmp_path / "run" / ".rank0.x1y2z3").write_text('{"format": 1, "rows": 10, "ep')  # a save that was killed
     result = run(str(tmp_path / "run"))
     assert result.exit_code == 0, result.output
-    assert "3 ledgers, 1 epochs: every row exactly once" in result.output
+    assert "3 ledgers, 1 epoch: every row exactly once" in result.output
     (tmp_path / "run" / "notes.txt").write_text("rank 2 ran on node 7\n")
     assert_one_error_line(run(str(tmp_path / "run")), f"{tmp_path / 'run' / 'notes.txt'}: not a ledger: not JSON")
 
@@ -236,7 +254,8 @@ def test_no_damaged_document_gives_a_traceback(document: bytes) -> None:
     else:  # the change left a ledger (a dataset renamed, a row counted again): checked as such
         assert result.exit_code in (0, 1), (result.exit_code, result.output, result.exception)
         assert isinstance(result.exception, SystemExit) or result.exception is None
-        assert "epochs" in result.output and not result.stderr
+        assert re.fullmatch(r"1 ledger, [\d,]+ epochs?( \(.+\))?: .+", result.output.splitlines()[-1]), result.output
+        assert not result.stderr
 
 
 def counted(counts: list[int]) -> dict[str, Any]:

@@ -7,6 +7,7 @@ import hashlib
 import json
 import pickle
 from pathlib import Path
+from urllib.parse import unquote
 
 import pytest
 import xxhash
@@ -19,9 +20,11 @@ from datamount.datasets.manifest import FILE_PARTS_FORMAT_VERSION, FORMAT_VERSIO
 from datamount.datasets.names import DatasetRef, parse_ref, validate_name
 from datamount.datasets.upload import upload
 from datamount.readers import reader
-from datamount.storage import Store
+from datamount.storage import Store, open_store
 from tests.generated import MakeImageList
 from tests.manifests import inline_body
+from tests.servers.fault_proxy import FaultProxyFactory
+from tests.servers.moto import S3_TEST_KEY, S3_TEST_SECRET, S3Server
 
 
 def test_verify_reports_every_missing_and_corrupt_object(store: Store, make_image_list: MakeImageList) -> None:
@@ -98,6 +101,56 @@ def test_resolve_versions_and_unknown_ones(local_store: Store, make_image_list: 
         catalog.resolve(local_store, "d@7")
     with pytest.raises(DatasetNotFoundError, match="no dataset named 'nope'"):
         catalog.resolve(local_store, "nope")
+
+
+def test_a_misspelt_name_is_answered_with_the_names_close_to_it(
+    local_store: Store, make_image_list: MakeImageList
+) -> None:
+    list_file = make_image_list(2)
+    for name in ("shapes", "shaped", "team/shapes", "public/digits", "zebra-stripes"):
+        upload(list_file, name, store=local_store)
+    catalog.remove(local_store, "shaped")  # its folder stays, with its numbers taken: not a name to offer
+    where = local_store.url
+    misspelt = {
+        "shapez": f"no dataset named 'shapez' in {where} (nor in the public area); did you mean 'shapes'?",
+        "team/shapez": f"no dataset named 'team/shapez' in {where}; did you mean 'team/shapes'?",
+        "digts": f"no dataset named 'digts' in {where} (nor in the public area); did you mean 'digits'?",
+        "public/digts": f"no dataset named 'public/digts' in {where}; did you mean 'public/digits'?",
+        "giraffe": f"no dataset named 'giraffe' in {where} (nor in the public area); see 'datamount ls'",
+    }
+    for name, message in misspelt.items():
+        with pytest.raises(DatasetNotFoundError) as raised:
+            catalog.resolve(local_store, name)
+        assert str(raised.value) == message
+    with pytest.raises(FileNotFoundError, match=r"did you mean 'shapes'\?$"):
+        reader("shapez", local_store)
+    with pytest.raises(DatasetNotFoundError, match=rf"^no dataset named 'team/shapez' in {where}; did you mean"):
+        catalog.remove(local_store, "team/shapez")
+    assert catalog.close_names(local_store, "digts", public_fallback=False) == []
+
+
+@pytest.mark.s3
+def test_a_misspelt_name_costs_the_same_requests_whatever_the_store_holds(
+    s3_server: S3Server, s3_bucket: str, fault_proxy: FaultProxyFactory, make_image_list: MakeImageList
+) -> None:
+    """One listing of the area the name would be in (and of the public area), then one of the versions of each
+    close name: never a listing of every dataset."""
+    proxy = fault_proxy(s3_server.endpoint_url)
+    store = open_store(
+        f"s3://{s3_bucket}/root", endpoint_url=proxy.endpoint_url, key=S3_TEST_KEY, secret=S3_TEST_SECRET
+    )
+    upload(make_image_list(2), "shapes", store=store)
+    requests = []
+    for others in (1, 40):
+        for number in range(others):  # a name far from 'shapez', with a version
+            store.write(f"{layout.dataset_folder(f'other-{number:02}')}/versions/1.json", b"{}")
+        before = len(proxy.requests)
+        with pytest.raises(DatasetNotFoundError, match=r"did you mean 'shapes'\?$"):
+            catalog.resolve(store, "shapez")
+        asked = [unquote(request.target) for request in proxy.requests[before:]]
+        assert not [target for target in asked if "other-" in target]
+        requests.append(len(asked))
+    assert requests[0] == requests[1], requests
 
 
 def test_removing_one_version_keeps_the_objects_others_use(local_store: Store, make_image_list: MakeImageList) -> None:

@@ -9,6 +9,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import time
@@ -244,6 +245,16 @@ def test_the_file_lines_parse_and_add_up_to_the_totals(
         assert len(of_pass) >= 3  # about 0.2 s each: lines every 0.05 s, and the last
         assert [line["final"] for line in of_pass] == [False] * (len(of_pass) - 1) + [True]
         assert sum(line["samples"] for line in of_pass) == 40
+        # Each line counts the bytes checked in its interval: every sample handed out was checked before, so the
+        # bytes verified until a line are at least those of the samples taken until then (bytes: the average's).
+        verified = taken = 0
+        for line in of_pass:
+            verified, taken = verified + line["bytes_verified"], taken + line["bytes"]
+            assert verified >= 0.9 * taken > 0 or line["samples"] == 0, of_pass
+        # Each line says how long its pass has run: the last one, the pass's whole time, not its own interval's.
+        assert of_pass[-1]["pass_s"] == pytest.approx(sum(line["interval_s"] for line in of_pass), abs=1e-5)
+        assert of_pass[-1]["pass_s"] > 3 * of_pass[-1]["interval_s"]
+        assert [line["local"] for line in of_pass] == [True] * len(of_pass)
     assert {(line["dataset"], line["rank"], line["world_size"], line["worker"]) for line in lines} == {
         ("cats@1", 0, 1, None)
     }
@@ -294,8 +305,11 @@ def test_the_log_line_appears_with_datamount_stats_1(local_store: Store, images:
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=environment, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "40"
-    assert "datamount.readers.stats: cats@1 pass 0 (rank 0 of 1), pass end" in done.stderr, done.stderr
-    assert "40 samples" in done.stderr
+    said = [line for line in done.stderr.splitlines() if line.startswith("datamount.readers.stats: ")]
+    assert len(said) == 1, done.stderr  # the pass ends within the 10 s: its last line only
+    assert said[0].startswith("datamount.readers.stats: cats@1 pass 0 (rank 0 of 1) ended after "), said
+    assert re.search(r" ended after \d+\.\d s, its last \d+\.\d s: 40 samples ", said[0]), said
+    assert said[0].endswith("; local files, 0.1 MB verified"), said  # not '0 requests': a local store makes none
     quiet = subprocess.run(
         [sys.executable, "-c", script],
         capture_output=True,

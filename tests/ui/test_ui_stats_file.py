@@ -3,10 +3,13 @@ the file the real meter writes."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import math
+import re
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 from hypothesis import given, settings
@@ -17,7 +20,14 @@ from datamount.readers import multiprocess_reader, reader
 from datamount.storage import Store
 from datamount.ui.stats_file import MAX_BINS, read_stats
 from tests.generated import MakeImageList
-from tests.ui.showcase import STATS_INTERVAL_S, STATS_INTERVALS, STATS_RANKS, STATS_WORKERS, write_stats_file
+from tests.ui.showcase import (
+    STATS_INTERVAL_S,
+    STATS_INTERVALS,
+    STATS_RANKS,
+    STATS_WORKERS,
+    UiServer,
+    write_stats_file,
+)
 
 
 def line(**changes: object) -> dict[str, object]:
@@ -200,3 +210,38 @@ def test_the_file_the_meter_writes_is_read_whole(
     assert len(drawn) >= len(summary.samples_per_s) - 1 and min(drawn) > 0
     assert summary.covered_s <= report.span_s
     assert summary.samples_per_s_total == pytest.approx(400 / summary.covered_s)
+
+
+@pytest.mark.s3
+def test_a_rank_that_read_local_files_says_so_where_a_remote_ones_requests_are(
+    make_image_list: MakeImageList, local_store: Store, s3_store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A local store makes no requests: the real meter's lines of a pass over it say ``"local": true`` (where
+    ``"requests": 0`` had read as a fault), and the training page says "local files" in that rank's row, where the
+    rank that read S3 shows its requests."""
+    listing = make_image_list(30, size=2_000)
+    for store in (local_store, s3_store):
+        upload(listing, "cats", store=store)
+    path = tmp_path / "stats.jsonl"
+    monkeypatch.setenv("DATAMOUNT_STATS_FILE", str(path))
+    for rank, store in enumerate((local_store, s3_store)):
+        assert len(list(reader("cats", store, rank=rank, world_size=2)())) == 15
+    written = [json.loads(text) for text in path.read_text(encoding="utf-8").splitlines()]
+    assert {(record["rank"], record["local"]) for record in written} == {(0, True), (1, False)}
+    report = read_stats(path)
+    assert report.problems == []
+    local, remote = report.ranks
+    assert local.local and local.totals["requests"] == 0
+    assert not remote.local and remote.totals["requests"] >= 15
+    server = UiServer([local_store.url], tmp_path / "ui.log", stats_file=path)
+    try:
+        where = urlsplit(server.url)
+        connection = http.client.HTTPConnection(where.hostname, where.port, timeout=60)
+        connection.request("GET", "/training")
+        page = connection.getresponse().read().decode()
+        connection.close()
+    finally:
+        server.stop()
+    rows = page.split('id="ranks"')[1].split("<tbody>")[1].split("</tr>")[:-1]
+    cells = [re.findall(r"<td[^>]*>([^<]*)</td>", row)[9:] for row in rows]  # after bytes: how the rank read
+    assert cells == [["local files"], [f"{remote.totals['requests']:,.0f}", "0", "0.00 s", "0"]]
