@@ -233,7 +233,7 @@ def test_a_pinned_version_marked_removed_is_not_read(packed: Packed) -> None:
     """A removal marks a version before it deletes its manifest: a pinned reader that finds the mark is told the
     version is gone, as the listing says, even while the manifest is still there."""
     packed.direct.create(layout.removed_path("d", 1), b"2026-01-01T00:00:00+00:00")
-    with pytest.raises(DatamountError, match="d@1 was removed from .* on 2026-01-01T00:00:00"):
+    with pytest.raises(DatamountError, match=r"d@1 was removed from .* on 2026-01-01T00:00:00"):
         reader("d@1", packed.far)
 
 
