@@ -12,6 +12,7 @@ from datamount.datasets import layout
 from datamount.datasets.errors import DatasetNotFoundError
 from datamount.datasets.list_blocks import ListBlocks
 from datamount.datasets.manifest import FileEntry, Manifest, collector_paused
+from datamount.datasets.repairs import object_repair
 from datamount.datasets.rows.missing import missing_list, missing_object, objects_read
 from datamount.datasets.rows.source import DEFAULT_ROWS_PER_SPAN, Piece, Row, clip, line_spans, out_of_range
 from datamount.storage import IntegrityError, ObjectNotFoundError, Store
@@ -105,9 +106,17 @@ def check_object(
         return data
     else:
         problem = f"does not match its {'xxh3-64' if location.xxh3 else 'sha256'}"
-    raise IntegrityError(
+    raise damaged_object(store, manifest, row, location, problem)
+
+
+def damaged_object(
+    store: Store, manifest: Manifest, row: int, location: ObjectLocation, problem: str
+) -> IntegrityError:
+    """The error for row ``row``'s object, whose bytes ``problem`` (``does not match its sha256``): the dataset, the
+    row, the object's URL and what puts it back."""
+    return IntegrityError(
         f"{manifest.ref}, row {row}: the object {store.url_for(location.path)} {problem}: the store holds a damaged "
-        f"copy (datamount verify {manifest.ref} --repair --from LIST puts the right one back)"
+        f"copy ({object_repair(manifest)})"
     )
 
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, TypeVar
 from datamount.datasets import catalog, layout
 from datamount.datasets.errors import MissingPartError
 from datamount.datasets.manifest import Manifest, ShardEntry
+from datamount.datasets.repairs import object_repair, shard_repair
 from datamount.storage import ObjectNotFoundError, Store
 
 if TYPE_CHECKING:
@@ -29,7 +30,7 @@ def missing_object(
     """Row ``row``'s object, at ``path``, is not in the store."""
     return MissingPartError(
         f"{manifest.ref}, row {row}: the object {store.url_for(path)} is missing from the store "
-        f"({_from_list(manifest)})",
+        f"({object_repair(manifest)})",
         missing,
     )
 
@@ -54,7 +55,7 @@ def missing_list(store: Store, manifest: Manifest, missing: ObjectNotFoundError)
     """The version's list, which every row needs, is not in the store."""
     return MissingPartError(
         f"{manifest.ref}: its list {store.url_for(layout.list_path(manifest))}, which every row needs, is missing "
-        f"from the store ({_from_list(manifest)})",
+        f"from the store ({object_repair(manifest)})",
         missing,
     )
 
@@ -64,17 +65,11 @@ def missing_shard(
 ) -> MissingPartError:
     """Shard ``shard`` of ``manifest`` is not in the store. ``pack`` made it from the version's objects
     when the version has them, and ``repair`` makes it again; otherwise its rows are stored nowhere else."""
-    if manifest.objects and manifest.has_list:
-        fix = f"datamount verify {manifest.ref} --repair makes it again from the version's objects"
-    else:
-        fix = (
-            f"the store holds its rows nowhere else: datamount verify {manifest.ref} names every part lost; write "
-            "the data again as a new version"
-        )
     url = store.url_for(layout.shard_path(manifest.name, shard))
     first = sum(before.rows for before in itertools.takewhile(lambda entry: entry != shard, manifest.shards))
     return MissingPartError(
-        f"{manifest.ref}, rows {first} to {first + shard.rows - 1}: the shard {url} is missing from the store ({fix})",
+        f"{manifest.ref}, rows {first} to {first + shard.rows - 1}: the shard {url} is missing from the store "
+        f"({shard_repair(manifest)})",
         missing,
     )
 
@@ -86,7 +81,3 @@ def removed_or_missing(store: Store, manifest: Manifest, missing: ObjectNotFound
     plain = missing.missing if isinstance(missing, MissingPartError) and missing.missing is not None else missing
     explanation = catalog.removed_while_read(store, manifest, plain)
     return missing if explanation is plain else explanation
-
-
-def _from_list(manifest: Manifest) -> str:
-    return f"datamount verify {manifest.ref} --repair --from LIST puts it back"
