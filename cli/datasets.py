@@ -483,8 +483,13 @@ def cp(
 def export(name: str, folder: str, store: Store, quiet: bool) -> None:
     """Write dataset NAME (or NAME@N) into FOLDER as it was uploaded: an image version's files at their list paths
     and the list; a text version's list; a table version's Parquet shards; a public dataset's rows as files in its
-    dataset's form, as 'datamount mount' shows them. Every byte is checked as it is read; a file already there with
-    the same bytes is kept, one with other bytes is an error."""
+    dataset's form, as 'datamount mount' shows them. Every byte is checked as it is read.
+
+    FOLDER must not exist yet or be empty; it appears whole or not at all: the files are written into a hidden
+    folder beside it (.FOLDER.datamount-export-...), renamed to FOLDER at the end, and removed if the export fails
+    (a damaged part, Ctrl-C, SIGTERM). After a kill, the next export of the same version takes over what was
+    written. A FOLDER that holds this export already is left as it is (nothing to do); one that holds anything else
+    is refused."""
     from datamount.datasets import export as export_version
 
     with ProgressBar(quiet=quiet) as bar:

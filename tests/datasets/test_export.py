@@ -1,5 +1,5 @@
-"""``export``: a version back out as the files uploaded, byte for byte, packed or not, on every backend; a file
-already there with other bytes is never overwritten; damaged bytes are never written."""
+"""``export``: a version back out as the files uploaded, byte for byte, packed or not, on every backend; a folder
+already there is never written; damaged bytes are never written (``test_export_folders.py``: the folder's rules)."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def test_an_image_version_comes_back_as_its_files_and_list(store: Store, tmp_pat
     # Run again: nothing rewritten; a changed file is an error and stays as it was.
     assert export("cats", tmp_path / "out", store=store).unchanged == len(expected) + 1
     (tmp_path / "out" / "data" / "img0003.jpg").write_bytes(b"mine")
-    with pytest.raises(FileExistsError, match=r"img0003\.jpg exists with other content"):
+    with pytest.raises(FileExistsError, match=r"its data/img0003\.jpg has other bytes"):
         export("cats", tmp_path / "out", store=store)
     assert (tmp_path / "out" / "data" / "img0003.jpg").read_bytes() == b"mine"
 
