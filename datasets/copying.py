@@ -1,6 +1,12 @@
 """``copy_version``: a committed version from one store to another (the local store to the team's S3, one cluster's
-store to another's), as an upload would make it there: only the parts the target lacks travel, each checked, and
-the version is committed last."""
+store to another's, the team's store to a local folder), as an upload would make it there: only the parts the target
+lacks travel, each checked, and the version is committed last.
+
+A copy that fails or is killed commits nothing: the version does not exist in the target, on any store, local or
+not. The parts it sent stay in the target's dataset folder (named by their content, they are what the next copy
+does not send again: it resumes), unused until a version names them; ``datamount rm`` of the dataset there removes
+them. A damaged or missing part of the source is named with what puts it back, as a reader names it.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +16,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from datamount.datasets import catalog, layout, locks
+from datamount.datasets.errors import MissingPartError
 from datamount.datasets.manifest import OBJECTS_FORMAT_VERSION, Manifest, same_files
 from datamount.datasets.progress import Progress, Silent
-from datamount.storage import IntegrityError, Store, open_store
+from datamount.datasets.repairs import object_repair, shard_repair
+from datamount.storage import IntegrityError, ObjectNotFoundError, Store, open_store
 
 #: Parts read, checked and written per batch (objects are small; a batch keeps every writer busy).
 BATCH_PARTS = 64
@@ -32,12 +40,14 @@ class CopyResult:
 
 @dataclass(frozen=True)
 class _Part:
-    """One stored part of a version: where it is in the source and goes in the target, its size and sha256."""
+    """One stored part of a version: where it is in the source and goes in the target, its size and sha256, and
+    whether it is a shard (else an object or the list)."""
 
     source: str
     target: str
     size: int
     sha256: str
+    shard: bool = False
 
 
 def copy_version(
@@ -85,18 +95,30 @@ def _send(origin: Store, destination: Store, manifest: Manifest, parts: list[_Pa
             batch = parts[start : start + BATCH_PARTS]
             blobs = origin.read_many_hashed([part.source for part in batch], sizes=[part.size for part in batch])
             writes = []
-            for part, (data, digest) in zip(batch, blobs, strict=True):
+            for part in batch:
+                try:
+                    data, digest = next(blobs)
+                except ObjectNotFoundError as missing:
+                    problem = "is missing from the store copied from"
+                    message = _unusable(origin, destination, manifest, part, problem)
+                    raise MissingPartError(message, missing) from missing
                 if digest != part.sha256:
-                    raise IntegrityError(
-                        f"{origin.url_for(part.source)} does not match the sha256 of {manifest.ref}'s manifest: "
-                        f"the source holds a damaged copy (datamount verify {manifest.ref} --repair); nothing of it "
-                        "was copied"
-                    )
+                    problem = "does not match its sha256: the store copied from holds a damaged copy"
+                    raise IntegrityError(_unusable(origin, destination, manifest, part, problem))
                 writes.append(pool.submit(destination.write, part.target, data))
             for part, write in zip(batch, writes, strict=True):
                 write.result()
                 report.advance(size=part.size)
     report.finish()
+
+
+def _unusable(origin: Store, destination: Store, manifest: Manifest, part: _Part, problem: str) -> str:
+    """Why a copy stopped at ``part`` of the source (``problem``), what puts it back, and what became of the copy."""
+    repair = shard_repair(manifest) if part.shard else object_repair(manifest)
+    return (
+        f"{manifest.ref}: {origin.url_for(part.source)} {problem} ({repair}); nothing was committed to "
+        f"{destination.url}: the parts sent stay there, and the next copy sends only the rest"
+    )
 
 
 def _parts(manifest: Manifest, draft: Manifest) -> Iterator[_Part]:
@@ -110,7 +132,7 @@ def _parts(manifest: Manifest, draft: Manifest) -> Iterator[_Part]:
             yield _Part(path, path, entry.size, entry.sha256)
     for shard in manifest.shards:
         path = layout.shard_path(manifest.name, shard)
-        yield _Part(path, path, shard.size, shard.sha256)
+        yield _Part(path, path, shard.size, shard.sha256, shard=True)
 
 
 def _same_content(committed: Manifest, draft: Manifest) -> bool:

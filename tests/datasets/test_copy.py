@@ -1,15 +1,22 @@
 """``copy_version`` / ``datamount cp``: a version moves from one store to another with only the missing parts sent,
-each checked, committed last; a second copy sends nothing; a damaged source part copies nothing."""
+each checked, committed last; a second copy sends nothing; a damaged source part commits nothing and is named with
+its repair; a copy killed half-way leaves no version, and the next one sends only the rest."""
 
 from __future__ import annotations
 
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from datamount.cli.main import cli
-from datamount.datasets import catalog, copy_version, layout, pack, upload, verify
+from datamount.datasets import MissingPartError, catalog, copy_version, layout, pack, repair, upload, verify
 from datamount.readers import reader
 from datamount.storage import IntegrityError, Store, open_store
 from tests.generated import write_image_list
@@ -61,6 +68,76 @@ def test_a_damaged_source_part_copies_nothing(local_store: Store, tmp_path: Path
     with pytest.raises(IntegrityError, match="datamount verify cats@1 --repair"):
         copy_version("cats", source=source, target=local_store)
     assert catalog.versions(local_store, "cats") == []
+
+
+#: Files of the version the tests below copy: more than one batch of parts (the list and 63 objects go first).
+FILES = 150
+#: The file whose object the tests damage or hold back: in the second batch, so that the first was sent.
+HELD = 100
+
+
+def objects_in(store: Store) -> int:
+    """The objects of ``cats`` stored in ``store`` (by their final name)."""
+    return len(store.list("datasets/cats/objects"))
+
+
+@pytest.mark.parametrize("how", ["damaged", "missing"])
+def test_a_damaged_source_part_names_its_repair_and_the_next_copy_sends_only_the_rest(
+    local_store: Store, tmp_path: Path, how: str
+) -> None:
+    source = open_store(tmp_path / "source")
+    list_file = write_image_list(tmp_path / "src", FILES)
+    manifest = upload(list_file, "cats", store=source).manifest
+    path = layout.object_path("cats", manifest.files[HELD].sha256)
+    if how == "damaged":
+        source.write(path, b"y" * manifest.files[HELD].size)
+        problem = "does not match its sha256: the store copied from holds a damaged copy"
+    else:
+        source.remove(path)
+        problem = "is missing from the store copied from"
+    said = (
+        rf"^cats@1: {re.escape(source.url_for(path))} {problem} \(datamount verify cats@1 --repair --from LIST puts "
+        rf"it back\); nothing was committed to {re.escape(local_store.url)}: the parts sent stay there, and the next "
+        r"copy sends only the rest$"
+    )
+    with pytest.raises(IntegrityError if how == "damaged" else MissingPartError, match=said):
+        copy_version("cats", source=source, target=local_store)
+    assert catalog.versions(local_store, "cats") == [] and catalog.dataset_names(local_store) == []
+    sent = objects_in(local_store) + 1  # and the list
+    assert sent >= 64
+
+    assert repair(source, manifest, source=list_file).ok  # what the message says puts it back
+    copied = copy_version("cats", source=source, target=local_store)
+    assert (copied.present, copied.sent) == (sent, FILES + 1 - sent)
+    assert list(reader("cats", local_store)()) == list(reader("cats", source)())
+
+
+def test_a_copy_to_a_local_store_killed_half_way_leaves_no_version_and_the_next_sends_the_rest(tmp_path: Path) -> None:
+    source, target = open_store(tmp_path / "source"), open_store(tmp_path / "target")
+    list_file = write_image_list(tmp_path / "src", FILES)
+    manifest = upload(list_file, "cats", store=source).manifest
+    held = Path(source.local_path() or "", layout.object_path("cats", manifest.files[HELD].sha256))
+    held.unlink()
+    os.mkfifo(held)  # the copy reading it waits there, its first batch of parts sent
+    command = [sys.executable, "-m", "datamount.cli.main", "cp", "cats", "--from", source.url, "--to", target.url]
+    process = subprocess.Popen([*command, "-q"], stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (target.exists("datasets/cats/objects") and objects_in(target) >= 63):
+            assert process.poll() is None and time.monotonic() < deadline, process.stderr
+            time.sleep(0.05)
+    finally:
+        process.kill()
+        process.wait(timeout=30)
+    assert process.returncode == -signal.SIGKILL
+    assert catalog.versions(target, "cats") == [] and catalog.dataset_names(target) == []
+    sent = objects_in(target) + 1  # and the list
+
+    held.unlink()
+    held.write_bytes((list_file.parent / manifest.files[HELD].path).read_bytes())
+    copied = copy_version("cats", source=source, target=target)  # the killed copy's lock is not waited for
+    assert copied.created and (copied.present, copied.sent) == (sent, FILES + 1 - sent)
+    assert list(reader("cats", target)()) == list(reader("cats", source)())
 
 
 def test_the_command(tmp_path: Path) -> None:
