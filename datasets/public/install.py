@@ -6,6 +6,12 @@ way Paddle's module does. Installing downloads the published files into a cache 
 resumed after a cut, retried with backoff) or takes them from ``--from PATH``, converts them and commits the
 dataset by writing its manifest last: an install that fails or is killed leaves nothing visible, and installing an
 installed dataset does nothing.
+
+What an install writes on local disk: each download into the cache folder as ``FILE.part``, renamed to ``FILE`` once
+its md5 matches (a ``.part`` is kept when the install stops, and the next one resumes it: nothing under a final name
+is ever partial); the shards into a draft pack folder of the store and their scratch files into the system's
+temporary folder. A failure, Ctrl-C or SIGTERM removes the draft shards and the scratch files; after SIGKILL the
+scratch files stay, and the draft shards until the next install or ``public rm`` of the dataset removes them.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from datamount.datasets.public.writer import PublicWriter
 from datamount.datasets.shard_writer import DEFAULT_ROW_GROUP_BYTES, DEFAULT_SHARD_BYTES
 from datamount.storage import IntegrityError, Store, open_store
 from datamount.storage.redact import redact_url
+from datamount.storage.termination import sigterm_unwinds
 
 #: A mirror of the published files (``URL/NAME/FILE``, e.g. ``https://mirror.example/datasets/mnist/t10k-...gz``),
 #: used instead of the published URLs.
@@ -131,13 +138,16 @@ def install(
     if existing is not None:
         return InstallResult(spec, existing, created=False)
     report = progress or Silent()
-    if source is not None:
-        sources = _local_sources(spec, Path(source).expanduser())
-    elif spec.downloadable:
-        sources = _downloaded_sources(spec, _mirror(mirror), Path(cache_dir or download_dir()), retry, report)
-    else:
-        raise SourceNotFoundError(f"{spec.name} cannot be downloaded; install it with --from PATH: {spec.source_help}")
-    return _build(spec, target, sources, report, shard_bytes=shard_bytes, row_group_bytes=row_group_bytes)
+    with sigterm_unwinds():  # SIGTERM, as Ctrl-C, removes the shards written so far and their local scratch files
+        if source is not None:
+            sources = _local_sources(spec, Path(source).expanduser())
+        elif spec.downloadable:
+            sources = _downloaded_sources(spec, _mirror(mirror), Path(cache_dir or download_dir()), retry, report)
+        else:
+            raise SourceNotFoundError(
+                f"{spec.name} cannot be downloaded; install it with --from PATH: {spec.source_help}"
+            )
+        return _build(spec, target, sources, report, shard_bytes=shard_bytes, row_group_bytes=row_group_bytes)
 
 
 def _build(

@@ -4,6 +4,7 @@ backend; nothing visible after a failure; status and removal."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -281,6 +282,30 @@ def test_a_killed_install_leaves_nothing_visible_and_the_next_one_completes(tmp_
         manifest = public.install("tiny", store=store, source=tmp_path, shard_bytes=100, row_group_bytes=100).manifest
     assert manifest.version == 1 and manifest.rows == 50
     assert sorted(store.list("public/tiny/packs")) == [f"public/tiny/{shard.path}" for shard in manifest.shards]
+
+
+def test_an_install_stopped_by_sigterm_removes_its_shards_and_scratch_files(tmp_path: Path) -> None:
+    """SIGTERM stops an install as Ctrl-C does: its draft shards and their local scratch files are removed before the
+    process ends by SIGTERM (a killed install's are left for the next one to remove)."""
+    store_dir = tmp_path / "store"
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    process = subprocess.Popen(
+        [sys.executable, "-c", KILLED_INSTALL, str(store_dir), str(tmp_path)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TMPDIR": str(scratch)},
+    )
+    try:
+        assert process.stdout is not None and process.stdout.readline() == "written\n"
+        assert os.listdir(scratch) != []  # the shard being written
+        process.terminate()
+        assert process.wait(timeout=60) == -signal.SIGTERM
+    finally:
+        process.kill()
+        process.wait(timeout=30)
+    store = open_store(store_dir)
+    assert store.list("public/tiny") == {} and os.listdir(scratch) == []
 
 
 def test_status_and_remove(local_store: Store, mnist_source: MnistSource) -> None:
