@@ -37,7 +37,7 @@ def rows_as_files(name: str, store: Store) -> Counter[tuple[str, bytes]]:
     or, for WMT14, each split's pairs as TAB-separated lines in ``split/split``."""
     made: Counter[tuple[str, bytes]] = Counter()
     for split in catalog.resolve(store, name).splits:
-        rows = list(reader(name, store, split=split))
+        rows = list(reader(name, store, split=split)())
         if name == "wmt14":
             made[(split, "".join(f"{source}\t{target}\n" for source, target in rows).encode())] += 1
             continue
@@ -72,7 +72,7 @@ def test_reader_export_and_cp_agree_on_a_version_without_a_list(name: str, local
     assert files_by_folder(exported) == rows_as_files(name, local_store)
     if name in ("mnist", "imdb"):  # named by their row's number in its split, in reader's order
         for split in catalog.resolve(local_store, name).splits:
-            rows = list(reader(name, local_store, split=split))
+            rows = list(reader(name, local_store, split=split)())
             digits = len(str(len(rows) - 1))
             suffix = ".png" if name == "mnist" else ".txt"
             for number, (value, label) in enumerate(rows):
@@ -142,4 +142,5 @@ def test_an_exported_imagenet_installs_again_from_its_folder(local_store: Store,
     again = open_store(tmp_path / "again")
     public.install("imagenet", store=again, source=tmp_path / "out")
     for split in ("train", "val"):  # an extracted tree's rows come sorted by class and file name
-        assert Counter(reader("imagenet", again, split=split)) == Counter(reader("imagenet", local_store, split=split))
+        installed, exported = reader("imagenet", again, split=split), reader("imagenet", local_store, split=split)
+        assert Counter(installed()) == Counter(exported())
