@@ -66,7 +66,7 @@ def test_each_split_reads_its_rows_in_list_order_in_every_layout(
     upload(listing, "d", store=local_store, split=fractions, split_seed=11, packed=layout.endswith("at-upload"))
     if layout == "text-packed":
         pack("d", store=local_store, row_group_bytes=200)
-    whole = list(reader("d", local_store, use_shards=layout != "image"))
+    whole = list(reader("d", local_store, use_shards=layout != "image")())
     manifest = catalog.resolve(local_store, "d")
     assert manifest.splits == {name: info["rows"] for name, info in row_splits(fractions, 11, 300).items()}
     keys = split_keys(11, 300)

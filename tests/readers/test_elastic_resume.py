@@ -216,7 +216,7 @@ def test_ledger_check_reports_duplicates_and_gaps_and_exits_1(tmp_path: Path) ->
     result = runner.invoke(cli, ["ledger", "check", str(tmp_path / "run"), "--epoch", "0"])
     assert result.exit_code == 1, result.output
     assert "epoch 0: consumed more than once: rows 5" in result.output
-    assert "2 ledgers, 1 epochs: NOT exact" in result.output
+    assert "2 ledgers, 1 epoch: NOT exact" in result.output
     result = runner.invoke(cli, ["ledger", "check", str(tmp_path / "run"), "--json"])
     document = json.loads(result.output)
     assert result.exit_code == 1 and document["exact"] is False
