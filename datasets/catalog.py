@@ -207,12 +207,13 @@ def resolve(store: Store, ref: str | DatasetRef, *, public_fallback: bool = True
     candidates = [parsed.name]
     if public_fallback and not parsed.is_public and "/" not in parsed.name:
         candidates.append(f"{PUBLIC_NAMESPACE}/{parsed.name}")
-    removed_name = None
+    emptied: tuple[str, VersionsFolder] | None = None  # the first name whose every version was removed
     for name in candidates:
         folder = versions_folder(store, name)
         found = folder.committed
         if not found:
-            removed_name = removed_name or (name if folder.removed else None)
+            if emptied is None and folder.removed:
+                emptied = name, folder
             continue
         wanted = found[-1] if parsed.version is None else parsed.version
         if wanted in found:
@@ -223,11 +224,11 @@ def resolve(store: Store, ref: str | DatasetRef, *, public_fallback: bool = True
                     raise
                 return resolve(store, parsed, public_fallback=public_fallback)  # removed since listed: the next latest
         raise DatasetNotFoundError(f"{_no_version(store, name, wanted, folder)}; versions: {_numbers(found)}")
-    if removed_name is not None:
-        folder = versions_folder(store, removed_name)
-        what = _no_version(store, removed_name, parsed.version, folder) if parsed.version else removed_name
+    if emptied is not None:
+        name, folder = emptied
+        what = _no_version(store, name, parsed.version, folder) if parsed.version else name
         raise DatasetNotFoundError(
-            f"{what}: every version of {removed_name} in {store.url} was removed ({_numbers(folder.removed)}); "
+            f"{what}: every version of {name} in {store.url} was removed ({_numbers(folder.removed)}); "
             f"its next upload is @{folder.next_number}"
         )
     raise no_dataset(store, parsed.name, public_fallback=len(candidates) > 1)

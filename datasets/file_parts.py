@@ -119,27 +119,28 @@ class FileParts(EntrySequence):
             data = self._fetch(self.store, path, part)
         except ObjectNotFoundError as exc:
             raise ManifestError(f"{self._where}: the part of its file entries {url} is missing") from exc
-        if len(data) != part.size or hashlib.sha256(data).hexdigest() != part.sha256:
-            raise IntegrityError(
-                f"{self._where}: the part of its file entries {url} does not match its size and sha256: the store "
-                "holds a damaged copy"
-            )
         decoded = _Part(data, url)
         if len(decoded) != part.rows:
             raise ManifestError(f"{self._where}: {url} has {len(decoded)} file entries, not {part.rows}")
         return decoded
 
     def _fetch(self, store: Store, path: str, part: FilePart) -> bytes:
-        """A part's bytes, from the cache when there is one (fetched into it from the store when not there)."""
-        if self.cache is None:
-            return store.read(path)
-        return self.cache.read(
-            part.sha256,
-            part.size,
-            lambda out: out.write(store.read(path)),
-            check=lambda data: len(data) == part.size and hashlib.sha256(data).hexdigest() == part.sha256,
-            name=path,
-        )
+        """A part's bytes, checked against its size and sha256: from the cache when there is one (fetched into it
+        from the store when not there, and again over a copy damaged since), else from the store."""
+
+        def intact(data: bytes) -> bool:
+            return len(data) == part.size and hashlib.sha256(data).hexdigest() == part.sha256
+
+        if self.cache is not None:
+            fill = lambda out: out.write(store.read(path))  # noqa: E731
+            return self.cache.read(part.sha256, part.size, fill, check=intact, name=path)
+        data = store.read(path)
+        if not intact(data):
+            raise IntegrityError(
+                f"{self._where}: the part of its file entries {store.url_for(path)} does not match its size and "
+                "sha256: the store holds a damaged copy"
+            )
+        return data
 
     def stored_entry(self, path: str) -> FileEntry | None:
         """The entry of ``path``, read from the one part that may hold it; ``None`` when there is none."""

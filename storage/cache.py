@@ -132,8 +132,8 @@ class ContentCache:
         self, sha256: str, size: int, fill: Callable[[BinaryIO], None], *, check: Callable[[bytes], bool], name: str
     ) -> bytes:
         """The bytes of the content ``sha256`` (see :meth:`use`), which must pass ``check``. A kept copy that fails it
-        is dropped and fetched again, once; bytes just fetched are checked against ``sha256`` by the fetch, and an
-        :class:`IntegrityError` naming ``name`` (the store's copy) when they still fail ``check``."""
+        is fetched again over it, once (:meth:`refetch`); bytes just fetched are checked against ``sha256`` by the
+        fetch, and an :class:`IntegrityError` naming ``name`` (the store's copy) when they still fail ``check``."""
         for _ in range(2):
             with self.held(sha256, size, fill, name=name) as (path, fetched):
                 data = path.read_bytes()
