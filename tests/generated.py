@@ -36,6 +36,16 @@ def write_image_list(
     return list_file
 
 
+def tree_of(folder: Path) -> dict[str, bytes]:
+    """Every file under ``folder`` by its relative path, read with plain ``open``."""
+    found = {}
+    for parent, _, files in os.walk(folder):
+        for name in files:
+            path = Path(parent, name)
+            found[path.relative_to(folder).as_posix()] = path.read_bytes()
+    return found
+
+
 def image_rows(list_file: Path) -> list[tuple[bytes, str]]:
     """What a reader of the image list ``list_file`` must yield: each file's bytes and its label, in list order."""
     rows = []

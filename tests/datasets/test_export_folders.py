@@ -22,23 +22,13 @@ from datamount.cli.main import cli
 from datamount.datasets import MissingPartError, export, layout, repair, upload
 from datamount.datasets.manifest import Manifest
 from datamount.storage import IntegrityError, Store
-from tests.generated import write_image_list
+from tests.generated import tree_of, write_image_list
 
 pytestmark = pytest.mark.timeout(300)
 
 ROWS = 120
 #: The row whose object the tests damage or block: after several groups of reads, so that files were written first.
 BLOCKED_ROW = 90
-
-
-def tree_of(folder: Path) -> dict[str, bytes]:
-    """Every file under ``folder`` by its relative path."""
-    found = {}
-    for parent, _, files in os.walk(folder):
-        for name in files:
-            path = Path(parent, name)
-            found[path.relative_to(folder).as_posix()] = path.read_bytes()
-    return found
 
 
 def uploaded_tree(store: Store, manifest: Manifest, list_file: Path) -> dict[str, bytes]:

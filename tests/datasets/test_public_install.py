@@ -257,9 +257,11 @@ KILLED_INSTALL = textwrap.dedent(
 )
 
 
-def test_a_killed_install_leaves_nothing_visible_and_the_next_one_completes(tmp_path: Path) -> None:
+def _install_in_a_process(tmp_path: Path) -> tuple[subprocess.Popen[str], Path, Path]:
+    """An install of ``tiny`` into ``tmp_path/store`` in a process of its own, which says ``written`` once it wrote
+    a shard and then waits; the process, the store's folder, and its TMPDIR (``tmp_path/scratch``)."""
     store_dir = tmp_path / "store"
-    scratch = tmp_path / "scratch"  # the killed process cannot remove its temporary folder
+    scratch = tmp_path / "scratch"  # a killed process cannot remove its temporary folder
     scratch.mkdir()
     process = subprocess.Popen(
         [sys.executable, "-c", KILLED_INSTALL, str(store_dir), str(tmp_path)],
@@ -267,6 +269,11 @@ def test_a_killed_install_leaves_nothing_visible_and_the_next_one_completes(tmp_
         text=True,
         env={**os.environ, "TMPDIR": str(scratch)},
     )
+    return process, store_dir, scratch
+
+
+def test_a_killed_install_leaves_nothing_visible_and_the_next_one_completes(tmp_path: Path) -> None:
+    process, store_dir, _ = _install_in_a_process(tmp_path)
     try:
         assert process.stdout is not None and process.stdout.readline() == "written\n"
     finally:
@@ -287,15 +294,7 @@ def test_a_killed_install_leaves_nothing_visible_and_the_next_one_completes(tmp_
 def test_an_install_stopped_by_sigterm_removes_its_shards_and_scratch_files(tmp_path: Path) -> None:
     """SIGTERM stops an install as Ctrl-C does: its draft shards and their local scratch files are removed before the
     process ends by SIGTERM (a killed install's are left for the next one to remove)."""
-    store_dir = tmp_path / "store"
-    scratch = tmp_path / "scratch"
-    scratch.mkdir()
-    process = subprocess.Popen(
-        [sys.executable, "-c", KILLED_INSTALL, str(store_dir), str(tmp_path)],
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "TMPDIR": str(scratch)},
-    )
+    process, store_dir, scratch = _install_in_a_process(tmp_path)
     try:
         assert process.stdout is not None and process.stdout.readline() == "written\n"
         assert os.listdir(scratch) != []  # the shard being written

@@ -28,7 +28,7 @@ from datamount.mount import FSTYPE, mount, unmount
 from datamount.readers.stream import import_stream, write_to
 from datamount.storage import MountError, Store, UnsafePathError
 from datamount.storage.mounts import read_mounts
-from tests.generated import write_image_list
+from tests.generated import tree_of, write_image_list
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -44,16 +44,6 @@ def class_folders(root: Path, count: int, classes: int = 3) -> Path:
     list_file = root / "train.list"
     list_file.write_text("".join(rows), encoding="utf-8")
     return list_file
-
-
-def tree_of(folder: Path) -> dict[str, bytes]:
-    """Every file under ``folder`` by its relative path, read with plain ``open``."""
-    found = {}
-    for parent, _, files in os.walk(folder):
-        for name in files:
-            path = Path(parent, name)
-            found[path.relative_to(folder).as_posix()] = path.read_bytes()
-    return found
 
 
 @pytest.mark.parametrize("store", ["local", pytest.param("s3", marks=pytest.mark.s3)], indirect=True)
