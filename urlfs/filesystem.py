@@ -13,8 +13,8 @@ The rules, each kept here once:
   ``NotADirectoryError`` (:meth:`DatamountFileSystem._absent` chooses); ``find``, ``du``, ``walk`` and ``glob`` of
   either find nothing (:data:`_NOTHING_THERE`).
 - Nothing is ever written: every kind of write is an ``OSError`` with ``errno.EROFS``.
-- A pickled filesystem carries its options and, for each version it opened, the sha256 of its manifest; never a
-  client, never a manifest (:mod:`datamount.urlfs.pinned`).
+- A pickled filesystem carries its options and, for each version it opened, its number and its manifest's sha256
+  (with or without a cache); never a client, never a manifest (:mod:`datamount.urlfs.pinned`).
 """
 
 from __future__ import annotations
