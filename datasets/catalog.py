@@ -39,8 +39,9 @@ from datamount.datasets.errors import (
     ManifestError,
 )
 from datamount.datasets.file_parts import FileParts
-from datamount.datasets.manifest import Manifest, ShardEntry, now_utc
+from datamount.datasets.manifest import Kind, Manifest, ShardEntry, now_utc
 from datamount.datasets.names import PUBLIC_NAMESPACE, DatasetRef, parse_ref, validate_name
+from datamount.datasets.row_index import RowIndex
 from datamount.storage import DatamountError, ObjectExistsError, ObjectNotFoundError, Store
 
 log = logging.getLogger(__name__)
@@ -343,17 +344,34 @@ def commit(store: Store, draft: Manifest, *, restore: Callable[[list[str]], obje
 
 
 def _with_file_parts(store: Store, draft: Manifest) -> Manifest:
-    """``draft`` with its files' entries in parts stored in ``store`` (as it is when they are there already, or it
-    has no files: a version without files keeps the format it has)."""
+    """``draft`` with its files' entries in parts stored in ``store``, and an image version's rows indexed
+    (:mod:`datamount.datasets.row_index`); as it is when they are there already, or it has no files (a version
+    without files keeps the format it has)."""
     folder = layout.dataset_folder(draft.name)
     if isinstance(draft.files, FileParts) and draft.files.stored_in(store, folder):
         return draft
     if not len(draft.files):
-        return dataclasses.replace(draft, files=[])
-    from datamount.datasets.file_parts_writer import write_file_parts  # pyarrow.compute: only for a commit
+        return dataclasses.replace(draft, files=[], row_parts=None)
+    from datamount.datasets import file_parts_writer  # pyarrow.compute: only for a commit
 
-    parts = write_file_parts(store, draft.name, draft.files)
-    return dataclasses.replace(draft, files=FileParts(store, folder, parts, f"{store.url}/{folder}"))
+    where = f"{store.url}/{folder}"
+    if draft.kind is not Kind.IMAGE or not draft.has_list:
+        parts = file_parts_writer.write_file_parts(store, draft.name, draft.files)
+        return dataclasses.replace(draft, files=FileParts(store, folder, parts, where), row_parts=None)
+    try:
+        pairs = file_parts_writer.list_pairs(store, layout.list_path(draft), draft.list_size, draft.rows)
+        parts, rows = file_parts_writer.write_indexes(
+            store, draft.name, draft.files, pairs, draft.rows, by_row=draft.objects
+        )
+    except ObjectNotFoundError as exc:
+        raise DatasetNotFoundError(
+            f"cannot commit a new version of {draft.name} in {store.url}: its list "
+            f"{store.url_for(layout.list_path(draft))} is not stored (removed meanwhile?); run the same command again"
+        ) from exc
+    except ValueError as exc:
+        raise ManifestError(f"cannot commit a new version of {draft.name} in {store.url}: {exc}") from exc
+    files = FileParts(store, folder, parts, where)
+    return dataclasses.replace(draft, files=files, row_parts=RowIndex(store, folder, rows, where))
 
 
 def _lock_held(store: Store, name: str, doing: str, kind: str = locks.SHARED) -> locks.Lock:
@@ -380,11 +398,13 @@ def named_files(draft: Manifest) -> dict[str, int]:
 
 
 def file_part_paths(manifest: Manifest) -> dict[str, int]:
-    """The store path and size of each part of ``manifest``'s file entries (none before format 6)."""
+    """The store path and size of each part of ``manifest``'s file entries (none before format 6) and of its row
+    index (format 7)."""
     if not isinstance(manifest.files, FileParts):
         return {}
     folder = layout.dataset_folder(manifest.name)
-    return {f"{folder}/{part.path}": part.size for part in manifest.files.parts}
+    rows = manifest.row_parts.parts if manifest.row_parts is not None else []
+    return {f"{folder}/{part.path}": part.size for part in [*manifest.files.parts, *rows]}
 
 
 def missing(store: Store, draft: Manifest) -> list[str]:

@@ -25,9 +25,9 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
-from datamount.datasets.errors import ManifestError
+from datamount.datasets.errors import ManifestError, MissingPartError
 from datamount.datasets.file_entry import EntrySequence, FileEntry, collector_paused
 from datamount.storage import IntegrityError, ObjectNotFoundError, Store
 from datamount.storage.cache import ContentCache
@@ -54,9 +54,12 @@ class FilePart:
     first: str
 
 
-class FileParts(EntrySequence):
-    """The file entries of a format-6 manifest, read part by part from ``store`` (the dataset's folder ``folder``)
-    when they are used: sorted by path; ``len`` and the files' total size from the manifest alone."""
+class StoredParts:
+    """Parquet parts of a version's index kept in ``store`` (the dataset's folder ``folder``), each read, checked
+    against its size and sha256, and decoded when it is first used (the last few used are kept decoded)."""
+
+    #: What the parts hold, for errors: "file entries", "row index".
+    holds = "file entries"
 
     def __init__(
         self,
@@ -75,28 +78,26 @@ class FileParts(EntrySequence):
         self._starts = [0]
         for part in self.parts:
             self._starts.append(self._starts[-1] + part.rows)
-        self._firsts = [part.first for part in self.parts]
-        self._kept: OrderedDict[int, _Part] = OrderedDict()
+        self._kept: OrderedDict[int, Any] = OrderedDict()
         self._lock = threading.Lock()
 
-    @property
-    def files_size(self) -> int:
-        """The total size of the files, from the manifest alone."""
-        return sum(part.files_size for part in self.parts)
-
-    def cached_in(self, cache: ContentCache | None) -> FileParts:
+    def cached_in(self, cache: ContentCache | None) -> Self:
         """These parts, read through ``cache`` (as they are, with none)."""
-        return self if cache is None else FileParts(self.store, self.folder, self.parts, self._where, cache)
+        return self if cache is None else type(self)(self.store, self.folder, self.parts, self._where, cache)
 
     def stored_in(self, store: Store, folder: str) -> bool:
         """Whether these parts are in ``store``'s dataset folder ``folder`` already."""
         return self.store is not None and self.store.url == store.url and self.folder == folder
 
-    def part_entries(self, number: int) -> list[FileEntry]:
-        """The entries of part ``number``, read and checked."""
-        return self._part(number).entries()
+    def __len__(self) -> int:
+        return self._starts[-1]
 
-    def _part(self, number: int) -> _Part:
+    def _part_of(self, position: int) -> tuple[Any, int]:
+        """The decoded part that holds ``position``, and ``position`` within it."""
+        number = bisect.bisect_right(self._starts, position) - 1
+        return self._part(number), position - self._starts[number]
+
+    def _part(self, number: int) -> Any:
         """Part ``number``, read, checked and decoded (the last few used are kept)."""
         with self._lock:
             kept = self._kept.get(number)
@@ -110,19 +111,23 @@ class FileParts(EntrySequence):
                 self._kept.popitem(last=False)
         return part
 
-    def _read(self, part: FilePart) -> _Part:
+    def _read(self, part: FilePart) -> Any:
         if self.store is None:
-            raise ManifestError(f"{self._where} keeps its files' entries in parts in its store; read it with the store")
+            raise ManifestError(f"{self._where} keeps its {self.holds} in parts in its store; read it with the store")
         path = f"{self.folder}/{part.path}"
         url = self.store.url_for(path)
         try:
             data = self._fetch(self.store, path, part)
         except ObjectNotFoundError as exc:
-            raise ManifestError(f"{self._where}: the part of its file entries {url} is missing") from exc
-        decoded = _Part(data, url)
+            raise MissingPartError(f"{self._where}: the part of its {self.holds} {url} is missing", exc) from exc
+        decoded = self._decode(data, url)
         if len(decoded) != part.rows:
-            raise ManifestError(f"{self._where}: {url} has {len(decoded)} file entries, not {part.rows}")
+            raise ManifestError(f"{self._where}: {url} has {len(decoded)} rows of {self.holds}, not {part.rows}")
         return decoded
+
+    def _decode(self, data: bytes, url: str) -> Any:
+        """The part ``data`` (read from ``url``) decoded: a subclass's."""
+        raise NotImplementedError
 
     def _fetch(self, store: Store, path: str, part: FilePart) -> bytes:
         """A part's bytes, checked against its size and sha256: from the cache when there is one (fetched into it
@@ -137,22 +142,73 @@ class FileParts(EntrySequence):
         data = store.read(path)
         if not intact(data):
             raise IntegrityError(
-                f"{self._where}: the part of its file entries {store.url_for(path)} does not match its size and "
+                f"{self._where}: the part of its {self.holds} {store.url_for(path)} does not match its size and "
                 "sha256: the store holds a damaged copy"
             )
         return data
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The parts' names and the store: the process that gets it reads the parts it needs.
+        return (type(self), (self.store, self.folder, self.parts, self._where, self.cache))
+
+
+class FileParts(StoredParts, EntrySequence):
+    """The file entries of a format-6 manifest, read part by part from ``store`` (the dataset's folder ``folder``)
+    when they are used: sorted by path; ``len`` and the files' total size from the manifest alone. From format 7
+    (an image version with a list), each entry's part also records the first list row that names its path."""
+
+    def __init__(
+        self,
+        store: Store | None,
+        folder: str,
+        parts: Sequence[FilePart],
+        where: str,
+        cache: ContentCache | None = None,
+    ) -> None:
+        super().__init__(store, folder, parts, where, cache)
+        self._firsts = [part.first for part in self.parts]
+
+    @property
+    def files_size(self) -> int:
+        """The total size of the files, from the manifest alone."""
+        return sum(part.files_size for part in self.parts)
+
+    def part_entries(self, number: int) -> list[FileEntry]:
+        """The entries of part ``number``, read and checked."""
+        return self._part(number).entries()
+
+    def _decode(self, data: bytes, url: str) -> _Part:
+        return _Part(data, url)
+
     def stored_entry(self, path: str) -> FileEntry | None:
         """The entry of ``path``, read from the one part that may hold it; ``None`` when there is none."""
-        number = bisect.bisect_right(self._firsts, path) - 1
-        return None if number < 0 else self._part(number).find(path)
+        found = self.located(path)
+        return None if found is None else found[0]
 
-    def __len__(self) -> int:
-        return self._starts[-1]
+    def located(self, path: str) -> tuple[FileEntry, int] | None:
+        """The entry of ``path`` and the first list row that names it (-1 when the parts do not record it, before
+        format 7), read from the one part that may hold it; ``None`` when there is none."""
+        number = bisect.bisect_right(self._firsts, path) - 1
+        if number < 0:
+            return None
+        part = self._part(number)
+        index = part.index(path)
+        return None if index < 0 else (part.entry(index), part.row(index))
+
+    def entries_from(self, path: str) -> Iterator[tuple[FileEntry, int]]:
+        """Each entry whose path is ``path`` or sorts after it, in order, with its first list row (as
+        :meth:`located`): a part at a time, from the one that may hold ``path``; the caller stops when it has what
+        it wants."""
+        number = max(bisect.bisect_right(self._firsts, path) - 1, 0)
+        for current in range(number, len(self.parts)):
+            part = self._part(current)
+            for index in range(part.first_at_or_after(path) if current == number else 0, len(part)):
+                yield part.entry(index), part.row(index)
 
     def _entry_at(self, position: int) -> FileEntry:
-        number = bisect.bisect_right(self._starts, position) - 1
-        return self._part(number).entry(position - self._starts[number])
+        part, index = self._part_of(position)
+        entry: FileEntry = part.entry(index)
+        return entry
 
     def __iter__(self) -> Iterator[FileEntry]:
         for number in range(len(self.parts)):
@@ -170,15 +226,11 @@ class FileParts(EntrySequence):
     def __repr__(self) -> str:
         return f"FileParts({len(self)} entries in {len(self.parts)} parts of {self._where})"
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        # The parts' names and the store: the process that gets it reads the parts it needs.
-        return (FileParts, (self.store, self.folder, self.parts, self._where, self.cache))
-
 
 class _Part:
     """One part's entries as its columns: an entry is made when it is asked for, all of them for a pass."""
 
-    __slots__ = ("_checks", "_digests", "_paths", "_sizes")
+    __slots__ = ("_checks", "_digests", "_paths", "_rows", "_sizes")
 
     def __init__(self, data: bytes, url: str) -> None:
         import pyarrow as pa
@@ -192,6 +244,7 @@ class _Part:
             self._sizes = table.column("size").combine_chunks()
             self._digests = table.column("sha256").combine_chunks()
             self._checks = table.column("xxh3").combine_chunks()
+            self._rows = table.column("row").combine_chunks() if "row" in table.column_names else None
         except (pa.ArrowException, KeyError) as exc:
             raise ManifestError(f"the part of file entries {url} is damaged: {exc}") from exc
 
@@ -203,11 +256,28 @@ class _Part:
         digest = self._digests[index].as_py().hex()
         return FileEntry(self._paths[index].as_py(), self._sizes[index].as_py(), digest, check.hex() if check else "")
 
-    def find(self, path: str) -> FileEntry | None:
-        import pyarrow.compute as pc
+    def row(self, index: int) -> int:
+        """The first list row that names entry ``index``'s path (-1 when none does, or the part does not say)."""
+        if self._rows is None:
+            return -1
+        row = self._rows[index].as_py()
+        return -1 if row is None else int(row)
 
-        index = pc.index(self._paths, path).as_py()
-        return None if index < 0 else self.entry(index)
+    def index(self, path: str) -> int:
+        """Where ``path`` is among the part's sorted paths (-1 when it is not)."""
+        at = self.first_at_or_after(path)
+        return at if at < len(self) and self._paths[at].as_py() == path else -1
+
+    def first_at_or_after(self, path: str) -> int:
+        """The index of the first path that is ``path`` or sorts after it (the part's length when none does)."""
+        low, high = 0, len(self)
+        while low < high:  # the paths are sorted: a binary search reads log2(rows) of them
+            middle = (low + high) // 2
+            if self._paths[middle].as_py() < path:
+                low = middle + 1
+            else:
+                high = middle
+        return low
 
     def entries(self) -> list[FileEntry]:
         text = _hex_text(self._digests, 32)

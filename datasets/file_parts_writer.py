@@ -1,10 +1,16 @@
-"""Writing a version's file entries as the parts a format-6 manifest lists (:mod:`datamount.datasets.file_parts`).
+"""Writing a version's file entries as the parts a format-6 manifest lists (:mod:`datamount.datasets.file_parts`),
+and an image version's indexes by path and by row (format 7, :mod:`datamount.datasets.row_index`).
 
 The entries are read once, in whatever order the writer gives them, and sorted by path in bounded memory: runs of
 :data:`RUN_ROWS` entries are made Arrow tables and sorted by Arrow; when there is more than one, they are spilled to
 temporary Arrow files and merged, a batch of each at a time (runs that follow each other in order, as a writer that
 sorted its files gives them, are read one after the other). Nothing is kept per entry beyond one run and one batch
 of each run: about 100 bytes an entry, so 110 MB for a run, and 1.5 MB for each run's batch.
+
+An image version's list gives each row's path: its ``(path, row)`` pairs are sorted by path the same way and joined
+with the sorted entries, a batch of entries at a time (each entry gets the first row that names it; a path no entry
+has is refused). Each row's file then goes to its place in a temporary file of fixed-width records (49 bytes a row,
+on disk, not in memory), which is read in row order into the row index's parts.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -30,6 +37,8 @@ from datamount.storage import ObjectExistsError, Store
 RUN_ROWS = 1 << 20
 #: Entries made Arrow columns at once from the writer's entries (the Python objects held meanwhile).
 _CONVERT_ROWS = 1 << 16
+#: Bytes of a list read at once for its rows' paths.
+LIST_READ_BYTES = 4 << 20
 #: Entries read at once from each spilled run while merging.
 _MERGE_ROWS = 1 << 14
 
@@ -41,7 +50,21 @@ SCHEMA = pa.schema(
         pa.field("xxh3", pa.binary(8)),
     ]
 )
+#: A list row's path and number, sorted by path to be joined with the entries.
+PAIR_SCHEMA = pa.schema([pa.field("path", pa.string(), nullable=False), pa.field("row", pa.int64(), nullable=False)])
+#: The row index's parts (:mod:`datamount.datasets.row_index`).
+ROW_SCHEMA = pa.schema(
+    [
+        pa.field("size", pa.int64(), nullable=False),
+        pa.field("sha256", pa.binary(32), nullable=False),
+        pa.field("xxh3", pa.binary(8)),
+    ]
+)
 _BY_PATH = [("path", "ascending")]
+#: One row's file in the temporary file the row index is gathered in: its size, sha256, xxh3-64 and whether it has
+#: one (and whether the row was given at all).
+_ROW_RECORD = np.dtype([("size", "<i8"), ("sha256", "V32"), ("xxh3", "V8"), ("given", "u1")])
+_HAS_XXH3, _GIVEN = 1, 2
 
 
 def write_file_parts(
@@ -58,8 +81,66 @@ def write_file_parts(
     Two entries with one path are a :class:`ValueError`: a version has one file per path."""
     folder = layout.dataset_folder(name)
     with tempfile.TemporaryDirectory(prefix="datamount-entries-") as spill:
-        ordered = _unique(_sorted_by_path(entries, Path(spill), run_rows))
+        ordered = _unique(_sorted_by_path(_entry_tables(entries), Path(spill), run_rows, SCHEMA))
         return [_store_part(store, folder, part) for part in _cut(ordered, rows_per_part)]
+
+
+def write_indexes(
+    store: Store,
+    name: str,
+    entries: Iterable[FileEntry],
+    pairs: Iterable[pa.Table],
+    rows: int,
+    *,
+    by_row: bool,
+    rows_per_part: int = 0,
+    run_rows: int = RUN_ROWS,
+) -> tuple[list[FilePart], list[FilePart]]:
+    """Store an image version's indexes in dataset ``name``: its ``entries`` sorted by path, each with the first row
+    that names it (as :func:`write_file_parts`), and, ``by_row``, the row index of its ``rows`` list rows, given as
+    ``pairs`` (tables of :data:`PAIR_SCHEMA`, each row once); the parts of each, in order.
+
+    A row whose path no entry has, or a row not given, is a :class:`ValueError` naming it. ``rows_per_part``: 0 for
+    :data:`~datamount.datasets.file_parts.ROWS_PER_PART`."""
+    rows_per_part = rows_per_part or ROWS_PER_PART
+    folder = layout.dataset_folder(name)
+    with tempfile.TemporaryDirectory(prefix="datamount-indexes-") as spill:
+        ordered = _unique(_sorted_by_path(_entry_tables(entries), Path(spill) / "entries", run_rows, SCHEMA))
+        sorted_pairs = _sorted_by_path(iter(pairs), Path(spill) / "pairs", run_rows, PAIR_SCHEMA)
+        gathered = _RowRecords(Path(spill) / "rows.bin", rows) if by_row else None
+        joined = _joined(ordered, sorted_pairs, gathered)
+        path_parts = [_store_part(store, folder, part) for part in _cut(joined, rows_per_part)]
+        if gathered is None:
+            return path_parts, []
+        row_parts = [_store_part(store, folder, part) for part in gathered.parts(rows_per_part)]
+        return path_parts, row_parts
+
+
+def list_pairs(store: Store, path: str, size: int, rows: int) -> Iterator[pa.Table]:
+    """Each row's path and number in the normalised list of ``rows`` rows at ``path`` (``size`` bytes), as tables
+    of :data:`PAIR_SCHEMA`, read :data:`LIST_READ_BYTES` at a time and split by Arrow (no Python object per row; a
+    list that has not ``rows`` rows is a :class:`ValueError`)."""
+    ranges = [(start, min(start + LIST_READ_BYTES, size)) for start in range(0, size, LIST_READ_BYTES)]
+    row, carried = 0, b""
+    for raw in store.read_ranges(path, ranges, max_requests=2):
+        whole = carried + raw
+        cut = whole.rfind(b"\n") + 1
+        carried = whole[cut:]
+        if cut:
+            paths = _first_fields(whole[:cut])
+            yield pa.Table.from_arrays([paths, pa.array(np.arange(row, row + len(paths)))], schema=PAIR_SCHEMA)
+            row += len(paths)
+    if carried:
+        raise ValueError(f"its list {store.url_for(path)} does not end with a line's end")
+    if row != rows:
+        raise ValueError(f"its list {store.url_for(path)} has {row:,} rows, not {rows:,}")
+
+
+def _first_fields(lines: bytes) -> pa.Array:
+    """The first field (up to a tab) of each line of ``lines`` (whole lines of a normalised list, none empty)."""
+    split = pc.split_pattern(pa.array([lines[:-1]], pa.binary()), "\n").flatten()
+    first = pc.list_element(pc.split_pattern(split, "\t", max_splits=1), 0)
+    return first.cast(pa.string())
 
 
 def entry_table(entries: Sequence[FileEntry]) -> pa.Table:
@@ -85,19 +166,28 @@ def _binary(values: Sequence[str], width: int) -> pa.Array:
     return pa.array([bytes.fromhex(value) if value else None for value in values], pa.binary(width))
 
 
-def _sorted_by_path(entries: Iterable[FileEntry], spill: Path, run_rows: int) -> Iterator[pa.Table]:
-    """``entries`` sorted by path, as tables, holding at most one run of ``run_rows`` of them in memory."""
+def _entry_tables(entries: Iterable[FileEntry]) -> Iterator[pa.Table]:
+    """``entries`` as tables of :data:`SCHEMA`, :data:`_CONVERT_ROWS` at a time."""
+    given = iter(entries)
+    while chunk := list(itertools.islice(given, _CONVERT_ROWS)):
+        yield entry_table(chunk)
+
+
+def _sorted_by_path(tables: Iterator[pa.Table], spill: Path, run_rows: int, schema: pa.Schema) -> Iterator[pa.Table]:
+    """The rows of ``tables`` (of ``schema``) sorted by path, as tables, holding at most one run of ``run_rows`` of
+    them in memory (more are spilled to the folder ``spill``)."""
     runs: list[Path] = []
     in_order = True  # every run after the one before it: read them one after the other, no merge
     last = ""
-    for run in _runs(iter(entries), run_rows):
+    spill.mkdir(exist_ok=True)
+    for run in _runs(tables, run_rows):
         paths = run.column("path")
         in_order = in_order and (not runs or paths[0].as_py() > last)
         last = paths[-1].as_py()
         if not runs and run.num_rows < run_rows:  # the only run: no disk
             yield run
             return
-        runs.append(_spill(run, spill / f"run-{len(runs)}.arrow"))
+        runs.append(_spill(run, spill / f"run-{len(runs)}.arrow", schema))
     if in_order:
         for path in runs:
             yield from _read_run(path)
@@ -105,24 +195,29 @@ def _sorted_by_path(entries: Iterable[FileEntry], spill: Path, run_rows: int) ->
         yield from _merged([_read_run(path) for path in runs])
 
 
-def _runs(entries: Iterator[FileEntry], run_rows: int) -> Iterator[pa.Table]:
-    while True:
-        pieces = []
-        rows = 0
-        while rows < run_rows and (chunk := list(itertools.islice(entries, min(_CONVERT_ROWS, run_rows - rows)))):
-            pieces.append(entry_table(chunk))
-            rows += len(chunk)
-        if not rows:
-            return
-        run = pa.concat_tables(pieces).combine_chunks()
-        yield run.take(pc.sort_indices(run, sort_keys=_BY_PATH))
-        if rows < run_rows:
-            return
+def _runs(tables: Iterator[pa.Table], run_rows: int) -> Iterator[pa.Table]:
+    """The rows of ``tables`` in runs of ``run_rows`` (the last one shorter), each sorted by path."""
+    held: list[pa.Table] = []
+    rows = 0
+    for table in tables:
+        held.append(table)
+        rows += table.num_rows
+        while rows >= run_rows:
+            joined = pa.concat_tables(held)
+            yield _by_path(joined.slice(0, run_rows))
+            held, rows = [joined.slice(run_rows)], rows - run_rows
+    if rows:
+        yield _by_path(pa.concat_tables(held))
 
 
-def _spill(run: pa.Table, path: Path) -> Path:
+def _by_path(table: pa.Table) -> pa.Table:
+    table = table.combine_chunks()
+    return table.take(pc.sort_indices(table, sort_keys=_BY_PATH))
+
+
+def _spill(run: pa.Table, path: Path, schema: pa.Schema) -> Path:
     options = pa.ipc.IpcWriteOptions(compression="lz4")
-    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, SCHEMA, options=options) as writer:
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, schema, options=options) as writer:
         writer.write_table(run, max_chunksize=_MERGE_ROWS)
     return path
 
@@ -186,15 +281,102 @@ def _cut(tables: Iterator[pa.Table], rows: int) -> Iterator[pa.Table]:
         yield pa.concat_tables(held)
 
 
+def _joined(entries: Iterator[pa.Table], pairs: Iterator[pa.Table], gathered: _RowRecords | None) -> Iterator[pa.Table]:
+    """The sorted ``entries`` with a ``row`` column, each entry's first row among the sorted ``pairs`` (null for an
+    entry no row names); each pair's entry's file put in ``gathered`` at its row."""
+    waiting = pa.Table.from_batches([], PAIR_SCHEMA)
+    for table in entries:
+        last = table.column("path")[-1].as_py()
+        held = [waiting]
+        while True:  # every pair up to the entries' last path (the pairs after it wait for the next entries)
+            within = pc.less_equal(waiting.column("path"), last) if waiting.num_rows else None
+            if within is not None and not pc.all(within).as_py():
+                break
+            following = next(pairs, None)
+            if following is None:
+                break
+            held.append(following)
+            waiting = following
+        together = pa.concat_tables(held).combine_chunks()
+        inside = pc.less_equal(together.column("path"), last)
+        mine, waiting = together.filter(inside), together.filter(pc.invert(inside))
+        yield _with_first_rows(table, mine, gathered)
+    for left in itertools.chain([waiting], pairs):  # pairs after the last entry
+        if left.num_rows:
+            raise ValueError(f"the list names {left.column('path')[0].as_py()!r}, which has no file entry")
+
+
+def _with_first_rows(entries: pa.Table, pairs: pa.Table, gathered: _RowRecords | None) -> pa.Table:
+    """``entries`` with the first row of ``pairs`` that names each (all of ``pairs`` name one of them)."""
+    at = pc.index_in(pairs.column("path"), value_set=entries.column("path"))
+    if at.null_count:
+        unknown = pairs.column("path").filter(pc.is_null(at))[0].as_py()
+        raise ValueError(f"the list names {unknown!r}, which has no file entry")
+    if gathered is not None:
+        gathered.put(pairs.column("row"), entries.take(at))
+    firsts = pairs.group_by("path").aggregate([("row", "min")])
+    where = pc.index_in(entries.column("path"), value_set=firsts.column("path"))
+    return entries.append_column("row", firsts.column("row_min").take(where))
+
+
+class _RowRecords:
+    """Each row's file, put at its row in a temporary file of fixed-width records, then read in row order."""
+
+    def __init__(self, path: Path, rows: int) -> None:
+        self._rows = rows
+        self._records = np.lib.format.open_memmap(path, mode="w+", dtype=_ROW_RECORD, shape=(max(rows, 1),))
+
+    def put(self, rows: pa.ChunkedArray, files: pa.Table) -> None:
+        at = rows.to_numpy()
+        if len(at) and (at.min() < 0 or at.max() >= self._rows):
+            raise ValueError(f"a list row numbered {int(at.max() if at.max() >= self._rows else at.min())}")
+        records = self._records
+        records["size"][at] = files.column("size").to_numpy()
+        records["sha256"][at] = _fixed(files.column("sha256"), 32)
+        checks = files.column("xxh3").combine_chunks()
+        flags = np.full(len(at), _GIVEN, np.uint8)
+        if checks.null_count < len(checks):
+            valid = checks.is_valid().to_numpy(zero_copy_only=False)
+            records["xxh3"][at] = _fixed(checks, 8)
+            flags |= valid.astype(np.uint8) * _HAS_XXH3
+        records["given"][at] = flags
+
+    def parts(self, rows_per_part: int) -> Iterator[pa.Table]:
+        """The rows' files in row order, as tables of :data:`ROW_SCHEMA` of ``rows_per_part`` rows."""
+        for start in range(0, self._rows, rows_per_part):
+            chunk = np.asarray(self._records[start : start + rows_per_part])
+            given = chunk["given"]
+            if not (given & _GIVEN).all():
+                raise ValueError(f"list row {start + int(np.argmin(given & _GIVEN))} has no file entry")
+            has = (given & _HAS_XXH3).astype(bool)
+            digests = pa.FixedSizeBinaryArray.from_buffers(
+                pa.binary(32), len(chunk), [None, pa.py_buffer(chunk["sha256"].tobytes())]
+            )
+            checks = pa.FixedSizeBinaryArray.from_buffers(
+                pa.binary(8), len(chunk), [None, pa.py_buffer(chunk["xxh3"].tobytes())]
+            )
+            checks = pc.if_else(pa.array(has), checks, pa.nulls(len(chunk), pa.binary(8)))
+            yield pa.Table.from_arrays([pa.array(chunk["size"]), digests, checks], schema=ROW_SCHEMA)
+
+
+def _fixed(column: pa.ChunkedArray | pa.Array, width: int) -> np.ndarray:
+    """A fixed-width binary column's values as an array of ``width``-byte values (a null's bytes are anything)."""
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    return np.frombuffer(array.buffers()[1], dtype=f"V{width}", count=len(array), offset=array.offset * width)
+
+
 def encode_part(table: pa.Table) -> bytes:
-    """The Parquet bytes of a part holding ``table``'s entries."""
+    """The Parquet bytes of a part holding ``table`` (entries by path, or a row index's rows): paths
+    delta-encoded (sorted paths share their prefixes), integers delta-packed, zstd."""
+    integers = {name: "DELTA_BINARY_PACKED" for name in ("size", "row") if name in table.column_names}
+    paths = {"path": "DELTA_BYTE_ARRAY"} if "path" in table.column_names else {}
     out = io.BytesIO()
     pq.write_table(
         table.combine_chunks(),
         out,
         compression="zstd",
         use_dictionary=False,
-        column_encoding={"path": "DELTA_BYTE_ARRAY", "size": "DELTA_BINARY_PACKED"},
+        column_encoding=paths | integers,
         write_statistics=False,
         store_schema=False,
     )
@@ -202,10 +384,13 @@ def encode_part(table: pa.Table) -> bytes:
 
 
 def _store_part(store: Store, folder: str, table: pa.Table) -> FilePart:
+    """Store one part (named by its content) of entries by path (its ``first`` path is the part's first) or of a row
+    index (``first`` is empty: rows are found by number)."""
     data = encode_part(table)
     sha256 = hashlib.sha256(data).hexdigest()
     key = layout.file_part_key(sha256)
     with contextlib.suppress(ObjectExistsError):  # named by its content: the same part, stored by an earlier commit
         store.create(f"{folder}/{key}", data)
     files_size = pc.sum(table.column("size")).as_py() or 0
-    return FilePart(key, table.num_rows, len(data), sha256, files_size, table.column("path")[0].as_py())
+    first = table.column("path")[0].as_py() if "path" in table.column_names else ""
+    return FilePart(key, table.num_rows, len(data), sha256, files_size, first)

@@ -26,6 +26,7 @@ from datamount.datasets.errors import ManifestError
 from datamount.datasets.file_entry import FileEntry, collector_paused
 from datamount.datasets.file_parts import FILE_PARTS_KEY, FilePart, FileParts
 from datamount.datasets.list_blocks import ListBlocks
+from datamount.datasets.row_index import ROW_PARTS_KEY, RowIndex
 from datamount.storage import Store
 from datamount.storage.cache import ContentCache
 
@@ -40,8 +41,13 @@ from datamount.storage.cache import ContentCache
 #: their sha256 that the manifest lists (:class:`FilePart`, :class:`FileParts`): the document stays a few hundred
 #: bytes per 65,536 files, and one file's entry is found reading one part; and it records where each block of 1,024
 #: lines of the list starts, with the block's xxh3-64 (:class:`ListBlocks`): a row of a text version is read, checked,
-#: without the rest of the list. The newest format this reads:
-FORMAT_VERSION = 6
+#: without the rest of the list. Format 7 indexes an image version's rows (:mod:`datamount.datasets.row_index`): each
+#: file entry records the first list row that names its path, and a version whose files are objects has a row index
+#: (``row_parts``): a row's file, or a path's row, is found reading one part. The newest format this reads:
+FORMAT_VERSION = 7
+#: The format of a manifest whose entries record their rows, with a row index where its files are objects (format
+#: 7's additions).
+ROW_INDEX_FORMAT_VERSION = 7
 #: The format of a manifest whose file entries are in parts of their own, or whose list's blocks it records (format
 #: 6's additions).
 FILE_PARTS_FORMAT_VERSION = 6
@@ -211,6 +217,9 @@ class Manifest:
     extra: dict[str, Any] = field(default_factory=dict)
     #: Whether :attr:`files` are stored as objects; false for an image version uploaded straight into shards.
     objects: bool = True
+    #: An image version's row index (format 7): empty for one whose files are not objects, ``None`` before format 7
+    #: (then neither its rows' files nor its entries' rows are indexed).
+    row_parts: RowIndex | None = None
     #: Set by the commit: the version number, when it was committed, and by which datamount.
     version: int = 0
     created: str = ""
@@ -233,6 +242,14 @@ class Manifest:
             object.__setattr__(self, "format_version", max(self.format_version, SHARD_CHECKS_FORMAT_VERSION))
         if isinstance(self.files, FileParts) or self.list_blocks is not None:
             object.__setattr__(self, "format_version", max(self.format_version, FILE_PARTS_FORMAT_VERSION))
+        if self.row_parts is not None:
+            object.__setattr__(self, "format_version", max(self.format_version, ROW_INDEX_FORMAT_VERSION))
+
+    @property
+    def indexed(self) -> bool:
+        """Whether the version's rows are indexed (format 7): its entries record their first rows, and its rows'
+        files are in :attr:`row_parts` where they are objects."""
+        return self.row_parts is not None and isinstance(self.files, FileParts)
 
     @property
     def files_size(self) -> int:
@@ -268,8 +285,11 @@ class Manifest:
     def to_json(self) -> bytes:
         """The manifest's JSON document: its files' entries in it (a list of files), or the parts that hold them
         (:class:`FileParts`, which :func:`datamount.datasets.catalog.commit` makes of any other sequence)."""
-        body = asdict(dataclasses.replace(self, files=[]))
+        body = asdict(dataclasses.replace(self, files=[], row_parts=None))
         del body["manifest_sha256"]
+        del body["row_parts"]
+        if self.row_parts is not None:
+            body[ROW_PARTS_KEY] = [dataclasses.asdict(part) for part in self.row_parts.parts]
         body["kind"] = self.kind.value
         if self.list_blocks is None:
             del body["list_blocks"]
@@ -298,6 +318,7 @@ class Manifest:
             values = msgspec.json.decode(data, type=dict[str, msgspec.Raw])
             raw_files = values.pop("files", None)
             raw_parts = values.pop(FILE_PARTS_KEY, None)
+            raw_rows = values.pop(ROW_PARTS_KEY, None)
             body = {key: msgspec.json.decode(value) for key, value in values.items()}
             if body.get("format_version", 0) > FORMAT_VERSION:
                 raise ManifestError(
@@ -312,6 +333,9 @@ class Manifest:
                 files = FileParts(store, _dataset_folder(body["name"]), parts, where, cache)
             else:
                 files = FileList(raw_files if raw_files is not None else b"[]", where)
+            if raw_rows is not None:
+                row_parts = [FilePart(**part) for part in msgspec.json.decode(raw_rows)]
+                body["row_parts"] = RowIndex(store, _dataset_folder(body["name"]), row_parts, where, cache)
             body.pop("manifest_sha256", None)  # never written: what the bytes are is computed from them
             return cls(files=files, manifest_sha256=hashlib.sha256(data).hexdigest(), **body)
         except ManifestError:

@@ -63,6 +63,7 @@ def verify(store: Store, manifest: Manifest, *, on_checked: Callable[[int], None
     report = VerifyReport(manifest)
     folder = layout.dataset_folder(manifest.name)
     parts = manifest.files.parts if isinstance(manifest.files, FileParts) else []
+    row_parts = manifest.row_parts.parts if manifest.row_parts is not None else []
 
     def objects() -> Iterator[Target]:
         # Read from the parts once they are checked: a damaged part is reported, not raised.
@@ -76,6 +77,7 @@ def verify(store: Store, manifest: Manifest, *, on_checked: Callable[[int], None
         if manifest.has_list
         else [],
         ((f"{folder}/{part.path}", part.size, part.sha256, f"file entries {part.path}", part) for part in parts),
+        ((f"{folder}/{part.path}", part.size, part.sha256, f"row index {part.path}", part) for part in row_parts),
         objects(),
         ((layout.shard_path(manifest.name, s), s.size, s.sha256, f"shard {s.path}", s) for s in manifest.shards),
     )

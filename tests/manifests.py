@@ -13,6 +13,7 @@ def inline_body(store: Store, name: str, version: int = 1) -> dict[str, Any]:
     """The JSON document of version ``version`` of ``name`` as format 5 wrote it: its file entries in it
     (``[path, size, sha256, xxh3]``, the xxh3-64 left out when empty), not in parts, and no blocks of its list."""
     body = json.loads(store.read(layout.manifest_path(name, version)))
+    body.pop("row_parts", None)
     if body.pop("list_blocks", None) is not None:
         body["format_version"] = 5
     if "file_parts" in body:

@@ -13,6 +13,7 @@ from datamount.datasets.errors import DatasetNotFoundError
 from datamount.datasets.list_blocks import ListBlocks
 from datamount.datasets.manifest import FileEntry, Manifest, collector_paused
 from datamount.datasets.repairs import object_repair
+from datamount.datasets.row_index import RowIndex
 from datamount.datasets.rows.missing import missing_list, missing_object, objects_read
 from datamount.datasets.rows.source import DEFAULT_ROWS_PER_SPAN, Piece, Row, clip, line_spans, out_of_range
 from datamount.storage import IntegrityError, ObjectNotFoundError, Store
@@ -251,6 +252,10 @@ class ObjectRows(ListRows):
     """The rows of an unpacked image version: each file's bytes, read from its object with many reads in flight
     (at most ``max_requests`` requests and ``max_bytes`` bytes), then its labels.
 
+    Each row's object is found in the version's row index (format 7, :mod:`datamount.datasets.row_index`), a part at a
+    time, and its labels in its list's block: opening a version, its first sample and row ``i`` cost the same
+    whatever its rows. A version from before format 7 finds them from its whole list and every file's entry.
+
     Every object's size is checked before its row is yielded, and (``verify``, the default) its xxh3-64 (its sha256
     in a version from before format 4): a damaged object is an :class:`IntegrityError`, never a sample.
     """
@@ -270,61 +275,88 @@ class ObjectRows(ListRows):
         self.max_bytes = max_bytes
         self.verify = verify
 
+    @property
+    def _index(self) -> RowIndex | None:
+        """The version's row index, when it has one."""
+        index = self.manifest.row_parts
+        return index if index is not None and len(index) == len(self) else None
+
     @functools.cached_property
     def _files(self) -> list[FileEntry]:
-        """Each row's file, found on first use (its object's location is made as the row is read)."""
+        """Each row's file, from the whole list, for a version without a row index (found on first use)."""
         return row_files(self.manifest, self._lines)
+
+    def _location(self, row: int) -> ObjectLocation:
+        """Where row ``row``'s file is."""
+        index = self._index
+        if index is None:
+            return object_location(self.manifest, self._files[row])
+        file = index.file(row)
+        return ObjectLocation(layout.object_path(self.manifest.name, file.sha256), file.size, file.sha256, file.xxh3)
 
     def rows(self, start: int, stop: int) -> Iterator[Row]:
         start, stop = clip(start, stop, len(self))
-        return self._read(range(start, stop))
+        if self._index is None:
+            return self._read(range(start, stop), None)
+        return self._read(range(start, stop), self._lines_between(start, stop))
+
+    def _lines_between(self, start: int, stop: int) -> Iterator[Line]:
+        """The lines of rows ``start`` to ``stop - 1``, read when the first is taken (inside the pass: a part not
+        found is explained as the pass explains it)."""
+        yield from ListRows.rows(self, start, stop)
+
+    def _lines_of(self, pieces: Iterable[Piece]) -> Iterator[Line]:
+        """The lines of ``pieces``' rows, read when the first is taken."""
+        yield from ListRows.pieces(self, pieces)
 
     def row(self, index: int) -> Row:
         if not 0 <= index < len(self):
             raise out_of_range(index, self.manifest, len(self))
-        location = object_location(self.manifest, self._files[index])  # needs the whole list: its head is not read
+        location = self._location(index)
+        line = super().row(index) if self._index is not None else self._lines[index]
         try:
             data = self.store.read(location.path)
         except ObjectNotFoundError as missing:
             raise missing_object(self.store, self.manifest, index, location.path, missing) from missing
         checked = check_object(self.store, self.manifest, index, location, data)
         self.tally.add("bytes_verified", len(checked))
-        return (checked, *self._lines[index][1:])
+        return (checked, *line[1:])
 
     def pieces(self, pieces: Iterable[Piece]) -> Iterator[Row]:
-        return self._read(row for piece in pieces for row in piece.rows)
+        if self._index is None:
+            return self._read((row for piece in pieces for row in piece.rows), None)
+        wanted, taken = itertools.tee(pieces)
+        return self._read((row for piece in wanted for row in piece.rows), self._lines_of(taken))
 
     @functools.cached_property
     def _sha256_only(self) -> bool:
-        """Whether some file has no xxh3-64 (a version from before format 4): then the store computes each object's
-        sha256 as it arrives, on threads of its own."""
+        """Whether some file has no xxh3-64 (a version from before format 4, or copied from one): then the store
+        computes each object's sha256 as it arrives, on threads of its own."""
+        index = self._index
+        if index is not None:
+            return bool(len(index)) and not index.file(0).xxh3
         return any(not entry.xxh3 for entry in self._files)
 
-    def _read(self, rows: Iterable[int]) -> Iterator[Row]:
-        """Rows ``rows`` in that order, one window of reads in flight across all of them, each object checked before
-        its row is yielded (with ``verify``, against its xxh3-64, or its sha256 as the store computed it)."""
-        files, lines, manifest = self._files, self._lines, self.manifest
-        located = ((row, object_location(manifest, files[row])) for row in rows)
+    def _read(self, rows: Iterable[int], lines: Iterator[Line] | None) -> Iterator[Row]:
+        """Rows ``rows`` in that order (their ``lines``, in the same order, or from the whole list when not given),
+        one window of reads in flight across all of them, each object checked before its row is yielded (with
+        ``verify``, against its xxh3-64, or its sha256 as the store computed it)."""
+        manifest = self.manifest
+        located = ((row, self._location(row)) for row in rows)
         for_paths, for_sizes, for_checks = itertools.tee(located, 3)
         paths = (location.path for _, location in for_paths)
         sizes = (location.size for _, location in for_sizes)
+        every_line = self._lines if lines is None else None
         # Objects checked by size alone are not counted. Each object's count is an addition, not a lock, and the
         # reports made while the pass runs see it (datamount.storage.counters.RunningCount).
         counting = self.tally.running("bytes_verified") if self.verify else contextlib.nullcontext(RunningCount(""))
         with counting as verified:
-            if not (self.verify and self._sha256_only):
-                blobs = self.store.read_many(
-                    paths, sizes=sizes, max_requests=self.max_requests, max_bytes=self.max_bytes
-                )
-                for row, location, data in objects_read(self.store, manifest, for_checks, blobs):
-                    checked = check_object(self.store, manifest, row, location, data, hashed=self.verify)
-                    verified.value += len(checked)
-                    yield (checked, *lines[row][1:])
-                return
-            hashed = self.store.read_many_hashed(
-                paths, sizes=sizes, max_requests=self.max_requests, max_bytes=self.max_bytes
-            )
-            for row, location, (data, digest) in objects_read(self.store, manifest, for_checks, hashed):
-                checked = check_object(self.store, manifest, row, location, data, digest=digest)
+            hashing = self.verify and self._sha256_only
+            reads = self.store.read_many_hashed if hashing else self.store.read_many
+            blobs = reads(paths, sizes=sizes, max_requests=self.max_requests, max_bytes=self.max_bytes)
+            for row, location, read in objects_read(self.store, manifest, for_checks, blobs):
+                data, digest = read if hashing else (read, None)
+                checked = check_object(self.store, manifest, row, location, data, hashed=self.verify, digest=digest)
                 verified.value += len(checked)
-                yield (checked, *lines[row][1:])
+                line = every_line[row] if every_line is not None else next(lines)  # type: ignore[arg-type]
+                yield (checked, *line[1:])

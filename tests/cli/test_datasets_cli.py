@@ -67,7 +67,7 @@ def test_upload_then_catalog_commands(store_dir: str, make_image_list: MakeImage
     assert head.output.splitlines() == ["(<JPEG 303 bytes>, '0')", "(<JPEG 304 bytes>, '1')"]
 
     verified = run("verify", "cats", "--store", store_dir, "--quiet")
-    assert verified.exit_code == 0 and "all 10 objects match" in verified.output  # the list, the entries' part, 8 files
+    assert verified.exit_code == 0 and "all 11 objects match" in verified.output  # the list, 2 index parts, 8 files
 
 
 def test_pack_twice_says_the_version_is_packed_and_info_counts_the_versions_kept(
@@ -99,7 +99,7 @@ def test_verify_fails_on_a_corrupt_object(store_dir: str, make_image_list: MakeI
     store.write(victim, b"tampered")
     result = run("verify", "cats", "--store", store_dir, "--quiet")
     assert result.exit_code == 1
-    assert "wrong size" in result.output and "1 of 5 objects does not match the manifest" in result.output
+    assert "wrong size" in result.output and "1 of 6 objects does not match the manifest" in result.output
 
 
 def test_verify_counts_and_words_missing_objects_apart_from_damaged_ones(
@@ -107,22 +107,22 @@ def test_verify_counts_and_words_missing_objects_apart_from_damaged_ones(
 ) -> None:
     run("upload", str(make_image_list(6)), "cats", "--store", store_dir)
     store = open_store(store_dir)
-    objects = sorted(store.list("datasets/cats/objects"))  # 6 objects, the list and the entries' part: 8 checked
+    objects = sorted(store.list("datasets/cats/objects"))  # 6 objects, the list, 2 index parts: 9 checked
     store.remove(objects[0])
     missing = run("verify", "cats", "--store", store_dir, "--quiet")
     assert missing.exit_code == 1
-    assert missing.output.splitlines()[-1] == "cats@1: 1 of 8 objects is missing", missing.output
+    assert missing.output.splitlines()[-1] == "cats@1: 1 of 9 objects is missing", missing.output
     store.remove(objects[1])
     for victim in objects[2:4]:
         store.write(victim, b"tampered")
     both = run("verify", "cats", "--store", store_dir, "--quiet")
     assert both.output.count("missing: ") == 2 and both.output.count("wrong size: ") == 2, both.output
-    assert both.output.splitlines()[-1] == "cats@1: 2 of 8 objects are missing and 2 do not match the manifest"
+    assert both.output.splitlines()[-1] == "cats@1: 2 of 9 objects are missing and 2 do not match the manifest"
     still = run("verify", "cats", "--repair", "--store", store_dir, "--quiet")
     assert still.exit_code == 1
     assert (
         still.output.splitlines()[-1]
-        == "cats@1: 2 of 8 objects are still missing and 2 still do not match the manifest"
+        == "cats@1: 2 of 9 objects are still missing and 2 still do not match the manifest"
     )
 
 

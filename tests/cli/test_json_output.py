@@ -60,7 +60,7 @@ def test_verify_reports_damage_with_exit_status_1(store_dir: str) -> None:
     store = open_store(store_dir)
     ok = run_json("verify", "cats", "--store", store_dir)
     assert (ok["dataset"], ok["version"], ok["ok"], ok["problems"]) == ("cats", 2, True, [])
-    assert ok["checked"] == 8  # six objects, the list and the part of the file entries
+    assert ok["checked"] == 9  # six objects, the list and the parts of the entries and of the row index
     entry = catalog.resolve(store, "cats").files[0]
     store.write(layout.object_path("cats", entry.sha256), b"not the bytes uploaded")
     found = run_json("verify", "cats", "--store", store_dir, code=1)

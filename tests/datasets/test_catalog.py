@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from datamount.datasets import catalog, layout, verify
 from datamount.datasets.errors import DatasetNotFoundError, InvalidDatasetNameError, ManifestError
-from datamount.datasets.manifest import FILE_PARTS_FORMAT_VERSION, FORMAT_VERSION, Manifest
+from datamount.datasets.manifest import FORMAT_VERSION, ROW_INDEX_FORMAT_VERSION, Manifest
 from datamount.datasets.names import DatasetRef, parse_ref, validate_name
 from datamount.datasets.upload import upload
 from datamount.readers import reader
@@ -35,7 +35,7 @@ def test_verify_reports_every_missing_and_corrupt_object(store: Store, make_imag
     store.write(f"{folder}/{layout.object_key(second.sha256)}", b"\xff\xd8\xff" + b"x" * (second.size - 3))  # same size
     store.write(f"{folder}/{layout.object_key(third.sha256)}", b"short")
     report = verify(store, manifest)
-    assert report.checked == 1 + 1 + 6 and not report.ok  # the list, the part of the file entries, the objects
+    assert report.checked == 1 + 1 + 1 + 6 and not report.ok  # the list, the entries and row index parts, objects
     assert len(report.problems) == 3
     joined = "\n".join(report.problems)
     assert f"missing: {first.path}" in joined
@@ -57,13 +57,13 @@ def test_verify_reports_a_file_whose_recorded_xxh3_is_not_its_content(
     assert body["files"][1][0] in report.problems[0] and "0" * 16 in report.problems[0]
 
 
-def test_uploaded_files_carry_their_xxh3_in_parts_of_format_6(
+def test_uploaded_files_carry_their_xxh3_in_parts_of_format_7(
     local_store: Store, make_image_list: MakeImageList
 ) -> None:
     list_file = make_image_list(4)
     manifest = upload(list_file, "d", store=local_store).manifest
     body = json.loads(local_store.read("datasets/d/versions/1.json"))
-    assert body["format_version"] == manifest.format_version == FILE_PARTS_FORMAT_VERSION == 6
+    assert body["format_version"] == manifest.format_version == ROW_INDEX_FORMAT_VERSION == 7
     # Empty files: an older datamount reads them before the format number, then refuses the number.
     assert body["files"] == [] and [part["rows"] for part in body["file_parts"]] == [4]
     for path, size, sha256, fast in catalog.resolve(local_store, "d").files:

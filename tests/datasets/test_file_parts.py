@@ -14,7 +14,7 @@ import pytest
 import xxhash
 
 from datamount.datasets import catalog, layout, locks, upload
-from datamount.datasets.errors import ManifestError
+from datamount.datasets.errors import MissingPartError
 from datamount.datasets.file_parts import FileParts
 from datamount.datasets.file_parts_writer import write_file_parts
 from datamount.datasets.manifest import FileEntry
@@ -75,7 +75,7 @@ def test_a_commit_stores_the_entries_in_sorted_parts_iterating_them_once(
         committed = catalog.commit(local_store, draft)
     assert given.passes == 1
     read = catalog.resolve(local_store, "d@2")
-    assert isinstance(read.files, FileParts) and read.format_version == 6
+    assert isinstance(read.files, FileParts) and read.format_version == 7
     assert list(read.files) == sorted(shuffled) == list(first.files)
     assert read.files == committed.files and read.files_size == sum(entry.size for entry in shuffled)
     assert list(reader("d@2", local_store)()) == image_rows(list_file)
@@ -118,7 +118,7 @@ def test_entry_i_and_the_entry_of_a_path_are_read_from_their_part_alone(local_st
     assert files.stored_entry(given[3 * 256 + 7].path + "x") is None
     assert len(files) == 2_000
     with pytest.raises(
-        ManifestError, match=r"the part of its file entries file://.*/entries/[0-9a-f]{64}\.parquet is missing"
+        MissingPartError, match=r"the part of its file entries file://.*/entries/[0-9a-f]{64}\.parquet is missing"
     ):
         files[0]
     with pytest.raises(IndexError):
@@ -132,8 +132,10 @@ def test_a_damaged_part_is_an_integrity_error(local_store: Store, make_image_lis
     data = bytearray(local_store.read(path))
     data[len(data) // 2] ^= 0xFF
     local_store.write(path, bytes(data))
-    with pytest.raises(IntegrityError, match=r"entries/[0-9a-f]{64}\.parquet does not match its size and sha256"):
-        list(reader("d", local_store)())
+    files = catalog.resolve(local_store, "d").files
+    assert isinstance(files, FileParts)
+    with pytest.raises(IntegrityError, match=r"file entries .*entries/[0-9a-f]{64}\.parquet does not match its size"):
+        files.stored_entry("data/img0001.jpg")
 
 
 def test_a_manifest_sent_to_another_process_carries_the_parts_names_not_the_entries(
@@ -163,7 +165,7 @@ def test_removing_a_version_removes_the_parts_no_other_version_uses(
     upload(make_image_list(4), "d", store=local_store)
     upload(make_image_list(5, name="more.list"), "d", store=local_store)
     area = f"{layout.dataset_folder('d')}/{layout.ENTRIES}"
-    assert len(local_store.list(area)) == 2
+    assert len(local_store.list(area)) == 4  # each version's entries and row index
     catalog.remove(local_store, "d@1")
     kept = catalog.resolve(local_store, "d@2")
     assert isinstance(kept.files, FileParts)
@@ -200,7 +202,7 @@ def test_verify_checks_the_parts_and_reports_a_damaged_one(local_store: Store, m
     manifest = upload(make_image_list(5), "d", store=local_store).manifest
     assert isinstance(manifest.files, FileParts)
     report = verify(local_store, manifest)
-    assert report.ok and report.checked == 1 + 1 + 5  # the list, the part, the objects
+    assert report.ok and report.checked == 1 + 1 + 1 + 5  # the list, the part, the row index's part, the objects
     path = f"{layout.dataset_folder('d')}/{manifest.files.parts[0].path}"
     local_store.write(path, local_store.read(path)[:-1] + b"!")
     report = verify(local_store, catalog.resolve(local_store, "d"))

@@ -51,7 +51,7 @@ def test_the_files_go_straight_into_shards_and_read_back_exactly(store: Store, m
     assert store.list(f"{layout.dataset_folder('d')}/{layout.OBJECTS}") == {}
     # Format 3 (files only in shards), 5 (the shards carry their row groups', footer's and blocks' checksums) and 6
     # (the files' entries in parts).
-    assert json.loads(store.read(layout.manifest_path("d", 1)))["format_version"] == FORMAT_VERSION == 6
+    assert json.loads(store.read(layout.manifest_path("d", 1)))["format_version"] == FORMAT_VERSION == 7
     assert all(len(shard.blocks) == -(-shard.size // SHARD_BLOCK_BYTES) for shard in manifest.shards)
     assert all(len(shard.xxh3) == len(shard.row_groups) + 1 for shard in manifest.shards)
     assert list(reader("d", store)()) == image_rows(list_file)
