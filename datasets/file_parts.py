@@ -195,15 +195,20 @@ class FileParts(StoredParts, EntrySequence):
         index = part.index(path)
         return None if index < 0 else (part.entry(index), part.row(index))
 
-    def entries_from(self, path: str) -> Iterator[tuple[FileEntry, int]]:
-        """Each entry whose path is ``path`` or sorts after it, in order, with its first list row (as
-        :meth:`located`): a part at a time, from the one that may hold ``path``; the caller stops when it has what
-        it wants."""
+    def entries_from(self, path: str, stop: str | None = None) -> Iterator[tuple[FileEntry, int]]:
+        """Each entry whose path is ``path`` or sorts after it, and before ``stop`` (when given), in order, with its
+        first list row (as :meth:`located`): a part at a time, from the one that may hold ``path``; a part whose
+        first path is ``stop`` or after it is not read."""
         number = max(bisect.bisect_right(self._firsts, path) - 1, 0)
         for current in range(number, len(self.parts)):
+            if current > number and stop is not None and self._firsts[current] >= stop:
+                return
             part = self._part(current)
             for index in range(part.first_at_or_after(path) if current == number else 0, len(part)):
-                yield part.entry(index), part.row(index)
+                entry = part.entry(index)
+                if stop is not None and entry.path >= stop:
+                    return
+                yield entry, part.row(index)
 
     def _entry_at(self, position: int) -> FileEntry:
         part, index = self._part_of(position)

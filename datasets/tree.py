@@ -190,7 +190,7 @@ class Tree:
             self._add(entry.path, Content("object", entry.size, entry=entry))
 
     def _add(self, path: str, content: Content) -> Node:
-        _check_path(path, self.manifest)
+        check_path(path, self.manifest)
         folder_path, _, name = path.rpartition("/")
         # Files come folder by folder (a list's order, mostly): the previous file's folder is found without a walk.
         if folder_path == self._last_folder[0]:
@@ -235,7 +235,7 @@ class Tree:
             previous = child
 
 
-def _check_path(path: str, manifest: Manifest) -> None:
+def check_path(path: str, manifest: Manifest) -> None:
     """Refuse ``path`` if it is absolute, climbs out, or holds what no file name may (an empty, ``.`` or ``..``
     component, a NUL)."""
     framed = f"/{path}/"
@@ -280,7 +280,7 @@ def look_up(manifest: Manifest, listed: bytes, path: str) -> Content | str | Non
     if listed.startswith(b"\n") or b"\n\n" in listed:
         return UNKNOWN
     try:
-        _check_path(path, manifest)
+        check_path(path, manifest)
     except UnsafePathError:
         return None
     key = path.encode()
