@@ -87,15 +87,15 @@ class ListedRowFiles:
 class Contents:
     """Checked bytes of the files of ``manifest``'s version, from ``store`` (remote objects and shards through
     ``cache`` when given). ``row_files``: each row's file, where each row is one (an image version's: a built
-    tree's entry of each row, or an indexed version's row index; an indexed version packed straight into shards has
-    none, and each of its rows is a file all the same)."""
+    tree's entry of each row, :class:`ListedRowFiles`, or an indexed version's row index; an indexed version packed
+    straight into shards has none, and each of its rows is a file all the same)."""
 
     def __init__(
         self,
         store: Store,
         manifest: Manifest,
         *,
-        row_files: Sequence[FileEntry] | RowFiles | None = None,
+        row_files: RowFiles | None = None,
         cache: ContentCache | None = None,
         memory: int = DEFAULT_MEMORY,
     ) -> None:
@@ -119,9 +119,8 @@ class Contents:
         by_rows = manifest.shards and (manifest.kind is Kind.IMAGE or shows_rows(manifest))
         self._rows = ShardRows(store, manifest, cache=cache) if by_rows else None
         rows = len(self._rows) if self._rows is not None else 0
-        checks = ListedRowFiles(row_files) if isinstance(row_files, Sequence) else row_files
         #: What each row of a row group is checked against (none: each file against its entry, as it is served).
-        self._checks = checks if checks is not None and len(checks) == rows else None
+        self._checks = row_files if row_files is not None and len(row_files) == rows else None
         # Row groups are units where each row is a file (not for files of several rows each).
         each_row_a_file = self._checks is not None or (manifest.indexed and manifest.kind is Kind.IMAGE)
         self._spans = self._rows.spans() if self._rows is not None and rows and each_row_a_file else []

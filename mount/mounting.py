@@ -20,7 +20,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,12 +29,11 @@ import platformdirs
 
 from datamount.datasets import catalog
 from datamount.datasets.file_parts import FileParts
-from datamount.datasets.manifest import FileEntry, Kind, Manifest
+from datamount.datasets.manifest import Kind, Manifest
 from datamount.datasets.progress import Progress
 from datamount.datasets.row_folders import plan_row_files, shows_rows
-from datamount.datasets.row_index import RowIndex
 from datamount.datasets.rows import read_lines
-from datamount.mount.content import DEFAULT_MEMORY, DEFAULT_READ_AHEAD, Contents
+from datamount.mount.content import DEFAULT_MEMORY, DEFAULT_READ_AHEAD, Contents, ListedRowFiles, RowFiles
 from datamount.mount.tree_view import BuiltTree, MountTree
 from datamount.storage import MountError, Store, arguments, open_store
 from datamount.storage.cache import ContentCache
@@ -236,7 +235,7 @@ def serve(
 
 def _tree(
     store: Store, manifest: Manifest, cache: ContentCache | None, progress: Progress | None
-) -> tuple[MountTree, Sequence[FileEntry] | RowIndex | None]:
+) -> tuple[MountTree, RowFiles | None]:
     """The tree the mount serves, and each row's file (what its row groups' files are checked against): an
     indexed image version's from its indexes (nothing read yet), any other's built whole."""
     from datamount.datasets.tree import Tree
@@ -249,7 +248,7 @@ def _tree(
     # A version without a list: its files' paths and sizes come from a pass over its rows (through the cache).
     row_files = plan_row_files(store, manifest, cache=cache, progress=progress) if shows_rows(manifest) else None
     built = Tree(manifest, lines, row_files)
-    return BuiltTree(built), built.row_entries
+    return BuiltTree(built), ListedRowFiles(built.row_entries)
 
 
 def _through(manifest: Manifest, cache: ContentCache | None) -> Manifest:
