@@ -84,19 +84,20 @@ def measure_mount(checkout: Checkout, store: Path, rows: int, seed: int) -> dict
     rng = random.Random(seed)
     path = image_path(rng.randrange(rows))
     folder = str(Path(image_path(rng.randrange(rows // 1000) * 1000)).parent)
-    with tempfile.TemporaryDirectory(prefix="datamount-bench-mnt-") as mountpoint:
+    with tempfile.TemporaryDirectory(prefix="datamount-bench-mnt-") as mountpoint, tempfile.TemporaryFile() as log:
         mounted = Path(mountpoint)
         started = time.perf_counter()
         server = subprocess.Popen(
             checkout.command("mount", DATASET, mountpoint, "--store", str(store), "--foreground", "--no-cache"),
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
+            stderr=log,
             cwd="/",
         )
         try:
             while not os.path.ismount(mountpoint):
                 if server.poll() is not None:
-                    raise RuntimeError(f"{checkout.name}: the mount ended: {server.stderr.read().decode()[-400:]}")  # type: ignore[union-attr]
+                    log.seek(0)
+                    raise RuntimeError(f"{checkout.name}: the mount ended: {log.read().decode()[-400:]}")
                 if time.perf_counter() - started > MOUNT_TIMEOUT:
                     raise RuntimeError(f"{checkout.name}: no mount after {MOUNT_TIMEOUT:.0f} s")
                 time.sleep(POLL_SECONDS)
