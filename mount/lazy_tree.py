@@ -8,23 +8,25 @@ while the kernel holds it (its lookup count, kept by :meth:`LazyTree.looked_up` 
 the node is among the last :data:`NODES_KEPT` that the kernel does not hold. Nodes the kernel holds are kept until
 it forgets them; the kernel drops what it holds when it needs the memory, so that neither grows with the rows.
 
-Read-ahead asks for the file after another: in the list (the list's next row, read from its block), or in its folder
-(the next entry of the index directly in the folder, or the next one its listing gave). Whether a file comes right
-after one opened before is answered without reading: the next row, or the next file its folder's listing (or a
-window) named.
+Read-ahead asks for the file after another: in the list (the list's next row, read from its block, with its file
+from the row index, or from the entries where that reads no other part than a list in path order would), or in its
+folder (the next entry of the index directly in the folder, or the next one its listing gave). Whether a file comes
+right after one opened before is answered without reading: the next row, or the next file its folder's listing (or
+a window) named.
 """
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
 from datamount.datasets.export import list_name
-from datamount.datasets.manifest import Manifest
+from datamount.datasets.manifest import FileEntry, Manifest
 from datamount.datasets.rows.listed import ListRows
-from datamount.datasets.tree import FOLDER, ROOT_INODE, Content, Node
+from datamount.datasets.tree import FOLDER, ROOT_INODE, Content, Node, check_path
 from datamount.datasets.tree_index import IndexedTree
 from datamount.mount.tree_view import FOLDER as IN_FOLDER
 from datamount.mount.tree_view import LIST as IN_LIST
@@ -71,6 +73,11 @@ class LazyTree:
         self._limit = kept
         #: The inode number of each folder held or kept, by path.
         self._folders: dict[str, int] = {"": ROOT_INODE}
+        #: Each row's file, where the version has a row index (its files are objects).
+        row_parts = manifest.row_parts
+        self._by_row = row_parts if row_parts is not None and len(row_parts) == manifest.rows else None
+        #: The first path of each part of the entries: which part holds a path.
+        self._firsts = [part.first for part in self.index.files.parts]
 
     @property
     def size(self) -> int:
@@ -124,11 +131,26 @@ class LazyTree:
         return nodes
 
     def next_in_list(self, node: Node) -> Node | None:
-        if not _is_row_file(node):
+        """The file of the row after ``node``'s: its path from the list's block; its size and checksums from the
+        row index where there is one (the file numbered, and its content placed, by that row: a file the list named
+        before is the same bytes under another number), else from the entries, where the path is in the part of
+        ``node``'s path or the next one (a list in path order; a list in another order is not stepped through
+        where each step would read a part of the entries)."""
+        content = node.content
+        if content is None or not _is_row_file(node) or content.row + 1 >= self.manifest.rows:
             return None
-        assert node.content is not None
-        row = node.content.row + 1
-        return self._at(self._row_path(row)) if row < self.manifest.rows else None
+        row = content.row + 1
+        path = self._row_path(row)
+        try:
+            check_path(path, self.manifest)
+        except UnsafePathError:
+            return None  # a list the built tree refuses whole: its lookups find no such file either
+        if self._by_row is not None:
+            file = self._by_row.file(row)
+            entry = FileEntry(path, file.size, file.sha256, file.xxh3)
+            return self._file(path, Content(content.kind, file.size, entry=entry, row=row))
+        here, there = self._part_of(_path_of(node)), self._part_of(path)
+        return self._at(path) if here <= there <= here + 1 else None
 
     def next_sibling(self, node: Node) -> Node | None:
         if not _is_row_file(node):
@@ -225,6 +247,9 @@ class LazyTree:
             inode, dropped = self._kept.popitem(last=False)
             if dropped.content is None and self._folders.get(path := _path_of(dropped)) == inode:
                 del self._folders[path]
+
+    def _part_of(self, path: str) -> int:
+        return bisect.bisect_right(self._firsts, path) - 1
 
     def _row_path(self, row: int) -> str:
         """Row ``row``'s path: the first field of its line, read from the list's block that holds it."""

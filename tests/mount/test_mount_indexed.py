@@ -20,7 +20,7 @@ from datamount.datasets import catalog, file_parts_writer, layout, locks, pack, 
 from datamount.datasets.file_parts import FileParts
 from datamount.datasets.file_parts_writer import write_file_parts
 from datamount.datasets.manifest import Manifest
-from datamount.datasets.tree import ROOT_INODE
+from datamount.datasets.tree import ROOT_INODE, Node
 from datamount.mount import mount, unmount
 from datamount.mount.lazy_tree import LazyTree
 from datamount.storage import Store
@@ -182,6 +182,44 @@ def test_a_packed_file_whose_bytes_are_not_its_entrys_is_an_io_error_for_it_alon
     assert re.search(rf"{victim}: d@2, row {row}: the bytes in its shard do not match", log_file.read_text())
 
 
+@pytest.mark.parametrize("packed", [False, True], ids=["objects", "packed"])
+def test_the_next_file_in_the_list_is_found_where_that_is_cheap(
+    local_store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, packed: bool
+) -> None:
+    """With a row index, the file of the row after a file's is its list line's path and the row's file, whatever
+    the list's order. Without one (packed), it is found in the entries only where it is in the part of the file's
+    path or the next: a list in path order is stepped through to its end, one in another order stops."""
+    monkeypatch.setattr(file_parts_writer, "ROWS_PER_PART", 4)
+    list_file = source(tmp_path / "src")
+    rows = list_file.read_text(encoding="utf-8").splitlines(keepends=True)
+    in_order = tmp_path / "src" / "in-order.list"
+    in_order.write_text("".join(sorted(rows)), encoding="utf-8")
+    for listed, name in ((list_file, "shuffled"), (in_order, "sorted")):
+        manifest = upload(listed, name, store=local_store, packed=packed).manifest
+        tree = LazyTree(manifest, local_store)
+        paths = [line.split("\t")[0] for line in listed.read_text(encoding="utf-8").splitlines()]
+        stops = 0
+        for row in range(len(paths) - 1):
+            node = tree.child(tree.root, paths[row])
+            assert node is not None and node.content is not None
+            following = tree.next_in_list(_at_row(node, row))
+            if following is None:
+                stops += 1
+                continue
+            assert following.path == "/" + paths[row + 1] and following.content is not None
+            entry = following.content.entry
+            assert entry is not None and entry.size == (tmp_path / "src" / paths[row + 1]).stat().st_size
+            if not packed:
+                assert following.inode == ROOT_INODE + 2 + row and following.content.row == row + 1
+        assert stops == 0 if not packed or name == "sorted" else stops > 0, (name, stops)
+
+
+def _at_row(node: Node, row: int) -> Node:
+    """``node`` as reached by list row ``row`` (a window's step from a file the list named before)."""
+    assert node.content is not None
+    return dataclasses.replace(node, content=node.content._replace(row=row))
+
+
 def test_the_tree_keeps_what_the_kernel_holds_and_a_few_more(local_store: Store, tmp_path: Path) -> None:
     """Nodes made for a listing and a walk of the list are dropped, but for those the kernel holds, once more than
     ``kept`` are not held; a file made again has the number it had, a folder held keeps its own."""
@@ -196,11 +234,10 @@ def test_the_tree_keeps_what_the_kernel_holds_and_a_few_more(local_store: Store,
     first = listed[0]
     tree.looked_up(first)
     numbers = {node.name: node.inode for node in listed}
-    walked = set()
     for path in first_rows(list_file):  # each file, then the file of the row after its first
-        for node in (tree.child(tree.root, path), tree.next_in_list(tree.child(tree.root, path))):  # type: ignore[arg-type]
-            walked.add(node.inode if node is not None else None)
-    assert walked - {None} == {ROOT_INODE + 1 + row for row in first_rows(list_file).values()}
+        node = tree.child(tree.root, path)
+        assert node is not None and node.inode == ROOT_INODE + 1 + first_rows(list_file)[path]
+        tree.next_in_list(node)
     assert tree.nodes <= 3 + 4  # the root, the two held, and 4 kept
     assert tree.known(folder.inode) is folder and tree.known(first.inode) is first
     again = tree.listing(folder)
