@@ -208,9 +208,8 @@ class DatasetFilesystem(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.EIO) from exc
 
     def _attributes(self, node: Node) -> pyfuse3.EntryAttributes:
-        """The node's attributes, made once (a folder's with its listing)."""
-        if node.cached is not None:
-            return node.cached
+        """The node's attributes (made each time they are asked for: the kernel keeps them, and a node the kernel
+        holds keeps no more than it must)."""
         content = node.content
         entry = pyfuse3.EntryAttributes()
         entry.st_ino = node.inode
@@ -223,7 +222,6 @@ class DatasetFilesystem(pyfuse3.Operations):
         entry.st_uid, entry.st_gid = self._uid, self._gid
         entry.st_atime_ns = entry.st_mtime_ns = entry.st_ctime_ns = self._time
         entry.attr_timeout = entry.entry_timeout = METADATA_SECONDS
-        node.cached = entry
         return entry
 
     async def _bytes_of(self, node: Node) -> bytes:

@@ -76,6 +76,8 @@ class BuiltTree:
     def __init__(self, tree: Tree) -> None:
         self.tree = tree
         self.root = tree.root
+        #: Each folder's link count, counted once (a folder may hold a million files).
+        self._links: dict[int, int] = {}
 
     @property
     def size(self) -> int:
@@ -111,7 +113,10 @@ class BuiltTree:
     def links(self, node: Node) -> int:
         if node.content is not None:
             return 1
-        return 2 + sum(child.is_folder for child in node.children.values())
+        links = self._links.get(node.inode)
+        if links is None:
+            links = self._links[node.inode] = 2 + sum(child.is_folder for child in node.children.values())
+        return links
 
     def looked_up(self, node: Node) -> None:
         return None  # every node is kept
