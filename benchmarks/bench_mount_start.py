@@ -16,7 +16,9 @@ uploaded with its own ``datamount`` (an earlier mount on the newer format). For 
   and the CPU seconds the serving process took to get there (the steady figure on a loaded machine);
 - ``listing``: ``os.listdir`` of a folder of 1,000 files not listed yet, then ``os.stat`` of each of its files;
 - ``read``: the first file's bytes read;
-- the serving process's RSS then (before any walk), and its peak so far (``VmHWM``).
+- the serving process's RSS then (before any walk), and its peak so far (``VmHWM``);
+- with ``--find``: ``find MNT -type f | wc -l`` timed, and the serving process's RSS after it (it holds what the
+  kernel holds: every file's node, unless the kernel forgets some).
 
 Data goes to a temporary folder (``--folder``), checked for free disk first, and is removed at the end, also when a
 step fails. Not a timed test: figures depend on the machine and its load (printed beside them).
@@ -78,7 +80,7 @@ def cpu_of(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def measure_mount(checkout: Checkout, store: Path, rows: int, seed: int) -> dict[str, float]:
+def measure_mount(checkout: Checkout, store: Path, rows: int, seed: int, *, find: bool) -> dict[str, float]:
     """Mount the store's version with the checkout's ``datamount``, and time its start, a stat, a listing and a
     read (see the module's documentation)."""
     rng = random.Random(seed)
@@ -119,6 +121,15 @@ def measure_mount(checkout: Checkout, store: Path, rows: int, seed: int) -> dict
             if len(data) != 32:
                 raise RuntimeError(f"{checkout.name}: {path} read as {len(data)} bytes")
             rss, peak = memory_of(server.pid)
+            walked = {}
+            if find:
+                before = time.perf_counter()
+                found = subprocess.run(f"find '{mountpoint}' -type f | wc -l", shell=True, capture_output=True)
+                walked = {
+                    "find": time.perf_counter() - before,
+                    "found": int(found.stdout),
+                    "after": memory_of(server.pid)[0],
+                }
         finally:
             subprocess.run(checkout.command("unmount", mountpoint), capture_output=True, check=False, cwd="/")
             try:
@@ -135,6 +146,7 @@ def measure_mount(checkout: Checkout, store: Path, rows: int, seed: int) -> dict
         "read": read,
         "rss": rss,
         "peak": peak,
+        **walked,
     }
 
 
@@ -145,12 +157,19 @@ def shown(checkout: Checkout, layout: str, rows: int, figures: dict[str, float])
         f"{figures['first stat']:.3f} s (CPU {figures['cpu']:.2f} s), 1,000 files listed {figures['listing']:.3f} s "
         f"+ stat of each {figures['stats']:.3f} s, first read {figures['read']:.3f} s; server RSS "
         f"{figures['rss']:,.0f} MB (peak {figures['peak']:,.0f} MB), load {os.getloadavg()[0]:.1f}"
+    ) + (
+        f"; find {figures['find']:.1f} s ({figures['found']:,.0f} files), then RSS {figures['after']:,.0f} MB"
+        if "find" in figures
+        else ""
     )
 
 
 def parse_checkouts(own: list[str], others: list[str]) -> list[Checkout]:
-    checkouts = [Checkout(*item.split("=", 1), stores_of="") for item in own] or [Checkout("this", sys.executable, "")]
-    checkouts = [Checkout(one.name, one.python, one.name) for one in checkouts]
+    """``NAME=PYTHON`` (each uploads its stores) and ``NAME=PYTHON:OTHER`` (mounts ``OTHER``'s) as checkouts."""
+    checkouts = []
+    for item in own or [f"this={sys.executable}"]:
+        name, python = item.split("=", 1)
+        checkouts.append(Checkout(name, python, name))
     for item in others:
         name, rest = item.split("=", 1)
         python, _, stores_of = rest.rpartition(":")
@@ -166,6 +185,7 @@ def main() -> None:
     parser.add_argument("--checkout", action="append", default=[], help="NAME=PYTHON: uploads and mounts")
     parser.add_argument("--mounts-of", action="append", default=[], help="NAME=PYTHON:OTHER: mounts OTHER's stores")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--find", action="store_true", help="then walk the mount with find, and its RSS after")
     args = parser.parse_args()
     if args.rows < 1000 or args.rows % 1000:
         parser.error("--rows must be a multiple of 1,000")
@@ -190,7 +210,8 @@ def main() -> None:
                 uploads[checkout.name, layout] = upload(checkout, source.list_file, layout, store)
         for layout in layouts:
             for checkout in checkouts:
-                figures = measure_mount(checkout, stores[checkout.stores_of, layout], args.rows, args.seed)
+                store = stores[checkout.stores_of, layout]
+                figures = measure_mount(checkout, store, args.rows, args.seed, find=args.find)
                 with contextlib.suppress(KeyError):
                     figures["upload"] = uploads[checkout.name, layout]
                 print(shown(checkout, layout, args.rows, figures), flush=True)
