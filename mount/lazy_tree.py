@@ -24,7 +24,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from datamount.datasets.export import list_name
-from datamount.datasets.manifest import FileEntry, Manifest
+from datamount.datasets.manifest import FileEntry, Manifest, collector_paused
 from datamount.datasets.rows.listed import ListRows
 from datamount.datasets.tree import FOLDER, ROOT_INODE, Content, Node, check_path
 from datamount.datasets.tree_index import IndexedTree
@@ -120,9 +120,10 @@ class LazyTree:
     def listing(self, folder: Node) -> list[Node]:
         folder_path = _path_of(folder)
         nodes = []
-        for name, content in self.index.children(folder_path):
-            path = _joined(folder_path, name)
-            nodes.append(self._folder(path) if content is None else self._file(path, content))
+        with collector_paused():  # a node and its entry per file, none in a cycle: no collection walks them
+            for name, content in self.index.children(folder_path):
+                path = _joined(folder_path, name)
+                nodes.append(self._folder(path) if content is None else self._file(path, content))
         files = [node for node in nodes if _is_row_file(node)]
         for earlier, later in itertools.pairwise(files):
             _link(earlier, later.inode)
