@@ -14,12 +14,13 @@ import pytest
 from datamount.datasets import catalog, file_parts_writer, layout, locks, upload
 from datamount.datasets.errors import MissingPartError
 from datamount.datasets.file_parts import FileParts
-from datamount.datasets.file_parts_writer import PAIR_SCHEMA, write_file_parts, write_indexes
+from datamount.datasets.file_parts_writer import PAIR_SCHEMA, write_indexes
 from datamount.datasets.manifest import FileEntry
 from datamount.datasets.row_index import RowFile, RowIndex
 from datamount.readers import reader
 from datamount.storage import IntegrityError, Store
 from tests.generated import image_rows
+from tests.manifests import write_format_6
 
 
 def repeated_list(folder: Path, files: int, rows: int, seed: int = 0) -> Path:
@@ -147,15 +148,9 @@ def test_a_damaged_row_index_part_is_an_integrity_error_naming_it(local_store: S
 def test_a_version_from_before_the_row_index_still_reads(local_store: Store, tmp_path: Path) -> None:
     """A format-6 manifest (entries without rows, no row index) beside the same list and objects."""
     list_file = repeated_list(tmp_path / "src", 40, 120)
-    manifest = upload(list_file, "d", store=local_store).manifest
-    parts = write_file_parts(local_store, "d", list(manifest.files))
-    folder = layout.dataset_folder("d")
-    old = dataclasses.replace(
-        manifest, files=FileParts(local_store, folder, parts, "d@2"), row_parts=None, format_version=6, version=2
-    )
-    local_store.write(layout.manifest_path("d", 2), old.to_json())
-    read = catalog.resolve(local_store, "d@2")
-    assert read.format_version == 6 and not read.indexed
+    upload(list_file, "d", store=local_store)
+    read = write_format_6(local_store, "d")
+    assert read.format_version == 6 and not read.indexed and read.version == 2
     assert isinstance(read.files, FileParts) and read.files.located(read.files[0].path) == (read.files[0], -1)
     samples = reader("d@2", local_store)
     assert list(samples()) == image_rows(list_file) and samples[77] == image_rows(list_file)[77]
