@@ -185,3 +185,21 @@ def test_entries_written_twice_under_a_lock_commit_the_same_parts(local_store: S
     with locks.writing(local_store, "d"):
         again = catalog.commit(local_store, draft)
     assert again.row_parts == first.row_parts and again.files == first.files
+
+
+@pytest.mark.parametrize("store", ["local", pytest.param("s3", id="s3-moto", marks=pytest.mark.s3)], indirect=True)
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_workers_read_an_unpacked_version_through_its_row_index(store: Store, tmp_path: Path, method: str) -> None:
+    """Its entries by path are removed: workers (which get the reader pickled, the manifest with its parts' names)
+    read every row from the list and the row index alone."""
+    from datamount.readers import multiprocess_reader
+
+    list_file = repeated_list(tmp_path / "src", 60, 300, seed=9)
+    upload(list_file, "d", store=store)
+    manifest = catalog.resolve(store, "d")
+    assert isinstance(manifest.files, FileParts)
+    for part in manifest.files.parts:
+        store.remove(f"{layout.dataset_folder('d')}/{part.path}")
+    samples = reader("d", store)
+    read = list(multiprocess_reader([samples, samples], mp_context=method)())
+    assert sorted(read) == sorted(image_rows(list_file))  # the two readers share the pass, as workers do
