@@ -48,8 +48,15 @@ def pairs_of(paths: list[str], chunk: int) -> list[pa.Table]:
     ]
 
 
-@pytest.mark.parametrize("run_rows", [100_000, 61], ids=["in-memory", "spilled-and-merged"])
-def test_each_entry_gets_its_first_row_and_each_row_its_file(memory_store: Store, run_rows: int) -> None:
+@pytest.mark.parametrize(
+    ("run_rows", "chunk_rows"),
+    [(100_000, 1 << 14), (61, 1 << 14), (100_000, 5)],
+    ids=["in-memory", "spilled-and-merged", "joined-in-small-chunks"],
+)
+def test_each_entry_gets_its_first_row_and_each_row_its_file(
+    memory_store: Store, run_rows: int, chunk_rows: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(file_parts_writer, "_MERGE_ROWS", chunk_rows)
     rng = random.Random(3)
     entries = [
         FileEntry(f"c{i % 9}/f{i:04d}", i * 3, rng.randbytes(32).hex(), rng.randbytes(8).hex()) for i in range(400)
