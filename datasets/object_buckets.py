@@ -108,17 +108,24 @@ class ObjectBuckets:
         self.close()
 
 
-def absent(store: Store, name: str, entries: Iterable[FileEntry]) -> Iterator[str]:
-    """The store paths of the objects of dataset ``name`` that ``entries`` name and ``store`` lacks (or holds at
-    another size), a folder of ``objects/`` at a time."""
+def compared(store: Store, name: str, entries: Iterable[FileEntry]) -> Iterator[tuple[str, int, bool]]:
+    """Each distinct object of dataset ``name`` that ``entries`` name: its sha256, its size, and whether ``store``
+    holds it at that size; a folder of ``objects/`` at a time (so in the order of their folders, not of
+    ``entries``)."""
     area = f"{layout.dataset_folder(name)}/{layout.OBJECTS}"
     with ObjectBuckets(entries) as named:
         folders = named.folders
         for folder, listing in zip(folders, listings(store, [f"{area}/{f}" for f in folders]), strict=True):
             for sha256, size in named.bucket(folder).items():
-                path = f"{area}/{folder}/{sha256}"
-                if listing.get(path) != size:
-                    yield path
+                yield sha256, size, listing.get(f"{area}/{folder}/{sha256}") == size
+
+
+def absent(store: Store, name: str, entries: Iterable[FileEntry]) -> Iterator[str]:
+    """The store paths of the objects of dataset ``name`` that ``entries`` name and ``store`` lacks (or holds at
+    another size), a folder of ``objects/`` at a time."""
+    for sha256, _, stored in compared(store, name, entries):
+        if not stored:
+            yield layout.object_path(name, sha256)
 
 
 def unused(store: Store, name: str, entries: Iterable[FileEntry]) -> Iterator[list[str]]:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import os
+import shutil
 import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from datamount.datasets import catalog, layout, locks
+from datamount.datasets.copying import CopyResult, copy_version
 from datamount.datasets.manifest import FileEntry, Kind, Manifest
 from datamount.datasets.verify import verify
 from datamount.storage import Store, open_store
@@ -84,3 +87,19 @@ def test_a_walk_over_every_object_holds_what_one_pass_over_the_entries_does(
     one_pass = held_peak_mb(lambda: sum(1 for _ in manifest.files))
     held = held_peak_mb(lambda: WALKS[walk](store, manifest))
     assert held < one_pass + MARGIN_MB, f"{walk} held {held:.1f} MB, a pass over the entries {one_pass:.1f} MB"
+
+
+def test_a_copy_holds_what_one_pass_over_the_entries_does(version: tuple[Store, Manifest], tmp_path: Path) -> None:
+    """``cp`` to a store that holds the objects already (hard links): every object compared, the version committed
+    there, whose entries' parts the commit sorts again, 65,536 entries made Arrow columns at a time (two parts' worth
+    of entries). It held every object's part, the dataset folder's listing and a dict of every entry: 64.2 MB, now
+    25.3."""
+    store, manifest = version
+    objects = f"{layout.dataset_folder('d')}/{layout.OBJECTS}"
+    target = open_store(tmp_path / "target")
+    shutil.copytree(store.full_path(objects), tmp_path / "target" / objects, copy_function=os.link)
+    one_pass = held_peak_mb(lambda: sum(1 for _ in manifest.files))
+    copied: list[CopyResult] = []
+    held = held_peak_mb(lambda: copied.append(copy_version("d", source=store, target=target)))
+    assert (copied[0].sent, copied[0].present) == (0, OBJECTS)
+    assert held < 2 * one_pass + MARGIN_MB, f"the copy held {held:.1f} MB, a pass over the entries {one_pass:.1f} MB"
