@@ -483,6 +483,8 @@ def measure_mount(figures: Figures, guard: Guard, store: Path, path: str, whole:
                     os.killpg(server.pid, signal.SIGKILL)
             failure, usage = guard.wait(server)
             peak_mb = peak.mb(usage)
+            if os.path.ismount(mountpoint):  # its server killed before it unmounted: detached, not left behind
+                subprocess.run(["umount", "-l", mountpoint], capture_output=True, check=False)
         served = Outcome(
             0, cpu_seconds(usage), peak_mb, "", walked.failure or failure,
             walked.limit or failure is not None,
