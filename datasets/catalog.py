@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib.metadata import version as package_version
 
-from datamount.datasets import layout, locks
+from datamount.datasets import layout, locks, object_buckets
 from datamount.datasets.errors import (
     CommitConflictError,
     DatasetBusyError,
@@ -322,7 +322,7 @@ def commit(store: Store, draft: Manifest, *, restore: Callable[[list[str]], obje
             f"cannot commit a new version of {draft.name} in {store.url}: {len(gone)} of the files it names are not "
             f"stored (removed meanwhile?), e.g. {store.url_for(gone[0])}; run the same command again"
         )
-    store.make_durable(named_files(draft))
+    store.make_durable(path for path, _ in named_files(draft))
     lock.check()  # still held: nothing it names was removed since the check
     for _ in range(COMMIT_ATTEMPTS):
         manifest = dataclasses.replace(
@@ -385,16 +385,16 @@ def _lock_held(store: Store, name: str, doing: str, kind: str = locks.SHARED) ->
     return lock
 
 
-def named_files(draft: Manifest) -> dict[str, int]:
-    """The store path and size of everything ``draft`` names: its list, objects and shards."""
-    named: dict[str, int] = {}
+def named_files(draft: Manifest, *, objects: bool = True) -> Iterator[tuple[str, int]]:
+    """The store path and size of everything ``draft`` names: its list, shards and parts of its file entries, then
+    (unless ``objects`` is false) each entry's object, as its entries are read (an object named by several entries
+    comes once for each): nothing is held per file."""
     if draft.has_list:
-        named[layout.list_path(draft)] = draft.list_size
-    if draft.objects:
-        named.update((layout.object_path(draft.name, entry.sha256), entry.size) for entry in draft.files)
-    named.update((layout.shard_path(draft.name, shard), shard.size) for shard in draft.shards)
-    named.update(file_part_paths(draft))
-    return named
+        yield layout.list_path(draft), draft.list_size
+    yield from ((layout.shard_path(draft.name, shard), shard.size) for shard in draft.shards)
+    yield from file_part_paths(draft).items()
+    if objects and draft.objects:
+        yield from ((layout.object_path(draft.name, entry.sha256), entry.size) for entry in draft.files)
 
 
 def file_part_paths(manifest: Manifest) -> dict[str, int]:
@@ -409,13 +409,14 @@ def file_part_paths(manifest: Manifest) -> dict[str, int]:
 
 def missing(store: Store, draft: Manifest) -> list[str]:
     """The store paths of what ``draft`` names that are not stored (or not at the size it says)."""
-    folder = layout.dataset_folder(draft.name)
-    wanted = named_files(draft)
-    areas = {path[len(folder) + 1 :].split("/")[0] for path in wanted}
+    wanted = dict(named_files(draft, objects=False))  # a few paths: the list, shards and parts
     present: dict[str, int] = {}
-    for area in sorted(areas):
-        present.update(store.list(f"{folder}/{area}"))
-    return [path for path, size in wanted.items() if present.get(path) != size]
+    for prefix in sorted({posixpath.dirname(path) for path in wanted}):
+        present.update(store.list(prefix, recursive=False))
+    gone = [path for path, size in wanted.items() if present.get(path) != size]
+    if draft.objects:  # compared a folder of objects/ at a time: the objects may be many
+        gone.extend(object_buckets.absent(store, draft.name, draft.files))
+    return gone
 
 
 def add_shards(store: Store, manifest: Manifest, shards: list[ShardEntry]) -> Manifest:
@@ -651,14 +652,12 @@ def remove_unused(store: Store, name: str, kept: list[Manifest]) -> None:
         if pack not in used_packs:
             store.remove(pack, recursive=True, missing_ok=True)
     used = {layout.list_path(m) for m in kept if m.has_list}
-    used.update(layout.object_path(name, entry.sha256) for m in kept if m.objects for entry in m.files)
     used.update(layout.pack_record_path(name, m.version) for m in kept)
     used.update(path for m in kept for path in file_part_paths(m))
-    stored = [
-        path
-        for area in (layout.LISTS, layout.OBJECTS, layout.ENTRIES)
-        for path in store.list(f"{folder}/{area}")
-        if path not in used
-    ]
+    stored = [path for area in (layout.LISTS, layout.ENTRIES) for path in store.list(f"{folder}/{area}")]
     records = {layout.pack_record_path(name, n) for n in versions_folder(store, name).packed}
-    store.remove_many([*stored, *sorted(records - used)])
+    store.remove_many([*(path for path in stored if path not in used), *sorted(records - used)])
+    # The objects kept versions name may be many: compared a folder of objects/ at a time, never held at once.
+    named = (entry for m in kept if m.objects for entry in m.files)
+    for unused in object_buckets.unused(store, name, named):
+        store.remove_many(unused)

@@ -11,11 +11,15 @@ them. A damaged or missing part of the source is named with what puts it back, a
 from __future__ import annotations
 
 import dataclasses
+import pickle
+import posixpath
+import tempfile
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import IO
 
-from datamount.datasets import catalog, layout, locks
+from datamount.datasets import catalog, layout, locks, object_buckets
 from datamount.datasets.errors import MissingPartError
 from datamount.datasets.manifest import OBJECTS_FORMAT_VERSION, Manifest, same_files
 from datamount.datasets.progress import Progress, Silent
@@ -79,20 +83,72 @@ def copy_version(
         latest = catalog.latest(destination, manifest.name)
         if latest is not None and _same_content(latest, draft):
             return CopyResult(latest, 0, 0, 0, created=False)
-        parts = list(_parts(manifest, draft))
-        there = destination.list(layout.dataset_folder(manifest.name))
-        missing = [part for part in parts if there.get(part.target) != part.size]
-        _send(origin, destination, manifest, missing, progress or Silent())
+        with tempfile.TemporaryFile(prefix="datamount-copy-") as spool:
+            missing = _spool_missing(destination, manifest, draft, spool)
+            _send(origin, destination, manifest, missing, spool, progress or Silent())
         committed = catalog.commit(destination, draft)
-        return CopyResult(committed, len(missing), sum(part.size for part in missing), len(parts) - len(missing), True)
+        return CopyResult(committed, missing.parts, missing.size, missing.named - missing.parts, True)
 
 
-def _send(origin: Store, destination: Store, manifest: Manifest, parts: list[_Part], report: Progress) -> None:
-    """Copy ``parts`` of ``manifest``'s version from ``origin`` to ``destination``, each checked as it is read."""
-    report.start("copy", items=len(parts), size=sum(part.size for part in parts))
+@dataclass
+class _Missing:
+    """How many parts a version names (``named``), and how many of them (``parts``, of ``size`` bytes) the target
+    lacks: those are spooled to disk in batches of :data:`BATCH_PARTS`."""
+
+    named: int = 0
+    parts: int = 0
+    size: int = 0
+    batches: int = 0
+
+
+def _spool_missing(destination: Store, manifest: Manifest, draft: Manifest, spool: IO[bytes]) -> _Missing:
+    """Write the parts of ``manifest`` that ``destination`` lacks to ``spool``, a batch at a time: a version's
+    objects may be millions, so neither they nor the target's listing are held at once (the objects are compared a
+    folder of ``objects/`` at a time, in that order)."""
+    found = _Missing()
+    batch: list[_Part] = []
+    for part, stored in _compared(destination, manifest, draft):
+        found.named += 1
+        if stored:
+            continue
+        found.parts += 1
+        found.size += part.size
+        batch.append(part)
+        if len(batch) == BATCH_PARTS:
+            pickle.dump(batch, spool, protocol=pickle.HIGHEST_PROTOCOL)
+            found.batches += 1
+            batch = []
+    if batch:
+        pickle.dump(batch, spool, protocol=pickle.HIGHEST_PROTOCOL)
+        found.batches += 1
+    spool.seek(0)
+    return found
+
+
+def _compared(destination: Store, manifest: Manifest, draft: Manifest) -> Iterator[tuple[_Part, bool]]:
+    """Every part of ``manifest``'s version (where it is in the source and where ``draft`` names it), and whether
+    ``destination`` holds it at its size."""
+    others = list(_other_parts(manifest, draft))  # the list and the shards: a few
+    there: dict[str, int] = {}
+    for prefix in sorted({posixpath.dirname(part.target) for part in others}):
+        there.update(destination.list(prefix, recursive=False))
+    yield from ((part, there.get(part.target) == part.size) for part in others if not part.shard)
+    if manifest.objects:
+        for sha256, size, stored in object_buckets.compared(destination, manifest.name, manifest.files):
+            path = layout.object_path(manifest.name, sha256)
+            yield _Part(path, path, size, sha256), stored
+    yield from ((part, there.get(part.target) == part.size) for part in others if part.shard)
+
+
+def _send(
+    origin: Store, destination: Store, manifest: Manifest, missing: _Missing, spool: IO[bytes], report: Progress
+) -> None:
+    """Copy the ``missing`` parts of ``manifest``'s version (batches in ``spool``) from ``origin`` to
+    ``destination``, each checked as it is read."""
+    report.start("copy", items=missing.parts, size=missing.size)
     with ThreadPoolExecutor(max_workers=destination.default_max_requests, thread_name_prefix="datamount-copy") as pool:
-        for start in range(0, len(parts), BATCH_PARTS):
-            batch = parts[start : start + BATCH_PARTS]
+        for _ in range(missing.batches):
+            batch: list[_Part] = pickle.load(spool)  # written by this process, just now
             blobs = origin.read_many_hashed([part.source for part in batch], sizes=[part.size for part in batch])
             writes = []
             for part in batch:
@@ -121,15 +177,11 @@ def _unusable(origin: Store, destination: Store, manifest: Manifest, part: _Part
     )
 
 
-def _parts(manifest: Manifest, draft: Manifest) -> Iterator[_Part]:
-    """Every part of ``manifest``'s version: where it is in the source and where ``draft`` names it."""
+def _other_parts(manifest: Manifest, draft: Manifest) -> Iterator[_Part]:
+    """The parts of ``manifest``'s version but its objects (its list, then its shards): where each is in the source
+    and where ``draft`` names it."""
     if manifest.has_list:
         yield _Part(layout.list_path(manifest), layout.list_path(draft), manifest.list_size, manifest.list_sha256)
-    if manifest.objects:
-        unique = {entry.sha256: entry for entry in manifest.files}.values()
-        for entry in unique:
-            path = layout.object_path(manifest.name, entry.sha256)
-            yield _Part(path, path, entry.size, entry.sha256)
     for shard in manifest.shards:
         path = layout.shard_path(manifest.name, shard)
         yield _Part(path, path, shard.size, shard.sha256, shard=True)

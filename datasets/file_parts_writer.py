@@ -65,6 +65,8 @@ _BY_PATH = [("path", "ascending")]
 #: one (and whether the row was given at all).
 _ROW_RECORD = np.dtype([("size", "<i8"), ("sha256", "V32"), ("xxh3", "V8"), ("given", "u1")])
 _HAS_XXH3, _GIVEN = 1, 2
+#: What an entry no row names has as its first row while the pairs are read.
+_NO_ROW = np.iinfo(np.int64).max
 
 
 def write_file_parts(
@@ -283,40 +285,57 @@ def _cut(tables: Iterator[pa.Table], rows: int) -> Iterator[pa.Table]:
 
 def _joined(entries: Iterator[pa.Table], pairs: Iterator[pa.Table], gathered: _RowRecords | None) -> Iterator[pa.Table]:
     """The sorted ``entries`` with a ``row`` column, each entry's first row among the sorted ``pairs`` (null for an
-    entry no row names); each pair's entry's file put in ``gathered`` at its row."""
-    waiting = pa.Table.from_batches([], PAIR_SCHEMA)
-    for table in entries:
-        last = table.column("path")[-1].as_py()
-        held = [waiting]
-        while True:  # every pair up to the entries' last path (the pairs after it wait for the next entries)
-            within = pc.less_equal(waiting.column("path"), last) if waiting.num_rows else None
-            if within is not None and not pc.all(within).as_py():
-                break
-            following = next(pairs, None)
-            if following is None:
-                break
-            held.append(following)
-            waiting = following
-        together = pa.concat_tables(held).combine_chunks()
-        inside = pc.less_equal(together.column("path"), last)
-        mine, waiting = together.filter(inside), together.filter(pc.invert(inside))
-        yield _with_first_rows(table, mine, gathered)
-    for left in itertools.chain([waiting], pairs):  # pairs after the last entry
-        if left.num_rows:
-            raise ValueError(f"the list names {left.column('path')[0].as_py()!r}, which has no file entry")
+    entry no row names); each pair's entry's file put in ``gathered`` at its row. Entries and pairs are taken
+    :data:`_MERGE_ROWS` at a time, however many rows name one file."""
+    waiting = _Pairs(pairs)
+    for whole in entries:
+        for start in range(0, whole.num_rows, _MERGE_ROWS):
+            table = whole.slice(start, _MERGE_ROWS)
+            paths = table.column("path")
+            firsts = np.full(table.num_rows, _NO_ROW, np.int64)
+            for chunk in waiting.up_to(paths[-1].as_py()):
+                at = pc.index_in(chunk.column("path"), value_set=paths)
+                if at.null_count:
+                    unknown = chunk.column("path").filter(pc.is_null(at))[0].as_py()
+                    raise ValueError(f"the list names {unknown!r}, which has no file entry")
+                if gathered is not None:
+                    gathered.put(chunk.column("row"), table.take(at))
+                least = chunk.group_by("path").aggregate([("row", "min")])
+                where = pc.index_in(least.column("path"), value_set=paths).to_numpy()
+                firsts[where] = np.minimum(firsts[where], least.column("row_min").to_numpy())
+            yield table.append_column("row", pa.array(firsts, mask=firsts == _NO_ROW))
+    waiting.check_done()
 
 
-def _with_first_rows(entries: pa.Table, pairs: pa.Table, gathered: _RowRecords | None) -> pa.Table:
-    """``entries`` with the first row of ``pairs`` that names each (all of ``pairs`` name one of them)."""
-    at = pc.index_in(pairs.column("path"), value_set=entries.column("path"))
-    if at.null_count:
-        unknown = pairs.column("path").filter(pc.is_null(at))[0].as_py()
-        raise ValueError(f"the list names {unknown!r}, which has no file entry")
-    if gathered is not None:
-        gathered.put(pairs.column("row"), entries.take(at))
-    firsts = pairs.group_by("path").aggregate([("row", "min")])
-    where = pc.index_in(entries.column("path"), value_set=firsts.column("path"))
-    return entries.append_column("row", firsts.column("row_min").take(where))
+class _Pairs:
+    """The sorted ``(path, row)`` pairs, handed out up to a path at a time, in chunks of :data:`_MERGE_ROWS`."""
+
+    def __init__(self, pairs: Iterator[pa.Table]) -> None:
+        self._pairs = pairs
+        self._held = PAIR_SCHEMA.empty_table()
+
+    def up_to(self, last: str) -> Iterator[pa.Table]:
+        """The pairs whose path is ``last`` or sorts before it (and after those taken before)."""
+        while True:
+            if not self._held.num_rows:
+                following = next(self._pairs, None)
+                if following is None:
+                    return
+                self._held = following
+                continue
+            count = pc.sum(pc.less_equal(self._held.column("path"), last)).as_py() or 0
+            for start in range(0, count, _MERGE_ROWS):
+                yield self._held.slice(start, min(_MERGE_ROWS, count - start))
+            if count < self._held.num_rows:
+                self._held = self._held.slice(count)
+                return
+            self._held = PAIR_SCHEMA.empty_table()
+
+    def check_done(self) -> None:
+        """Refuse a pair left over: its path sorts after every entry's."""
+        for left in itertools.chain([self._held], self._pairs):
+            if left.num_rows:
+                raise ValueError(f"the list names {left.column('path')[0].as_py()!r}, which has no file entry")
 
 
 class _RowRecords:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from datamount.datasets import catalog, layout, locks
@@ -99,8 +99,9 @@ class PackUnit:
     ``folder`` is the pack folder and ``number`` the shard's number in it; ``row_groups`` are ``(start, stop)`` row
     numbers in the version;
     ``list_range`` the bytes of the version's list that hold those rows (a unit reads only its own lines);
-    ``objects`` (image datasets) each row's object path and size in the store; ``compression`` the codec of its
-    columns but the binary ones.
+    ``objects`` (image datasets from before format 7) each row's object path and size in the store, or, with
+    ``indexed``, none: the rows' objects are read from the version's row index as the unit is written;
+    ``compression`` the codec of its columns but the binary ones; ``files_size`` the bytes of its rows' files.
     """
 
     folder: str
@@ -109,6 +110,8 @@ class PackUnit:
     list_range: tuple[int, int]
     objects: list[ObjectLocation] = field(default_factory=list)
     compression: str = COMPRESSION
+    indexed: bool = False
+    files_size: int = 0
 
     @property
     def start(self) -> int:
@@ -130,8 +133,8 @@ def plan_pack(
     """Cut ``manifest``'s version into shards of row groups, from its list alone (no file is read), to be written
     with ``compression``. A text version's list is read as a stream (the plan holds row groups, not rows)."""
     folder = layout.version_pack_folder(manifest.version, shard_bytes, row_group_bytes, first_group_bytes, compression)
-    if manifest.kind is not Kind.IMAGE:
-        return _plan_text(store, manifest, folder, shard_bytes, row_group_bytes, first_group_bytes, compression)
+    if manifest.kind is not Kind.IMAGE or _indexed(manifest):
+        return _plan_streamed(store, manifest, folder, shard_bytes, row_group_bytes, first_group_bytes, compression)
     raw = store.read(layout.list_path(manifest))
     rows, starts = parse_lines(raw)
     starts.append(len(raw))
@@ -148,9 +151,15 @@ def plan_pack(
             (starts[groups[0][0]], starts[groups[-1][1]]),
             objects[groups[0][0] : groups[-1][1]],
             compression,
+            files_size=sum(o.size for o in objects[groups[0][0] : groups[-1][1]]),
         )
         for number, groups in enumerate(cut_shards(sizes, shard_bytes, row_group_bytes, first_group_bytes))
     ]
+
+
+def _indexed(manifest: Manifest) -> bool:
+    """Whether each row's object of an image version is in its row index (format 7)."""
+    return manifest.objects and manifest.row_parts is not None and len(manifest.row_parts) == manifest.rows
 
 
 def cut_shards(
@@ -230,13 +239,22 @@ def write_unit(
 
 def _samples(
     store: Store, manifest: Manifest, unit: PackUnit, rows: Iterator[tuple[str, ...]]
-) -> Iterator[tuple[tuple[str, ...], tuple[object, ...]]]:
+) -> Generator[tuple[tuple[str, ...], tuple[object, ...]], None, None]:
     """Each row of ``unit`` with its sample (an image's file read from its object and checked)."""
-    if not unit.objects:
+    if unit.indexed:
+        assert manifest.row_parts is not None
+        objects: Iterable[ObjectLocation] = (
+            ObjectLocation(layout.object_path(manifest.name, file.sha256), file.size, file.sha256, file.xxh3)
+            for file in manifest.row_parts.files(unit.start, unit.stop)
+        )
+    elif unit.objects:
+        objects = unit.objects
+    else:
         yield from ((row, row) for row in rows)
         return
-    blobs = store.read_many((o.path for o in unit.objects), sizes=(o.size for o in unit.objects))
-    located = enumerate(unit.objects, start=unit.start)
+    for_paths, for_sizes, for_rows = itertools.tee(objects, 3)
+    blobs = store.read_many((o.path for o in for_paths), sizes=(o.size for o in for_sizes))
+    located = enumerate(for_rows, start=unit.start)
     for (index, location, data), row in zip(objects_read(store, manifest, located, blobs), rows, strict=False):
         yield row, (check_object(store, manifest, index, location, data), *row[1:])
     for row in rows:  # more rows than objects: the list changed
@@ -268,7 +286,7 @@ def _rows_in_range(store: Store, path: str, start: int, end: int) -> Iterator[tu
             yield tuple(text.split("\t"))
 
 
-def _plan_text(
+def _plan_streamed(
     store: Store,
     manifest: Manifest,
     folder: str,
@@ -277,24 +295,47 @@ def _plan_text(
     first_group_bytes: int,
     compression: str,
 ) -> list[PackUnit]:
-    """The plan of a text version, its list read once as a stream: each row's size is its characters but TABs, and
-    where each row group ends in the list is noted as the group closes."""
+    """The plan of a text version, or of an image version with a row index, its list (and row index) read once as
+    a stream: a text row's size is its characters but TABs, an image row's its file's size and its labels'
+    characters; where each row group ends in the list, and the bytes of its files, are noted as the group closes."""
     path = layout.list_path(manifest)
-    position = 0
-    ends = {0: 0}  # row number -> where its line starts
+    indexed = manifest.kind is Kind.IMAGE
+    position = files = 0
+    ends = {0: (0, 0)}  # row number -> where its line starts, and the files' bytes before it
 
     def sizes() -> Iterator[int]:
-        nonlocal position
+        nonlocal position, files
+        index = manifest.row_parts.files(0, manifest.rows) if indexed and manifest.row_parts is not None else None
         for line in _lines_in_range(store, path, 0, manifest.list_size):
             position += len(line)
             text = line.decode("utf-8").removesuffix("\n")
-            if text:
-                yield len(text) - text.count("\t")
+            if not text:
+                continue
+            characters = len(text) - text.count("\t")
+            if index is None:
+                yield characters
+                continue
+            file = next(index)
+            files += file.size
+            yield file.size + characters - len(text.split("\t", 1)[0])
 
     plans = cut_shards(
-        sizes(), shard_bytes, row_group_bytes, first_group_bytes, on_group=lambda stop: ends.update({stop: position})
+        sizes(),
+        shard_bytes,
+        row_group_bytes,
+        first_group_bytes,
+        on_group=lambda stop: ends.update({stop: (position, files)}),
     )
     return [
-        PackUnit(folder, number, tuple(groups), (ends[groups[0][0]], ends[groups[-1][1]]), [], compression)
+        PackUnit(
+            folder,
+            number,
+            tuple(groups),
+            (ends[groups[0][0]][0], ends[groups[-1][1]][0]),
+            [],
+            compression,
+            indexed=indexed,
+            files_size=ends[groups[-1][1]][1] - ends[groups[0][0]][1],
+        )
         for number, groups in enumerate(plans)
     ]

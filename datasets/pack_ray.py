@@ -72,6 +72,6 @@ def _run(ray: Any, store: Store, manifest: Manifest, units: list[PackUnit], repo
 
     def done(number: int) -> None:
         unit = units[number]
-        report.advance(items=unit.stop - unit.start, size=sum(o.size for o in unit.objects))
+        report.advance(items=unit.stop - unit.start, size=unit.files_size)
 
     return gather(ray, [task.remote(shared_store, shared_manifest, unit) for unit in units], done)

@@ -17,7 +17,7 @@ from datamount.datasets.pack import plan_pack, write_unit
 from datamount.datasets.progress import Progress, Silent
 from datamount.datasets.rows import ShardRows, read_lines
 from datamount.datasets.upload import hash_files, store_list
-from datamount.storage import IntegrityError, Store
+from datamount.storage import IntegrityError, ObjectNotFoundError, Store
 from datamount.storage.errors import DatamountError
 
 #: How a pack folder of ``pack`` names the sizes its shards were cut with and their codec: their bytes can be made
@@ -81,26 +81,35 @@ def verify(store: Store, manifest: Manifest, *, on_checked: Callable[[int], None
         objects(),
         ((layout.shard_path(manifest.name, s), s.size, s.sha256, f"shard {s.path}", s) for s in manifest.shards),
     )
-    present: dict[str, int] = {}
-    packs = {layout.pack_folder_of(shard) for shard in manifest.shards}
-    for area in (layout.OBJECTS, layout.LISTS, layout.ENTRIES, *sorted(packs)):
-        present.update(store.list(f"{folder}/{area}"))
     for path, size, sha256, label, entry in targets:
         report.checked += 1
-        reason = None
-        if path not in present:
-            reason = f"missing: {label} ({store.url_for(path)})"
-        elif present[path] != size:
-            reason = f"wrong size: {label}: {present[path]} bytes, manifest says {size}"
-        elif (found := store.checksums(path))[0] != sha256:
-            reason = f"wrong content: {label} ({store.url_for(path)}) does not match its sha256"
-        elif isinstance(entry, FileEntry) and entry.xxh3 and found[1] != entry.xxh3:
-            reason = f"wrong checksum: {label}: the manifest's xxh3-64 {entry.xxh3} is not its content's {found[1]}"
-        if reason is not None:
-            report.damaged.append(Damage(path, label, reason, entry, missing=path not in present))
+        damage = _damage(store, path, size, sha256, label, entry)
+        if damage is not None:
+            report.damaged.append(damage)
         if on_checked is not None:
             on_checked(size)
     return report
+
+
+def _damage(
+    store: Store, path: str, size: int, sha256: str, label: str, entry: FileEntry | ShardEntry | FilePart | None
+) -> Damage | None:
+    """What is wrong with the part at ``path`` (None when it matches ``size`` and ``sha256``): read and hashed
+    alone, with no listing of the store, so that a version of any number of objects is checked in bounded memory
+    (its size is asked for only when its content does not match)."""
+    try:
+        found = store.checksums(path)
+    except ObjectNotFoundError:
+        return Damage(path, label, f"missing: {label} ({store.url_for(path)})", entry, missing=True)
+    if found[0] != sha256:
+        stored = store.info(path).size
+        if stored != size:
+            return Damage(path, label, f"wrong size: {label}: {stored} bytes, manifest says {size}", entry)
+        return Damage(path, label, f"wrong content: {label} ({store.url_for(path)}) does not match its sha256", entry)
+    if isinstance(entry, FileEntry) and entry.xxh3 and found[1] != entry.xxh3:
+        why = f"wrong checksum: {label}: the manifest's xxh3-64 {entry.xxh3} is not its content's {found[1]}"
+        return Damage(path, label, why, entry)
+    return None
 
 
 #: What verify checks: a store path, its size and sha256, what to call it, and its manifest entry.

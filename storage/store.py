@@ -527,13 +527,14 @@ class Store:
 
         Writes do not wait for the disk one by one: the files of a version are made durable together, right before
         its manifest is created (:func:`datamount.datasets.catalog.commit`). On object stores and HDFS a finished
-        write is as durable as the service makes it, and this does nothing.
+        write is as durable as the service makes it, and this does nothing. ``paths`` are read as they come (a
+        version's may be millions): never held at once.
         """
-        self._make_durable([clean_relpath(path) for path in paths])
+        self._make_durable(clean_relpath(path) for path in paths)
 
-    def _make_durable(self, paths: builtins.list[str]) -> None:
+    def _make_durable(self, paths: Iterator[str]) -> None:
         """Make the objects at the (checked) store paths ``paths`` durable; a backend that touches them resolves
-        them with :meth:`full_path` (nothing to do unless a backend says otherwise)."""
+        them with :meth:`full_path`, a bounded number at a time (nothing to do unless a backend says otherwise)."""
 
     def remove_stale_temporaries(self, prefix: str, *, older_than: float) -> int:
         """Remove the temporary objects under ``prefix`` that writers left more than ``older_than`` seconds ago

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
 from datamount.datasets import catalog, layout
+from datamount.datasets.file_parts import FileParts
+from datamount.datasets.file_parts_writer import write_file_parts
+from datamount.datasets.manifest import Manifest
 from datamount.storage import Store
 
 
@@ -29,3 +33,16 @@ def write_inline(store: Store, name: str, version: int = 1) -> dict[str, Any]:
     body = inline_body(store, name, version)
     store.write(layout.manifest_path(name, version), json.dumps(body, separators=(",", ":")).encode())
     return body
+
+
+def write_format_6(store: Store, name: str, version: int = 1) -> Manifest:
+    """Store version ``version`` of ``name`` again as the next version, as format 6 wrote it: its entries in parts
+    without their rows, and no row index (the same list, objects and shards); the manifest of that version."""
+    manifest = catalog.resolve(store, f"{name}@{version}")
+    parts = write_file_parts(store, name, list(manifest.files))
+    number = catalog.versions_folder(store, name).next_number
+    folder = layout.dataset_folder(name)
+    files = FileParts(store, folder, parts, f"{name}@{number}")
+    old = dataclasses.replace(manifest, files=files, row_parts=None, format_version=6, version=number)
+    store.create(layout.manifest_path(name, number), old.to_json())
+    return catalog.resolve(store, f"{name}@{number}")

@@ -38,8 +38,9 @@ from datamount.datasets.file_parts import FileParts
 from datamount.datasets.manifest import Kind, Manifest
 from datamount.datasets.rows import removed_or_missing
 from datamount.datasets.rows.listed import list_rows
-from datamount.datasets.tree import FOLDER, UNKNOWN, Content, Node, Tree, look_up
+from datamount.datasets.tree import FOLDER, UNKNOWN, Content, Tree, look_up
 from datamount.datasets.tree_bytes import LIST_READ_AHEAD, TreeBytes
+from datamount.datasets.tree_index import IndexedTree
 from datamount.storage import ObjectNotFoundError, Store, open_store, profiles
 from datamount.storage.cache import ContentCache
 from datamount.urlfs import pinned as pinning
@@ -59,6 +60,8 @@ class _Version:
     listed: bytes | None
     content: TreeBytes
     pinned: pinning.Pinned | None = None
+    #: An indexed version's tree, answered from its indexes (then no list is read and no tree is built).
+    indexed: IndexedTree | None = None
     lock: threading.RLock = field(default_factory=threading.RLock)
     shards: ShardCopies = field(init=False)
     _tree: Tree | None = None
@@ -90,6 +93,11 @@ class _Version:
         """The content of the file at ``inner`` (``a/b``), ``None`` for a folder; ``KeyError`` when there is
         neither. A path of an image version is found in its list and manifest without building its tree, up to
         :attr:`LOOK_UPS` of them."""
+        if self.indexed is not None:
+            found = self.indexed.content_at(inner)
+            if found is None:
+                raise KeyError(inner)
+            return None if found == FOLDER else found
         listed = self.listed
         if self._tree is None and listed is not None and self.looked_up < self.LOOK_UPS:
             self.looked_up += 1
@@ -118,6 +126,35 @@ class _Version:
         prefix = f"/{inner}/" if inner else "/"
         # Every path that starts with the prefix sorts between it and the prefix with its "/" raised to "0".
         return keys[bisect.bisect_left(keys, prefix) : bisect.bisect_left(keys, prefix[:-1] + "0")]
+
+    def walked(self, inner: str, *, withdirs: bool, maxdepth: int | None) -> Iterator[tuple[str, Content | None]]:
+        """The paths (``/a/b``) under the folder ``inner`` (as :meth:`under` finds them, in no set order) and what
+        each is (``None``: a folder). An indexed version's files are streamed from its entries, a part at a time,
+        with no tree beside them; the folders seen on the way follow them (with ``withdirs``)."""
+        if self.indexed is None:
+            nodes = self.tree.nodes
+            for key in self.under(inner, withdirs=withdirs, maxdepth=maxdepth):
+                yield key, nodes[key].content
+            return
+        depth = inner.count("/") + 1 if inner else 0
+        folders: set[str] = set()
+        for path, content in self.indexed.walk(inner):
+            parts = path.split("/")
+            if withdirs:  # the folders above it, down to maxdepth
+                last = len(parts) - 1 if maxdepth is None else min(len(parts) - 1, depth + maxdepth)
+                folders.update("/" + "/".join(parts[:end]) for end in range(depth + 1, last + 1))
+            if maxdepth is None or len(parts) - depth <= maxdepth:
+                yield "/" + path, content
+        for folder in folders:
+            yield folder, None
+
+    def children(self, inner: str) -> list[tuple[str, Content | None]]:
+        """The names in the folder ``inner`` and what each is (``None``: a folder)."""
+        if self.indexed is not None:
+            return self.indexed.children(inner)
+        node = self.tree.find(f"/{inner}" if inner else "/")
+        assert node is not None
+        return [(name, child.content) for name, child in node.children.items()]
 
     def _near(self, inner: str, *, withdirs: bool, maxdepth: int) -> list[str]:
         """:meth:`under`'s paths down to ``maxdepth`` levels below the folder ``inner``, sorted."""
@@ -288,7 +325,11 @@ class DatamountFileSystem(AbstractFileSystem):
                 )
             if isinstance(manifest.files, FileParts):  # its entries' parts kept with the manifest, for workers
                 manifest = dataclasses.replace(manifest, files=manifest.files.cached_in(cache))
+        if manifest.row_parts is not None:
+            manifest = dataclasses.replace(manifest, row_parts=manifest.row_parts.cached_in(cache))
         content = TreeBytes(store, manifest, cache=cache)
+        if manifest.indexed and manifest.kind is Kind.IMAGE:
+            return _Version(store, manifest, None, content, pinned, IndexedTree(manifest, image_shards=True))
         listed = None
         if manifest.kind is Kind.IMAGE and manifest.has_list:
             the_list = Content("list", manifest.list_size)
@@ -325,12 +366,6 @@ class DatamountFileSystem(AbstractFileSystem):
                 )
         return FileNotFoundError(errno.ENOENT, f"no such file or folder in {version.manifest.ref}", name)
 
-    def _node(self, where: VersionPath, version: _Version) -> Node:
-        """The tree's node at ``where`` (found there already)."""
-        node = version.tree.find("/" + where.inner)
-        assert node is not None
-        return node
-
     # -------------------------------------------------------------------------------------------- listing
 
     def _details(self, where: VersionPath, version: _Version, inner: str, content: Content | None) -> dict[str, Any]:
@@ -360,24 +395,25 @@ class DatamountFileSystem(AbstractFileSystem):
         where, version, content = self._find(path)
         if content is not None:
             return [self._details(where, version, where.inner, content) if detail else where.joined(where.inner)]
-        entries = list(self._node(where, version).children.values())
+        prefix = f"{where.inner}/" if where.inner else ""
+        entries = version.children(where.inner)
         if detail:
-            return [self._details(where, version, child.path[1:], child.content) for child in entries]
-        return [where.joined(child.path.lstrip("/")) for child in entries]
+            return [self._details(where, version, prefix + name, child) for name, child in entries]
+        return [where.joined(prefix + name) for name, _ in entries]
 
     def _found(
         self, path: str, maxdepth: int | None, withdirs: bool
-    ) -> tuple[VersionPath, _Version, Content | None, list[str]] | None:
-        """What ``find`` finds at ``path``: its content (``None``: a folder) and the sorted paths in the version
-        (``/a/b``) under a folder; ``None`` where nothing is at ``path``."""
+    ) -> tuple[VersionPath, _Version, Content | None, Iterator[tuple[str, Content | None]]] | None:
+        """What ``find`` finds at ``path``: its content (``None``: a folder) and the paths in the version (``/a/b``)
+        under a folder with what each is (:meth:`_Version.walked`); ``None`` where nothing is at ``path``."""
         if maxdepth is not None and maxdepth < 1:
             raise ValueError("maxdepth must be at least 1")
         try:
             where, version, content = self._find(path)
         except _NOTHING_THERE:
             return None
-        keys = [] if content is not None else version.under(where.inner, withdirs=withdirs, maxdepth=maxdepth)
-        return where, version, content, keys
+        walked = iter(()) if content is not None else version.walked(where.inner, withdirs=withdirs, maxdepth=maxdepth)
+        return where, version, content, walked
 
     @counted
     def find(
@@ -386,23 +422,23 @@ class DatamountFileSystem(AbstractFileSystem):
         found = self._found(path, maxdepth, withdirs)
         if found is None:
             return {} if detail else []
-        where, version, content, keys = found
+        where, version, content, walked = found
         if content is not None:  # a file finds itself, answered without the tree
             name = where.joined(where.inner)
             return {name: self._details(where, version, where.inner, content)} if detail else [name]
         root = where.root
-        names = [root + key for key in keys]
         # The folder itself with withdirs, named as the path was written (as fsspec's find names it).
         itself = self._strip_protocol(path) if withdirs else None
-        if itself is not None:
-            bisect.insort(names, itself)
         if not detail:
+            names = [root + key for key, _ in walked]
+            if itself is not None:
+                names.append(itself)
+            names.sort()
             return names
-        nodes = version.tree.nodes
-        details = {root + key: self._details(where, version, key[1:], nodes[key].content) for key in keys}
+        details = {root + key: self._details(where, version, key[1:], child) for key, child in walked}
         if itself is not None:
             details[itself] = {**self._details(where, version, where.inner, None), "name": itself}
-        return {name: details[name] for name in names}
+        return {name: details[name] for name in sorted(details)}
 
     def du(
         self, path: str, total: bool = True, maxdepth: int | None = None, withdirs: bool = False, **kwargs: Any
@@ -410,16 +446,15 @@ class DatamountFileSystem(AbstractFileSystem):
         found = self._found(path, maxdepth, withdirs)
         if found is None:
             return 0 if total else {}
-        where, version, content, keys = found
+        where, _, content, walked = found
         if content is not None:
             return content.size if total else {where.joined(where.inner): content.size}
-        nodes = version.tree.nodes
         if total:  # a folder's size is 0
-            return sum(getattr(nodes[key].content, "size", 0) for key in keys)
-        sizes = {where.root + key: getattr(nodes[key].content, "size", 0) for key in keys}
+            return sum(child.size for _, child in walked if child is not None)
+        sizes = {where.root + key: 0 if child is None else child.size for key, child in walked}
         if withdirs:
             sizes[self._strip_protocol(path)] = 0
-        return sizes
+        return dict(sorted(sizes.items()))
 
     def get_file(
         self, rpath: str, lpath: Any, callback: Any = DEFAULT_CALLBACK, outfile: Any = None, **kwargs: Any

@@ -17,6 +17,7 @@ from click.testing import CliRunner
 
 from datamount.cli.main import cli
 from datamount.datasets import MissingPartError, catalog, copy_version, layout, pack, repair, upload, verify
+from datamount.datasets.manifest import FileEntry, Manifest
 from datamount.readers import reader
 from datamount.storage import IntegrityError, Store, open_store
 from tests.generated import write_image_list
@@ -72,8 +73,14 @@ def test_a_damaged_source_part_copies_nothing(local_store: Store, tmp_path: Path
 
 #: Files of the version the tests below copy: more than one batch of parts (the list and 63 objects go first).
 FILES = 150
-#: The file whose object the tests damage or hold back: in the second batch, so that the first was sent.
+#: The file whose object the tests damage or hold back: in the second batch, so that the first was sent (a copy
+#: sends the objects a folder of objects/ at a time: in the order of their sha256).
 HELD = 100
+
+
+def held_entry(manifest: Manifest) -> FileEntry:
+    """The entry of the object a copy sends :data:`HELD`-th."""
+    return sorted(manifest.files, key=lambda entry: entry.sha256)[HELD]
 
 
 def objects_in(store: Store) -> int:
@@ -88,9 +95,9 @@ def test_a_damaged_source_part_names_its_repair_and_the_next_copy_sends_only_the
     source = open_store(tmp_path / "source")
     list_file = write_image_list(tmp_path / "src", FILES)
     manifest = upload(list_file, "cats", store=source).manifest
-    path = layout.object_path("cats", manifest.files[HELD].sha256)
+    path = layout.object_path("cats", held_entry(manifest).sha256)
     if how == "damaged":
-        source.write(path, b"y" * manifest.files[HELD].size)
+        source.write(path, b"y" * held_entry(manifest).size)
         problem = "does not match its sha256: the store copied from holds a damaged copy"
     else:
         source.remove(path)
@@ -116,7 +123,7 @@ def test_a_copy_to_a_local_store_killed_half_way_leaves_no_version_and_the_next_
     source, target = open_store(tmp_path / "source"), open_store(tmp_path / "target")
     list_file = write_image_list(tmp_path / "src", FILES)
     manifest = upload(list_file, "cats", store=source).manifest
-    held = Path(source.local_path() or "", layout.object_path("cats", manifest.files[HELD].sha256))
+    held = Path(source.local_path() or "", layout.object_path("cats", held_entry(manifest).sha256))
     held.unlink()
     os.mkfifo(held)  # the copy reading it waits there, its first batch of parts sent
     command = [sys.executable, "-m", "datamount.cli.main", "cp", "cats", "--from", source.url, "--to", target.url]
@@ -134,7 +141,7 @@ def test_a_copy_to_a_local_store_killed_half_way_leaves_no_version_and_the_next_
     sent = objects_in(target) + 1  # and the list
 
     held.unlink()
-    held.write_bytes((list_file.parent / manifest.files[HELD].path).read_bytes())
+    held.write_bytes((list_file.parent / held_entry(manifest).path).read_bytes())
     copied = copy_version("cats", source=source, target=target)  # the killed copy's lock is not waited for
     assert copied.created and (copied.present, copied.sent) == (sent, FILES + 1 - sent)
     assert list(reader("cats", target)()) == list(reader("cats", source)())

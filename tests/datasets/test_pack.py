@@ -26,7 +26,16 @@ from datamount.datasets.verify import repair
 from datamount.readers import reader
 from datamount.storage import IntegrityError, Store
 from datamount.storage.cache import ContentCache
-from tests.generated import PackedDataset, PackedImages, SharedDatasets, image_rows, upload_and_pack, write_image_list
+from tests.generated import (
+    MakeImageList,
+    PackedDataset,
+    PackedImages,
+    SharedDatasets,
+    image_rows,
+    upload_and_pack,
+    write_image_list,
+)
+from tests.manifests import write_format_6
 
 SMALL = {"shard_bytes": 40_000, "row_group_bytes": 6_000}
 #: The dataset of these tests: 60 images of about 1.5 kB in a few shards.
@@ -450,3 +459,24 @@ def test_a_text_version_is_planned_from_its_list_read_as_a_stream_as_it_was_read
         assert [unit.list_range for unit in units] == [(starts[g[0][0]], starts[g[-1][1]]) for g in whole]
         for unit in units:  # and each shard is written from its stretch of the list, a block at a time
             write_unit(local_store, manifest, unit)
+
+
+def test_an_indexed_image_version_is_planned_from_its_list_and_row_index_alone(
+    store: Store, make_image_list: MakeImageList
+) -> None:
+    """The plan of a format-7 version is the plan of the same version from before format 7 (which reads every
+    file's entry), unit for unit; with its entries by path removed, the version still packs and reads the same."""
+    list_file = make_image_list(40, size=900)
+    upload(list_file, "d", store=store)
+    old = write_format_6(store, "d")
+    new = catalog.resolve(store, "d@1")
+    planned = plan_pack(store, new, 12_000, 3_000)
+    before = plan_pack(store, old, 12_000, 3_000)
+    assert len(planned) > 2 and all(unit.indexed and not unit.objects for unit in planned)
+    assert [(u.row_groups, u.list_range, u.files_size) for u in planned] == [
+        (u.row_groups, u.list_range, sum(o.size for o in u.objects)) for u in before
+    ]
+    for part in new.files.parts:  # type: ignore[attr-defined]
+        store.remove(f"{layout.dataset_folder('d')}/{part.path}")
+    pack("d@1", store=store, shard_bytes=12_000, row_group_bytes=3_000)
+    assert list(reader("d@1", store, use_shards=True)()) == image_rows(list_file)

@@ -14,12 +14,13 @@ import pytest
 from datamount.datasets import catalog, file_parts_writer, layout, locks, upload
 from datamount.datasets.errors import MissingPartError
 from datamount.datasets.file_parts import FileParts
-from datamount.datasets.file_parts_writer import PAIR_SCHEMA, write_file_parts, write_indexes
+from datamount.datasets.file_parts_writer import PAIR_SCHEMA, write_indexes
 from datamount.datasets.manifest import FileEntry
 from datamount.datasets.row_index import RowFile, RowIndex
 from datamount.readers import reader
 from datamount.storage import IntegrityError, Store
 from tests.generated import image_rows
+from tests.manifests import write_format_6
 
 
 def repeated_list(folder: Path, files: int, rows: int, seed: int = 0) -> Path:
@@ -47,8 +48,15 @@ def pairs_of(paths: list[str], chunk: int) -> list[pa.Table]:
     ]
 
 
-@pytest.mark.parametrize("run_rows", [100_000, 61], ids=["in-memory", "spilled-and-merged"])
-def test_each_entry_gets_its_first_row_and_each_row_its_file(memory_store: Store, run_rows: int) -> None:
+@pytest.mark.parametrize(
+    ("run_rows", "chunk_rows"),
+    [(100_000, 1 << 14), (61, 1 << 14), (100_000, 5)],
+    ids=["in-memory", "spilled-and-merged", "joined-in-small-chunks"],
+)
+def test_each_entry_gets_its_first_row_and_each_row_its_file(
+    memory_store: Store, run_rows: int, chunk_rows: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(file_parts_writer, "_MERGE_ROWS", chunk_rows)
     rng = random.Random(3)
     entries = [
         FileEntry(f"c{i % 9}/f{i:04d}", i * 3, rng.randbytes(32).hex(), rng.randbytes(8).hex()) for i in range(400)
@@ -147,15 +155,9 @@ def test_a_damaged_row_index_part_is_an_integrity_error_naming_it(local_store: S
 def test_a_version_from_before_the_row_index_still_reads(local_store: Store, tmp_path: Path) -> None:
     """A format-6 manifest (entries without rows, no row index) beside the same list and objects."""
     list_file = repeated_list(tmp_path / "src", 40, 120)
-    manifest = upload(list_file, "d", store=local_store).manifest
-    parts = write_file_parts(local_store, "d", list(manifest.files))
-    folder = layout.dataset_folder("d")
-    old = dataclasses.replace(
-        manifest, files=FileParts(local_store, folder, parts, "d@2"), row_parts=None, format_version=6, version=2
-    )
-    local_store.write(layout.manifest_path("d", 2), old.to_json())
-    read = catalog.resolve(local_store, "d@2")
-    assert read.format_version == 6 and not read.indexed
+    upload(list_file, "d", store=local_store)
+    read = write_format_6(local_store, "d")
+    assert read.format_version == 6 and not read.indexed and read.version == 2
     assert isinstance(read.files, FileParts) and read.files.located(read.files[0].path) == (read.files[0], -1)
     samples = reader("d@2", local_store)
     assert list(samples()) == image_rows(list_file) and samples[77] == image_rows(list_file)[77]
@@ -190,3 +192,21 @@ def test_entries_written_twice_under_a_lock_commit_the_same_parts(local_store: S
     with locks.writing(local_store, "d"):
         again = catalog.commit(local_store, draft)
     assert again.row_parts == first.row_parts and again.files == first.files
+
+
+@pytest.mark.parametrize("store", ["local", pytest.param("s3", id="s3-moto", marks=pytest.mark.s3)], indirect=True)
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_workers_read_an_unpacked_version_through_its_row_index(store: Store, tmp_path: Path, method: str) -> None:
+    """Its entries by path are removed: workers (which get the reader pickled, the manifest with its parts' names)
+    read every row from the list and the row index alone."""
+    from datamount.readers import multiprocess_reader
+
+    list_file = repeated_list(tmp_path / "src", 60, 300, seed=9)
+    upload(list_file, "d", store=store)
+    manifest = catalog.resolve(store, "d")
+    assert isinstance(manifest.files, FileParts)
+    for part in manifest.files.parts:
+        store.remove(f"{layout.dataset_folder('d')}/{part.path}")
+    samples = reader("d", store)
+    read = list(multiprocess_reader([samples, samples], mp_context=method)())
+    assert sorted(read) == sorted(image_rows(list_file))  # the two readers share the pass, as workers do
