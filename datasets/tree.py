@@ -16,7 +16,7 @@ from __future__ import annotations
 import bisect
 import stat
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from datamount.datasets.export import list_name
 from datamount.datasets.file_parts import FileParts
@@ -58,8 +58,6 @@ class Node:
     children: dict[str, Node] = field(default_factory=dict)
     #: The file after this one in its folder (in list order): what a walker opens next.
     next_sibling: Node | None = None
-    #: What the filesystem layer keeps for the node (its attributes, a folder's listing).
-    cached: Any = None
 
     @property
     def is_folder(self) -> bool:

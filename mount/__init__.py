@@ -3,9 +3,11 @@
 =====================  ===============================================================================
 module                 job
 =====================  ===============================================================================
-:mod:`.tree`           the folder tree, from the manifest and the list
+:mod:`.tree_view`      the tree the FUSE operations serve: a built ``datasets/tree.py`` Tree, or ...
+:mod:`.lazy_tree`      ... an indexed version's, a node at a time from its indexes, bounded
 :mod:`.content`        the files' bytes: fetched, checked, kept in memory under a budget
 :mod:`.filesystem`     the FUSE operations (pyfuse3 over libfuse 3) and read-ahead
+:mod:`.push`           read-ahead files put into the kernel's page cache
 :mod:`.mounting`       checks before a mount, the serving process, unmounting
 =====================  ===============================================================================
 """

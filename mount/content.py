@@ -14,7 +14,12 @@ threads, so that the mount reads ahead (:meth:`Contents.prefetch`) while a file 
 A version packed after its upload has both: on a remote store, a file read on its own comes from its object (one
 small request), and the files of a read-ahead window from their row groups where the window holds at least half of a
 group's bytes (a reader going through the list: one request for a group's files rather than one per file), or where
-the version's row groups all fit in memory (each is then fetched once).
+the version's shards all fit in memory (each group is then fetched once). A row group's bytes are its share of its
+shard's, by rows: known from the manifest alone, whatever the rows.
+
+A row group's files are checked against each row's file: from every row's entry (a version whose tree was built
+whole), or from its row index (an indexed version with objects, a part of it at a time). An indexed version packed
+straight into shards has no row index: each of its files is checked against its own entry as it is served.
 """
 
 from __future__ import annotations
@@ -24,14 +29,15 @@ import itertools
 import logging
 import threading
 from collections import Counter, OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import Any, Protocol
 
 from datamount.datasets import layout
 from datamount.datasets.errors import MissingPartError
 from datamount.datasets.manifest import FileEntry, Kind, Manifest
 from datamount.datasets.row_folders import encoder_of, shows_rows
+from datamount.datasets.row_index import RowFile
 from datamount.datasets.rows import ShardRows, closing, missing_list, missing_object, missing_shard
 from datamount.datasets.tree import Content, group_of
 from datamount.datasets.tree_bytes import LIST_READ_AHEAD, TreeBytes
@@ -55,16 +61,41 @@ GROUP_SHARE = 0.5
 Unit = tuple[str, Any]
 
 
+class RowFiles(Protocol):
+    """Each row's file, in row order (a :class:`~datamount.datasets.row_index.RowIndex` is one)."""
+
+    def __len__(self) -> int: ...
+
+    def files(self, start: int, stop: int) -> Iterator[RowFile | FileEntry]:
+        """The files of rows ``start`` to ``stop - 1``, in order."""
+        ...
+
+
+class ListedRowFiles:
+    """Each row's file from a list of every row's entry (a tree built whole has it)."""
+
+    def __init__(self, entries: Sequence[FileEntry]) -> None:
+        self.entries = entries
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def files(self, start: int, stop: int) -> Iterator[RowFile | FileEntry]:
+        return iter(self.entries[start:stop])
+
+
 class Contents:
     """Checked bytes of the files of ``manifest``'s version, from ``store`` (remote objects and shards through
-    ``cache`` when given)."""
+    ``cache`` when given). ``row_files``: each row's file, where each row is one (an image version's: a built
+    tree's entry of each row, :class:`ListedRowFiles`, or an indexed version's row index; an indexed version packed
+    straight into shards has none, and each of its rows is a file all the same)."""
 
     def __init__(
         self,
         store: Store,
         manifest: Manifest,
         *,
-        row_files: list[FileEntry] | None = None,
+        row_files: RowFiles | None = None,
         cache: ContentCache | None = None,
         memory: int = DEFAULT_MEMORY,
     ) -> None:
@@ -81,21 +112,24 @@ class Contents:
         self._loading: dict[Unit, Future[Any]] = {}
         #: Held (or coming) units of one file that was served: the first to leave memory.
         self._spent: set[Unit] = set()
-        self._row_files = row_files or []
         #: Objects, shards and the list, fetched whole and checked (``datasets/tree_bytes.py``).
         self._bytes = TreeBytes(store, manifest, cache=cache)
-        #: A row's file's bytes (an image's own, a version without a list's in its dataset's form).
+        #: A row's file's bytes (an image version's own, a version without a list's in its dataset's form).
         self._encode = encoder_of(manifest)
         by_rows = manifest.shards and (manifest.kind is Kind.IMAGE or shows_rows(manifest))
         self._rows = ShardRows(store, manifest, cache=cache) if by_rows else None
+        rows = len(self._rows) if self._rows is not None else 0
+        #: What each row of a row group is checked against (none: each file against its entry, as it is served).
+        self._checks = row_files if row_files is not None and len(row_files) == rows else None
         # Row groups are units where each row is a file (not for files of several rows each).
-        spans = self._rows.spans() if self._rows is not None and len(self._row_files) == len(self._rows) else []
-        self._group_starts = [span.start for span in spans]
-        self._group_bytes = [sum(self._row_files[row].size for row in span) for span in spans]
+        each_row_a_file = self._checks is not None or (manifest.indexed and manifest.kind is Kind.IMAGE)
+        self._spans = self._rows.spans() if self._rows is not None and rows and each_row_a_file else []
+        self._group_starts = [span.start for span in self._spans]
+        self._group_bytes = _group_bytes(manifest, self._spans)
         #: Whether a file with an object may also come from its row group (a version packed after its upload, on a
         #: remote store: a local store's objects cost no request each).
         self._either = self._rows is not None and manifest.objects and manifest.has_list and self._remote
-        self._fits = sum(self._group_bytes) <= memory
+        self._fits = sum(shard.size for shard in manifest.shards) <= memory
         #: Units fetched so far, by kind (``object``, ``group``, ...): what :meth:`summary` reports.
         self.fetched: Counter[str] = Counter()
 
@@ -131,10 +165,16 @@ class Contents:
         return run
 
     def file_of(self, content: Content, unit: Any) -> bytes:
-        """The file's bytes in the value of a unit holding it (a row group's value is the files of its rows)."""
+        """The file's bytes in the value of a unit holding it (a row group's value is the files of its rows): checked
+        against the file's entry here where the group's rows were not each checked as it came."""
         if not isinstance(unit, list):
             return unit
-        return unit[content.row - self._group_starts[group_of(self._group_starts, content.row)]]
+        data: bytes = unit[content.row - self._group_starts[group_of(self._group_starts, content.row)]]
+        if self._checks is None:
+            entry = content.entry
+            if entry is None or not matches(data, entry.sha256, entry.xxh3):
+                raise _damaged_row(self.manifest, content.row)
+        return data
 
     def prefetch(self, contents: Iterable[Content]) -> None:
         """Start fetching units holding these files (those neither held nor on their way). A remote store's objects
@@ -370,13 +410,10 @@ class Contents:
         span = self._rows.spans()[group]
         with closing(self._rows.rows(span.start, span.stop)) as rows:
             files = [self._encode(row) for row in itertools.islice(rows, len(span))]
-        for row, data in zip(span, files, strict=True):
-            entry = self._row_files[row]
-            if not matches(data, entry.sha256, entry.xxh3):
-                raise IntegrityError(
-                    f"{self.manifest.ref}, row {row}: the bytes in its shard do not match the file's checksum "
-                    "(a damaged shard)"
-                )
+        if self._checks is not None:
+            for row, data, file in zip(span, files, self._checks.files(span.start, span.stop), strict=True):
+                if not matches(data, file.sha256, file.xxh3):
+                    raise _damaged_row(self.manifest, row)
         return files
 
     def _fetch_rows(self, content: Content) -> bytes:
@@ -394,3 +431,18 @@ class Contents:
 
 def _size(value: Any) -> int:
     return sum(map(len, value)) if isinstance(value, list) else len(value)
+
+
+def _group_bytes(manifest: Manifest, spans: list[range]) -> list[int]:
+    """The bytes of each row group of ``spans`` (every group of the version's shards, in order, or none): its
+    share of its shard's bytes, by rows."""
+    if not spans:
+        return []
+    shares = (shard.size * rows // max(shard.rows, 1) for shard in manifest.shards for rows in shard.row_groups)
+    return [max(share, 1) for share in shares]
+
+
+def _damaged_row(manifest: Manifest, row: int) -> IntegrityError:
+    return IntegrityError(
+        f"{manifest.ref}, row {row}: the bytes in its shard do not match the file's checksum (a damaged shard)"
+    )

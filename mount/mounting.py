@@ -8,6 +8,7 @@ one, ``foreground=True``) and returns once the mount answers. The serving proces
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import logging
@@ -27,11 +28,13 @@ from typing import Any
 import platformdirs
 
 from datamount.datasets import catalog
+from datamount.datasets.file_parts import FileParts
 from datamount.datasets.manifest import Kind, Manifest
 from datamount.datasets.progress import Progress
 from datamount.datasets.row_folders import plan_row_files, shows_rows
 from datamount.datasets.rows import read_lines
-from datamount.mount.content import DEFAULT_MEMORY, DEFAULT_READ_AHEAD, Contents
+from datamount.mount.content import DEFAULT_MEMORY, DEFAULT_READ_AHEAD, Contents, ListedRowFiles, RowFiles
+from datamount.mount.tree_view import BuiltTree, MountTree
 from datamount.storage import MountError, Store, arguments, open_store
 from datamount.storage.cache import ContentCache
 from datamount.storage.mounts import read_mounts
@@ -201,20 +204,17 @@ def serve(
     progress: Progress | None = None,
 ) -> None:
     """Serve ``plan``'s version at its mount point until it is unmounted, SIGTERM or SIGINT (blocking). The pass over
-    the rows of a version without a list is reported to ``progress``."""
+    the rows of a version without a list is reported to ``progress``. An indexed image version (format 7) is served
+    from its indexes, a node at a time, as soon as the mount is made; any other has its tree built whole first."""
     import pyfuse3
     import trio
 
-    from datamount.datasets.tree import Tree
     from datamount.mount.filesystem import DatasetFilesystem
 
     manifest = manifest or catalog.resolve(plan.store, plan.ref)
     cache = None if plan.cache is False else ContentCache(None if plan.cache is True else plan.cache)
-    lines = read_lines(plan.store, manifest) if manifest.kind is Kind.IMAGE and manifest.has_list else None
-    # A version without a list: its files' paths and sizes come from a pass over its rows (through the cache).
-    row_files = plan_row_files(plan.store, manifest, cache=cache, progress=progress) if shows_rows(manifest) else None
-    tree = Tree(manifest, lines, row_files)
-    contents = Contents(plan.store, manifest, row_files=tree.row_entries, cache=cache, memory=plan.memory)
+    tree, row_files = _tree(plan.store, manifest, cache, progress)
+    contents = Contents(plan.store, manifest, row_files=row_files, cache=cache, memory=plan.memory)
     filesystem = DatasetFilesystem(tree, contents, read_ahead=plan.read_ahead, created_ns=_created_ns(manifest))
     options = {"ro", "default_permissions", f"fsname=datamount:{manifest.ref}", "subtype=datamount"}
     if plan.allow_other:
@@ -231,6 +231,31 @@ def serve(
         pyfuse3.close(unmount=True)
         contents.close()
         log.info("unmounted")
+
+
+def _tree(
+    store: Store, manifest: Manifest, cache: ContentCache | None, progress: Progress | None
+) -> tuple[MountTree, RowFiles | None]:
+    """The tree the mount serves, and each row's file (what its row groups' files are checked against): an
+    indexed image version's from its indexes (nothing read yet), any other's built whole."""
+    from datamount.datasets.tree import Tree
+    from datamount.mount.lazy_tree import LazyTree
+
+    if manifest.indexed and manifest.kind is Kind.IMAGE and manifest.has_list:
+        assert manifest.row_parts is not None
+        return LazyTree(_through(manifest, cache), store), manifest.row_parts.cached_in(cache)
+    lines = read_lines(store, manifest) if manifest.kind is Kind.IMAGE and manifest.has_list else None
+    # A version without a list: its files' paths and sizes come from a pass over its rows (through the cache).
+    row_files = plan_row_files(store, manifest, cache=cache, progress=progress) if shows_rows(manifest) else None
+    built = Tree(manifest, lines, row_files)
+    return BuiltTree(built), ListedRowFiles(built.row_entries)
+
+
+def _through(manifest: Manifest, cache: ContentCache | None) -> Manifest:
+    """``manifest`` with its file entries' parts read through ``cache`` (as it is, with none)."""
+    if cache is None or not isinstance(manifest.files, FileParts):
+        return manifest
+    return dataclasses.replace(manifest, files=manifest.files.cached_in(cache))
 
 
 async def _serve_until_stopped(on_ready: Callable[[], None] | None) -> None:

@@ -16,6 +16,9 @@ request (its process asks again only once it has the answer). A file whose bytes
 window reaching into a folder the walk has not listed yet) is pushed when its folder is listed, if its bytes are
 still in memory. Where the kernel does not take the bytes (an inode it dropped, a mount going away) the file's read
 serves it as before: pushing is only ever a shortcut.
+
+What is recorded of each file goes when the kernel forgets it (of files the kernel does not know, the last
+:data:`WAITING_KEPT` at most): the filler's memory follows what the kernel holds, not the files a walk went through.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from datamount.datasets.tree import Node
+from datamount.mount.recent import Recent
 
 log = logging.getLogger("datamount.mount")
 
@@ -34,6 +38,8 @@ log = logging.getLogger("datamount.mount")
 PUSH_MAX_BYTES = 8 << 20
 #: Pushes of a file the kernel was told of but did not know yet, at most (one after each request that follows).
 PUSH_TRIES = 3
+#: Files whose bytes came before the kernel knew them, kept to be pushed when it does: the last this many.
+WAITING_KEPT = 1 << 14
 
 #: Puts ``data`` into the page cache of ``inode`` from byte ``offset`` (``pyfuse3.notify_store``).
 StorePages = Callable[[int, int, bytes], None]
@@ -47,22 +53,22 @@ class PageCacheFiller:
     """Hands files to the kernel's page cache (``store``) once their unit has come, each file once, before it is
     opened; all its methods are called in the thread that answers requests."""
 
-    def __init__(self, store: StorePages, bytes_of: Callable[[Node, Any], bytes], unit_of: UnitOf, inodes: int) -> None:
+    def __init__(self, store: StorePages, bytes_of: Callable[[Node, Any], bytes], unit_of: UnitOf) -> None:
         self._store = store
         self._bytes_of = bytes_of
         self._unit_of = unit_of
-        #: 1 for each inode that is not to be pushed (any more): pushed, opened or read.
-        self._given = bytearray(inodes)
-        #: 1 for each inode the kernel knows: listed or looked up, and not forgotten since.
-        self._known = bytearray(inodes)
-        #: 1 for each file whose bytes came before the kernel knew it: pushed when it is listed.
-        self._waiting = bytearray(inodes)
-        #: Pushes the kernel refused for not knowing the inode yet, for each file.
-        self._refusals = bytearray(inodes)
+        #: The inodes not to push (any more): pushed, opened or read.
+        self._given: set[int] = set()
+        #: The inodes the kernel knows: listed or looked up, and not forgotten since.
+        self._known: set[int] = set()
+        #: The files whose bytes came before the kernel knew them: pushed when they are listed.
+        self._waiting: Recent[int, bool] = Recent(WAITING_KEPT)
+        #: Pushes the kernel refused for not knowing the inode yet, for each file refused (the last few).
+        self._refusals: Recent[int, int] = Recent(WAITING_KEPT)
         #: Files to push after the next request: the kernel was told of them, and has them by then.
         self._after_next_request: list[Node] = []
-        #: 1 for each inode whose bytes were put into the page cache (at least once).
-        self._pushed = bytearray(inodes)
+        #: The inodes whose bytes were put into the page cache (at least once) since the kernel knew them.
+        self._pushed: set[int] = set()
         #: Files put into the page cache; files whose reads came to this process, and how many of those had been put
         #: into the page cache (the kernel dropped their pages before they were read: it needed the memory).
         self.pushed = self.read = self.dropped = 0
@@ -70,7 +76,7 @@ class PageCacheFiller:
     def wants(self, node: Node) -> bool:
         """Whether ``node`` is a file to push: not pushed, opened or read yet, neither empty nor too large."""
         content = node.content
-        return content is not None and 0 < content.size <= PUSH_MAX_BYTES and not self._given[node.inode]
+        return content is not None and 0 < content.size <= PUSH_MAX_BYTES and node.inode not in self._given
 
     def offer(self, node: Node, unit: Future[Any], run_soon: RunSoon) -> None:
         """Push ``node`` (which :meth:`wants` it) once ``unit``, the future of its unit, has come, unless it is
@@ -79,15 +85,14 @@ class PageCacheFiller:
 
     def given(self, inode: int) -> bool:
         """Whether ``inode``'s bytes went to the kernel, or will go by its reads."""
-        return bool(self._given[inode])
+        return inode in self._given
 
     def listed(self, node: Node) -> None:
         """The kernel is told of ``node`` (a listing or a lookup, answered right after this call): a file whose bytes
         are waiting for it is pushed after the next request."""
         inode = node.inode
-        self._known[inode] = 1
-        if self._waiting[inode]:
-            self._waiting[inode] = 0
+        self._known.add(inode)
+        if self._waiting.pop(inode):
             self._after_next_request.append(node)
 
     def request(self, run_soon: Callable[[], RunSoon]) -> None:
@@ -99,22 +104,26 @@ class PageCacheFiller:
         runner = run_soon()
         for node in nodes:
             unit = self._unit_of(node)
-            if unit is not None and not self._given[node.inode]:
+            if unit is not None and node.inode not in self._given:
                 self.offer(node, unit, runner)
 
     def forgotten(self, inodes: Iterable[int]) -> None:
-        """The kernel dropped these inodes, and their pages with them: each may be pushed again once it is listed."""
+        """The kernel dropped these inodes, and their pages with them: each may be pushed again once it is listed
+        (a read of one after that is a read of a file not pushed)."""
         for inode in inodes:
-            self._known[inode] = self._given[inode] = self._refusals[inode] = 0
+            self._known.discard(inode)
+            self._given.discard(inode)
+            self._pushed.discard(inode)
+            self._refusals.pop(inode)
 
     def opened(self, inode: int) -> None:
         """A reader opened ``inode``: its reads serve it from now on, unless it was pushed."""
-        self._given[inode] = 1
+        self._given.add(inode)
 
     def served(self, inode: int) -> None:
         """A read of ``inode`` came to this process: it was not in the page cache, or no longer."""
         self.read += 1
-        self.dropped += self._pushed[inode]
+        self.dropped += inode in self._pushed
 
     def summary(self) -> str:
         return (
@@ -124,24 +133,25 @@ class PageCacheFiller:
 
     def _push(self, node: Node, unit: Future[Any]) -> None:
         inode = node.inode
-        if self._given[inode] or unit.cancelled() or unit.exception() is not None:
+        if inode in self._given or unit.cancelled() or unit.exception() is not None:
             return  # opened already, or not fetched: its reads serve it (and say why they cannot)
-        if not self._known[inode]:
-            self._waiting[inode] = 1
+        if inode not in self._known:
+            self._waiting[inode] = True
             return
-        self._given[inode] = 1
+        self._given.add(inode)
         try:
             self._store(inode, 0, self._bytes_of(node, unit.result()))
         except OSError as exc:
-            self._given[inode] = 0
+            self._given.discard(inode)
             if exc.errno == errno.ENOENT:
-                self._refusals[inode] = min(self._refusals[inode] + 1, 255)
-                if self._refusals[inode] < PUSH_TRIES:  # told of it, not made yet: again after the next request
+                refused = self._refusals[inode] = (self._refusals.get(inode) or 0) + 1
+                if refused < PUSH_TRIES:  # told of it, not made yet: again after the next request
                     self._after_next_request.append(node)
                 else:  # dropped by the kernel: pushed if it is listed again
-                    self._known[inode] = 0
-                    self._waiting[inode] = 1
+                    self._known.discard(inode)
+                    self._waiting[inode] = True
             log.debug("%s: not put into the page cache (%s); its reads serve it", node.path, exc)
             return
-        self._pushed[inode] = 1
+        self._refusals.pop(inode)
+        self._pushed.add(inode)
         self.pushed += 1

@@ -22,6 +22,7 @@ from typing import NamedTuple
 import pytest
 
 from datamount.datasets import catalog, layout, pack, upload
+from datamount.datasets.file_parts import FileParts
 from datamount.datasets.manifest import FileEntry, Kind, Manifest
 from datamount.datasets.tree import Tree
 from datamount.mount import FSTYPE, mount, unmount
@@ -71,9 +72,10 @@ def test_a_walk_of_the_mount_gives_the_uploaded_files_byte_for_byte(
     with open(mountpoint / "cls2" / "img0050.jpg", "rb") as file:
         file.seek(100)
         assert file.read(50) == expected["cls2/img0050.jpg"][100:150]
-    if store.local_path() is None:  # a remote store's objects (or shards) and list were kept in the content cache
+    if store.local_path() is None:  # a remote store's objects (or shards), list and index were kept in the cache
         cached = [path for path in (tmp_path / "cache").rglob("*") if path.is_file() and path.parent.name != "locks"]
-        assert len(cached) == (len(manifest.shards) if packed else len(manifest.files)) + 1
+        assert isinstance(manifest.files, FileParts) and len(manifest.files.parts) == 1
+        assert len(cached) == (len(manifest.shards) if packed else len(manifest.files)) + 1 + 1
         unmount(mountpoint)
         mount("pets", mountpoint, store=store, cache=tmp_path / "cache")  # served from the cache, checked again
         assert tree_of(mountpoint) == expected

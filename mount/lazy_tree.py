@@ -1,0 +1,296 @@
+"""An indexed image version's tree (format 7) as the mount serves it: a node made when the kernel looks its name up
+or lists its folder, from the version's indexes (:class:`~datamount.datasets.tree_index.IndexedTree`), so that a
+mount of any number of rows answers at once and holds what the kernel holds, not a node per file.
+
+The rule for inode numbers: a file's is fixed by its first list row (``ROOT_INODE + 1 + row``; the list's is the
+next one), so it is the same whenever it is made again; a folder's is drawn from a counter when it is made, and kept
+while the kernel holds it (its lookup count, kept by :meth:`LazyTree.looked_up` and :meth:`LazyTree.forget`) or while
+the node is among the last :data:`NODES_KEPT` that the kernel does not hold. Nodes the kernel holds are kept until
+it forgets them; the kernel drops what it holds when it needs the memory, so that neither grows with the rows.
+
+Read-ahead asks for the file after another: in the list (the list's next row, read from its block, with its file
+from the row index, or from the entries where that reads no other part than a list in path order would), or in its
+folder (the next entry of the index directly in the folder, or the next one its listing gave). Whether a file comes
+right after one opened before is answered without reading: the next row, or the next file its folder's listing (or
+a window) named.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from datamount.datasets.export import list_name
+from datamount.datasets.manifest import FileEntry, Manifest, collector_paused
+from datamount.datasets.rows.listed import ListRows
+from datamount.datasets.tree import FOLDER, ROOT_INODE, Content, Node, check_path
+from datamount.datasets.tree_index import IndexedTree
+from datamount.mount.tree_view import FOLDER as IN_FOLDER
+from datamount.mount.tree_view import LIST as IN_LIST
+from datamount.storage import Store, UnsafePathError
+
+#: Nodes the kernel does not hold (any more), kept for the files a read-ahead window or a listing made: the last
+#: used this many. About 600 bytes each (a file's with its entry).
+NODES_KEPT = 1 << 15
+#: The character after ``/``: every path under the folder ``a/`` sorts before ``a0``.
+_AFTER_SLASH = chr(ord("/") + 1)
+#: :attr:`LazyNode.next_file` of a file whose next file is not known yet, and of one that is the last in its folder.
+_NOT_KNOWN, _LAST = 0, -1
+
+
+@dataclass(slots=True, eq=False)
+class LazyNode(Node):
+    """A node of a :class:`LazyTree`; a file knows the inode number of the file after it in its folder once that
+    is found (by a listing of the folder, or a step of a read-ahead window)."""
+
+    next_file: int = _NOT_KNOWN
+
+
+class LazyTree:
+    """The tree of ``manifest``, an indexed image version, whose list is in ``store``: a
+    :class:`~datamount.mount.tree_view.MountTree` whose nodes are made as they are asked for (see the module's
+    rule). Safe to call from several threads."""
+
+    blocking = True
+
+    def __init__(self, manifest: Manifest, store: Store, *, kept: int = NODES_KEPT) -> None:
+        self.manifest = manifest
+        self.index = IndexedTree(manifest)
+        self.root: Node = LazyNode("", None, ROOT_INODE)
+        self._lines = ListRows(store, manifest)
+        self._lines_lock = threading.Lock()
+        self._lock = threading.RLock()
+        self._list_inode = ROOT_INODE + 1 + manifest.rows
+        self._folder_numbers = itertools.count(self._list_inode + 1)
+        #: Nodes the kernel holds, and how many times it was handed each.
+        self._held: dict[int, Node] = {ROOT_INODE: self.root}
+        self._counts: dict[int, int] = {}
+        #: Nodes it does not hold, the last used at the end; at most ``kept``.
+        self._kept: OrderedDict[int, Node] = OrderedDict()
+        self._limit = kept
+        #: The inode number of each folder held or kept, by path.
+        self._folders: dict[str, int] = {"": ROOT_INODE}
+        #: Each row's file, where the version has a row index (its files are objects).
+        row_parts = manifest.row_parts
+        self._by_row = row_parts if row_parts is not None and len(row_parts) == manifest.rows else None
+        #: The first path of each part of the entries: which part holds a path.
+        self._firsts = [part.first for part in self.index.files.parts]
+
+    @property
+    def size(self) -> int:
+        return self.manifest.files_size + self.manifest.list_size
+
+    @property
+    def count(self) -> int:
+        """Files and the root: counting the folders would read every entry."""
+        return len(self.manifest.files) + 2
+
+    @property
+    def nodes(self) -> int:
+        """Nodes in memory: those the kernel holds and those kept."""
+        with self._lock:
+            return len(self._held) + len(self._kept)
+
+    def known(self, inode: int) -> Node | None:
+        with self._lock:
+            node = self._held.get(inode)
+            if node is None:
+                node = self._kept.get(inode)
+                if node is not None:
+                    self._kept.move_to_end(inode)
+            return node
+
+    def node(self, inode: int) -> Node | None:
+        found = self.known(inode)
+        if found is not None:
+            return found
+        if inode == self._list_inode:
+            return self._at(list_name(self.manifest))
+        if ROOT_INODE < inode < self._list_inode:  # a file: its first row's path, from the list
+            found = self._at(self._row_path(inode - ROOT_INODE - 1))
+            return found if found is not None and found.inode == inode else None
+        return None
+
+    def child(self, folder: Node, name: str) -> Node | None:
+        return self._at(_joined(_path_of(folder), name))
+
+    def listing(self, folder: Node) -> list[Node]:
+        folder_path = _path_of(folder)
+        nodes = []
+        with collector_paused():  # a node and its entry per file, none in a cycle: no collection walks them
+            for name, content in self.index.children(folder_path):
+                path = _joined(folder_path, name)
+                nodes.append(self._folder(path) if content is None else self._file(path, content))
+        files = [node for node in nodes if _is_row_file(node)]
+        for earlier, later in itertools.pairwise(files):
+            _link(earlier, later.inode)
+        if files:
+            _link(files[-1], _LAST)
+        return nodes
+
+    def next_in_list(self, node: Node) -> Node | None:
+        """The file of the row after ``node``'s: its path from the list's block; its size and checksums from the
+        row index where there is one (the file numbered, and its content placed, by that row: a file the list named
+        before is the same bytes under another number), else from the entries, where the path is in the part of
+        ``node``'s path or the next one (a list in path order; a list in another order is not stepped through
+        where each step would read a part of the entries)."""
+        content = node.content
+        if content is None or not _is_row_file(node) or content.row + 1 >= self.manifest.rows:
+            return None
+        row = content.row + 1
+        path = self._row_path(row)
+        try:
+            check_path(path, self.manifest)
+        except UnsafePathError:
+            return None  # a list the built tree refuses whole: its lookups find no such file either
+        if self._by_row is not None:
+            file = self._by_row.file(row)
+            entry = FileEntry(path, file.size, file.sha256, file.xxh3)
+            return self._file(path, Content(content.kind, file.size, entry=entry, row=row))
+        here, there = self._part_of(_path_of(node)), self._part_of(path)
+        return self._at(path) if here <= there <= here + 1 else None
+
+    def next_sibling(self, node: Node) -> Node | None:
+        if not _is_row_file(node):
+            return None
+        following = node.next_file if isinstance(node, LazyNode) else _NOT_KNOWN
+        if following == _LAST:
+            return None
+        if following != _NOT_KNOWN and (known := self.known(following)) is not None:
+            return known
+        found = self._file_after(_path_of(node))
+        _link(node, _LAST if found is None else found.inode)
+        return found
+
+    def follows(self, earlier: Node, node: Node) -> str | None:
+        if not (_is_row_file(earlier) and _is_row_file(node)):
+            return None
+        assert earlier.content is not None and node.content is not None
+        if earlier.content.row + 1 == node.content.row:
+            return IN_LIST
+        return IN_FOLDER if isinstance(earlier, LazyNode) and earlier.next_file == node.inode else None
+
+    def links(self, node: Node) -> int:
+        """1, for a folder too: its count of subfolders is not known without listing it (as for btrfs, tools that
+        see 1 count nothing on it)."""
+        return 1
+
+    def looked_up(self, node: Node) -> None:
+        inode = node.inode
+        with self._lock:
+            self._counts[inode] = self._counts.get(inode, 0) + 1
+            if inode in self._held:
+                return
+            self._held[inode] = node
+            self._kept.pop(inode, None)
+            if node.content is None:
+                self._folders.setdefault(_path_of(node), inode)
+
+    def forget(self, inode: int, count: int) -> None:
+        with self._lock:
+            left = self._counts.get(inode, 0) - count
+            if left > 0:
+                self._counts[inode] = left
+                return
+            self._counts.pop(inode, None)
+            node = self._held.pop(inode, None) if inode != ROOT_INODE else None
+            if node is not None:
+                self._keep(node)
+
+    # ---------------------------------------------------------------------------------------------- helpers
+
+    def _at(self, path: str) -> Node | None:
+        """The node at ``path`` (``a/b``), made if it is not held or kept."""
+        try:
+            content = self.index.content_at(path)
+        except UnsafePathError:
+            return None  # a name no file of the version has (the tree refuses to show such a version whole)
+        if content is None:
+            return None
+        if content == FOLDER:
+            return self._folder(path)
+        assert isinstance(content, Content)
+        return self._file(path, content)
+
+    def _file(self, path: str, content: Content) -> Node:
+        inode = self._list_inode if content.kind == "list" else ROOT_INODE + 1 + content.row
+        parent = self._folder(path.rpartition("/")[0])
+        with self._lock:
+            node = self.known(inode)
+            if node is None:
+                node = LazyNode(path.rpartition("/")[2], parent, inode, content)
+                self._keep(node)
+            else:
+                node.parent = parent  # the folder's node now, where an older one was dropped
+            return node
+
+    def _folder(self, path: str) -> Node:
+        with self._lock:
+            number = self._folders.get(path)
+            node = None if number is None else self.known(number)
+            if node is not None:
+                return node
+            parent_path, _, name = path.rpartition("/")
+            node = LazyNode(name, self._folder(parent_path), next(self._folder_numbers))
+            self._folders[path] = node.inode
+            self._keep(node)
+            return node
+
+    def _keep(self, node: Node) -> None:
+        """Keep ``node``, which the kernel does not hold, as the last used; drop the one used longest ago beyond
+        the limit (a folder's number with it)."""
+        self._kept[node.inode] = node
+        self._kept.move_to_end(node.inode)
+        while len(self._kept) > self._limit:
+            inode, dropped = self._kept.popitem(last=False)
+            if dropped.content is None and self._folders.get(path := _path_of(dropped)) == inode:
+                del self._folders[path]
+
+    def _part_of(self, path: str) -> int:
+        return bisect.bisect_right(self._firsts, path) - 1
+
+    def _row_path(self, row: int) -> str:
+        """Row ``row``'s path: the first field of its line, read from the list's block that holds it."""
+        with self._lines_lock:  # ListRows keeps the blocks it read last for the next row, unlocked
+            return self._lines.row(row)[0]
+
+    def _file_after(self, path: str) -> Node | None:
+        """The file after ``path`` in its folder, in the order of the index (a folder's names sorted, each
+        subfolder skipped with one search)."""
+        folder = path.rpartition("/")[0]
+        prefix = f"{folder}/" if folder else ""
+        end = prefix[:-1] + _AFTER_SLASH if prefix else None
+        start: str | None = path
+        while start is not None:
+            following, start = start, None
+            for entry, row in self.index.files.entries_from(following, end):
+                if entry.path == path:
+                    continue
+                name, slash, _ = entry.path[len(prefix) :].partition("/")
+                if slash:
+                    start = f"{prefix}{name}{_AFTER_SLASH}"
+                    break
+                if row >= 0:
+                    return self._at(entry.path)
+        return None
+
+
+def _path_of(node: Node) -> str:
+    """``a/b`` for the node at ``/a/b`` (``""``: the root)."""
+    return node.path[1:]
+
+
+def _joined(folder: str, name: str) -> str:
+    return f"{folder}/{name}" if folder else name
+
+
+def _is_row_file(node: Node) -> bool:
+    return node.content is not None and node.content.kind in ("object", "row")
+
+
+def _link(node: Node, following: int) -> None:
+    if isinstance(node, LazyNode):
+        node.next_file = following
