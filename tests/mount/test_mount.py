@@ -32,6 +32,10 @@ from datamount.storage.mounts import read_mounts
 from tests.generated import tree_of, write_image_list
 
 pytestmark = pytest.mark.timeout(300)
+#: The tests that drop the kernel's caches, one at a time (on one worker): a drop of its inodes (``2``) while another
+#: test counts reads of files whose pages it dropped (``1``) makes the kernel forget that test's files, which are
+#: then put into the page cache again rather than read.
+DROPS_CACHES = pytest.mark.xdist_group("drop_caches")
 
 
 def class_folders(root: Path, count: int, classes: int = 3) -> Path:
@@ -160,6 +164,7 @@ def test_a_walk_of_a_packed_version_from_its_first_file_reads_ahead_of_it(
     assert report.missed <= 4 and report.pushed >= 396, report
 
 
+@DROPS_CACHES
 @pytest.mark.parametrize("store", ["local", pytest.param("s3", marks=pytest.mark.s3)], indirect=True)
 @pytest.mark.parametrize("packed", [False, True], ids=["objects", "packed"])
 def test_files_the_kernel_dropped_are_pushed_again(
@@ -183,6 +188,7 @@ def test_files_the_kernel_dropped_are_pushed_again(
     assert report.read <= 150 and report.pushed >= 450, report  # two walks of 301 files, pushed again after the drop
 
 
+@DROPS_CACHES
 def test_files_whose_pages_the_kernel_dropped_before_their_reads_are_counted_apart(
     local_store: Store, tmp_path: Path, mountpoint: Path
 ) -> None:
