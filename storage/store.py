@@ -530,7 +530,10 @@ class Store:
         write is as durable as the service makes it, and this does nothing. ``paths`` are read as they come (a
         version's may be millions): never held at once.
         """
-        self._make_durable(clean_relpath(path) for path in paths)
+        checked = (clean_relpath(path) for path in paths)
+        self._make_durable(checked)
+        for _ in checked:  # what the backend did not look at is checked all the same
+            pass
 
     def _make_durable(self, paths: Iterator[str]) -> None:
         """Make the objects at the (checked) store paths ``paths`` durable; a backend that touches them resolves

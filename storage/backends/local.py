@@ -335,7 +335,10 @@ class LocalStore(Store):
         each file, then each folder that holds one, is fsynced, many at a time: the files :data:`SYNC_BATCH` at a
         time as they come, the folders (a few hundred: a dataset's are its areas and ``objects/``'s 256) after."""
         self._check_mount()
-        if not self.mount and self._sync_filesystem():
+        if not self.mount and getattr(_LIBC, "syncfs", None) is not None:
+            for _ in paths:  # each checked (Store.make_durable) before the disk is asked
+                pass
+            self._sync_filesystem()
             return
         folders: set[str] = set()
         with ThreadPoolExecutor(self.default_max_requests, thread_name_prefix="datamount-sync") as pool:
