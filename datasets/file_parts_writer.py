@@ -199,17 +199,7 @@ def _sorted_by_path(tables: Iterator[pa.Table], spill: Path, run_rows: int, sche
 
 def _runs(tables: Iterator[pa.Table], run_rows: int) -> Iterator[pa.Table]:
     """The rows of ``tables`` in runs of ``run_rows`` (the last one shorter), each sorted by path."""
-    held: list[pa.Table] = []
-    rows = 0
-    for table in tables:
-        held.append(table)
-        rows += table.num_rows
-        while rows >= run_rows:
-            joined = pa.concat_tables(held)
-            yield _by_path(joined.slice(0, run_rows))
-            held, rows = [joined.slice(run_rows)], rows - run_rows
-    if rows:
-        yield _by_path(pa.concat_tables(held))
+    return (_by_path(run) for run in _cut(tables, run_rows))
 
 
 def _by_path(table: pa.Table) -> pa.Table:
