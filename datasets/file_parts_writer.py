@@ -7,10 +7,14 @@ temporary Arrow files and merged, a batch of each at a time (runs that follow ea
 sorted its files gives them, are read one after the other). Nothing is kept per entry beyond one run and one batch
 of each run: about 100 bytes an entry, so 110 MB for a run, and 1.5 MB for each run's batch.
 
-An image version's list gives each row's path: its ``(path, row)`` pairs are sorted by path the same way and joined
-with the sorted entries, a batch of entries at a time (each entry gets the first row that names it; a path no entry
-has is refused). Each row's file then goes to its place in a temporary file of fixed-width records (49 bytes a row,
-on disk, not in memory), which is read in row order into the row index's parts.
+An image version's list gives each row's path: its ``(path, row)`` pairs are sorted by path the same way (in runs
+of :data:`PAIR_RUN_ROWS`) and joined with the sorted entries, a batch of entries at a time (each entry gets the first
+row that names it; a path no entry has is refused). Each row's file then goes to its place in a temporary file of
+fixed-width records (49 bytes a row, on disk, not in memory), which is read in row order into the row index's parts.
+
+Memory freed by a sort's copies, and by each window of the list, is handed back to the system as it is freed: Arrow's
+allocator would keep it for reuse, on top of what the interpreter keeps from the list's check, and an upload's peak
+grew by it (tests/datasets/test_upload_memory.py).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import contextlib
 import hashlib
 import io
 import itertools
+import mmap
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -35,10 +40,12 @@ from datamount.storage import ObjectExistsError, Store
 
 #: Entries sorted in memory at once, as Arrow columns; more are spilled to disk and merged.
 RUN_ROWS = 1 << 20
+#: A list's ``(path, row)`` pairs sorted in memory at once (about 25 bytes a pair, three copies while sorted).
+PAIR_RUN_ROWS = 1 << 18
 #: Entries made Arrow columns at once from the writer's entries (the Python objects held meanwhile).
 _CONVERT_ROWS = 1 << 16
 #: Bytes of a list read at once for its rows' paths.
-LIST_READ_BYTES = 4 << 20
+LIST_READ_BYTES = 1 << 20
 #: Entries read at once from each spilled run while merging.
 _MERGE_ROWS = 1 << 14
 
@@ -67,6 +74,7 @@ _ROW_RECORD = np.dtype([("size", "<i8"), ("sha256", "V32"), ("xxh3", "V8"), ("gi
 _HAS_XXH3, _GIVEN = 1, 2
 #: What an entry no row names has as its first row while the pairs are read.
 _NO_ROW = np.iinfo(np.int64).max
+_NEWLINE, _TAB = ord("\n"), ord("\t")
 
 
 def write_file_parts(
@@ -97,31 +105,34 @@ def write_indexes(
     by_row: bool,
     rows_per_part: int = 0,
     run_rows: int = RUN_ROWS,
+    pair_run_rows: int = PAIR_RUN_ROWS,
 ) -> tuple[list[FilePart], list[FilePart]]:
     """Store an image version's indexes in dataset ``name``: its ``entries`` sorted by path, each with the first row
     that names it (as :func:`write_file_parts`), and, ``by_row``, the row index of its ``rows`` list rows, given as
     ``pairs`` (tables of :data:`PAIR_SCHEMA`, each row once); the parts of each, in order.
 
     A row whose path no entry has, or a row not given, is a :class:`ValueError` naming it. ``rows_per_part``: 0 for
-    :data:`~datamount.datasets.file_parts.ROWS_PER_PART`."""
+    :data:`~datamount.datasets.file_parts.ROWS_PER_PART`; ``run_rows`` entries and ``pair_run_rows`` pairs are
+    sorted in memory at once."""
     rows_per_part = rows_per_part or ROWS_PER_PART
     folder = layout.dataset_folder(name)
     with tempfile.TemporaryDirectory(prefix="datamount-indexes-") as spill:
         ordered = _unique(_sorted_by_path(_entry_tables(entries), Path(spill) / "entries", run_rows, SCHEMA))
-        sorted_pairs = _sorted_by_path(iter(pairs), Path(spill) / "pairs", run_rows, PAIR_SCHEMA)
-        gathered = _RowRecords(Path(spill) / "rows.bin", rows) if by_row else None
-        joined = _joined(ordered, sorted_pairs, gathered)
-        path_parts = [_store_part(store, folder, part) for part in _cut(joined, rows_per_part)]
-        if gathered is None:
-            return path_parts, []
-        row_parts = [_store_part(store, folder, part) for part in gathered.parts(rows_per_part)]
-        return path_parts, row_parts
+        sorted_pairs = _sorted_by_path(iter(pairs), Path(spill) / "pairs", pair_run_rows, PAIR_SCHEMA)
+        records = _RowRecords.opened(Path(spill) / "rows.bin", rows) if by_row else contextlib.nullcontext()
+        with records as gathered:
+            joined = _joined(ordered, sorted_pairs, gathered)
+            path_parts = [_store_part(store, folder, part) for part in _cut(joined, rows_per_part)]
+            if gathered is None:
+                return path_parts, []
+            row_parts = [_store_part(store, folder, part) for part in gathered.parts(rows_per_part)]
+            return path_parts, row_parts
 
 
 def list_pairs(store: Store, path: str, size: int, rows: int) -> Iterator[pa.Table]:
     """Each row's path and number in the normalised list of ``rows`` rows at ``path`` (``size`` bytes), as tables
-    of :data:`PAIR_SCHEMA`, read :data:`LIST_READ_BYTES` at a time and split by Arrow (no Python object per row; a
-    list that has not ``rows`` rows is a :class:`ValueError`)."""
+    of :data:`PAIR_SCHEMA`, read :data:`LIST_READ_BYTES` at a time (no Python object per row: see
+    :func:`_first_fields`); a list that has not ``rows`` rows is a :class:`ValueError`."""
     ranges = [(start, min(start + LIST_READ_BYTES, size)) for start in range(0, size, LIST_READ_BYTES)]
     row, carried = 0, b""
     for raw in store.read_ranges(path, ranges, max_requests=2):
@@ -129,7 +140,8 @@ def list_pairs(store: Store, path: str, size: int, rows: int) -> Iterator[pa.Tab
         cut = whole.rfind(b"\n") + 1
         carried = whole[cut:]
         if cut:
-            paths = _first_fields(whole[:cut])
+            paths = _first_fields(memoryview(whole)[:cut])
+            pa.default_memory_pool().release_unused()
             yield pa.Table.from_arrays([paths, pa.array(np.arange(row, row + len(paths)))], schema=PAIR_SCHEMA)
             row += len(paths)
     if carried:
@@ -138,11 +150,29 @@ def list_pairs(store: Store, path: str, size: int, rows: int) -> Iterator[pa.Tab
         raise ValueError(f"its list {store.url_for(path)} has {row:,} rows, not {rows:,}")
 
 
-def _first_fields(lines: bytes) -> pa.Array:
-    """The first field (up to a tab) of each line of ``lines`` (whole lines of a normalised list, none empty)."""
-    split = pc.split_pattern(pa.array([lines[:-1]], pa.binary()), "\n").flatten()
-    first = pc.list_element(pc.split_pattern(split, "\t", max_splits=1), 0)
-    return first.cast(pa.string())
+def _first_fields(lines: bytes | memoryview) -> pa.Array:
+    """The first field (up to a tab, or the line's end) of each line of ``lines`` (whole lines of a normalised list,
+    none empty).
+
+    ``lines`` is seen by Arrow, without a copy, as strings that alternate between a line's first field and the rest
+    of it (each line's start and first tab are offsets, in order); the first fields are taken from it into one array.
+    No object per line, and no kernel that grows its output (Arrow's split kernels left a hundred megabytes of freed
+    blocks behind at a million rows)."""
+    raw = np.frombuffer(lines, np.uint8)
+    ends = np.flatnonzero(raw == _NEWLINE)
+    starts = np.concatenate(([0], ends[:-1] + 1))
+    tabs = np.flatnonzero(raw == _TAB)
+    first_tab = tabs[np.minimum(np.searchsorted(tabs, starts), len(tabs) - 1)] if len(tabs) else ends
+    stops = np.where((first_tab >= starts) & (first_tab < ends), first_tab, ends)
+    bounds = np.empty(2 * len(starts) + 1, np.int32)
+    bounds[0:-1:2], bounds[1:-1:2], bounds[-1] = starts, stops, len(raw)
+    pieces = pa.StringArray.from_buffers(len(bounds) - 1, pa.py_buffer(bounds), pa.py_buffer(lines))
+    paths = pieces.take(pa.array(np.arange(0, len(bounds) - 1, 2)))
+    try:
+        paths.validate(full=True)
+    except pa.ArrowInvalid as exc:
+        raise ValueError(f"a path of its list is not UTF-8 ({exc})") from None
+    return paths
 
 
 def entry_table(entries: Sequence[FileEntry]) -> pa.Table:
@@ -204,7 +234,10 @@ def _runs(tables: Iterator[pa.Table], run_rows: int) -> Iterator[pa.Table]:
 
 def _by_path(table: pa.Table) -> pa.Table:
     table = table.combine_chunks()
-    return table.take(pc.sort_indices(table, sort_keys=_BY_PATH))
+    ordered = table.take(pc.sort_indices(table, sort_keys=_BY_PATH))
+    del table
+    pa.default_memory_pool().release_unused()  # a run's copies, freed: kept by the allocator, they add up to 100 MB
+    return ordered
 
 
 def _spill(run: pa.Table, path: Path, schema: pa.Schema) -> Path:
@@ -329,11 +362,29 @@ class _Pairs:
 
 
 class _RowRecords:
-    """Each row's file, put at its row in a temporary file of fixed-width records, then read in row order."""
+    """Each row's file, put at its row in a temporary file of fixed-width records, then read in row order.
 
-    def __init__(self, path: Path, rows: int) -> None:
+    The file is mapped; the pages written are handed back to the kernel after each put (they stay in the file, not
+    in this process's memory), so a put touches only the pages its rows fall in."""
+
+    def __init__(self, mapped: mmap.mmap, rows: int) -> None:
         self._rows = rows
-        self._records = np.lib.format.open_memmap(path, mode="w+", dtype=_ROW_RECORD, shape=(max(rows, 1),))
+        self._mapped = mapped
+        self._records = np.frombuffer(mapped, dtype=_ROW_RECORD, count=rows)
+
+    @classmethod
+    @contextlib.contextmanager
+    def opened(cls, path: Path, rows: int) -> Iterator[_RowRecords]:
+        """The records of ``rows`` rows, in a new file at ``path``, unmapped on leaving."""
+        with path.open("w+b") as file:
+            file.truncate(max(rows, 1) * _ROW_RECORD.itemsize)
+            mapped = mmap.mmap(file.fileno(), 0)
+        records = cls(mapped, rows)
+        try:
+            yield records
+        finally:
+            del records._records
+            mapped.close()
 
     def put(self, rows: pa.ChunkedArray, files: pa.Table) -> None:
         at = rows.to_numpy()
@@ -349,6 +400,7 @@ class _RowRecords:
             records["xxh3"][at] = _fixed(checks, 8)
             flags |= valid.astype(np.uint8) * _HAS_XXH3
         records["given"][at] = flags
+        self._mapped.madvise(mmap.MADV_DONTNEED)
 
     def parts(self, rows_per_part: int) -> Iterator[pa.Table]:
         """The rows' files in row order, as tables of :data:`ROW_SCHEMA` of ``rows_per_part`` rows."""
@@ -365,7 +417,10 @@ class _RowRecords:
                 pa.binary(8), len(chunk), [None, pa.py_buffer(chunk["xxh3"].tobytes())]
             )
             checks = pc.if_else(pa.array(has), checks, pa.nulls(len(chunk), pa.binary(8)))
-            yield pa.Table.from_arrays([pa.array(chunk["size"]), digests, checks], schema=ROW_SCHEMA)
+            table = pa.Table.from_arrays([pa.array(chunk["size"]), digests, checks], schema=ROW_SCHEMA)
+            del chunk, given
+            self._mapped.madvise(mmap.MADV_DONTNEED)
+            yield table
 
 
 def _fixed(column: pa.ChunkedArray | pa.Array, width: int) -> np.ndarray:

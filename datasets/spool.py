@@ -18,8 +18,9 @@ from typing import IO, Any
 
 from datamount.datasets.file_entry import EntrySequence, FileEntry
 
-#: Records sorted in memory before they are written out as a run: about 100 MB of short tuples of strings.
-RUN_RECORDS = 1 << 19
+#: Records sorted in memory before they are written out as a run: about 50 MB of short tuples of strings (a list's
+#: checked paths; a commit's Arrow sorts come after, so this is what the upload holds beside them).
+RUN_RECORDS = 1 << 18
 #: Runs merged at once (each holds an open file and a block of records); more are merged in several rounds.
 FAN_IN = 64
 #: Records read or written at once from a run.

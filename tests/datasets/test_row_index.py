@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from datamount.datasets import catalog, file_parts_writer, layout, locks, upload
 from datamount.datasets.errors import MissingPartError
@@ -78,6 +80,38 @@ def test_each_entry_gets_its_first_row_and_each_row_its_file(
     expected = [RowFile(by_path[path].size, by_path[path].sha256, by_path[path].xxh3) for path in rows]
     assert list(index.files(0, 1_000)) == expected
     assert [index.file(row) for row in (0, 127, 128, 999)] == [expected[row] for row in (0, 127, 128, 999)]
+
+
+FIELD = st.text(st.characters(blacklist_characters="\t\n\r", blacklist_categories=("Cs",)), max_size=12)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    rows=st.lists(st.lists(FIELD, min_size=1, max_size=4), min_size=1, max_size=60),
+    window=st.integers(min_value=1, max_value=64),
+)
+def test_a_lists_paths_are_each_rows_first_field_whatever_its_read_window(
+    memory_store: Store, rows: list[list[str]], window: int
+) -> None:
+    """Rows of any fields (empty ones, non-ASCII, a row of one field), read in windows that cut lines and characters
+    anywhere: each row's path is its first field, numbered in order."""
+    data = "".join("\t".join(row) + "\n" for row in rows).encode()
+    memory_store.write("l", data)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(file_parts_writer, "LIST_READ_BYTES", window)
+        tables = list(file_parts_writer.list_pairs(memory_store, "l", len(data), len(rows)))
+    pairs = pa.concat_tables(tables)
+    assert pairs.column("path").to_pylist() == [row[0] for row in rows]
+    assert pairs.column("row").to_pylist() == list(range(len(rows)))
+
+
+def test_a_list_of_other_rows_than_said_or_not_utf8_is_refused(memory_store: Store) -> None:
+    memory_store.write("l", b"a\tx\nb\tx\n")
+    with pytest.raises(ValueError, match="has 2 rows, not 3"):
+        list(file_parts_writer.list_pairs(memory_store, "l", 10, 3))
+    memory_store.write("bad", b"a\tx\n\xff\tx\n")
+    with pytest.raises(ValueError, match="not UTF-8"):
+        list(file_parts_writer.list_pairs(memory_store, "bad", 9, 2))
 
 
 def test_a_row_whose_path_has_no_entry_is_refused_by_name(memory_store: Store) -> None:
