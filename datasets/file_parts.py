@@ -39,6 +39,8 @@ FILE_PARTS_KEY = "file_parts"
 ROWS_PER_PART = 1 << 15
 #: Parts kept decoded by one sequence, for a reader that asks for entries near each other.
 _PARTS_KEPT = 2
+#: Entries decoded at once by :meth:`FileParts.entries_from`: the first run, and the longest.
+_FIRST_RUN, _LONGEST_RUN = 16, 4096
 
 
 @dataclass(frozen=True)
@@ -198,17 +200,22 @@ class FileParts(StoredParts, EntrySequence):
     def entries_from(self, path: str, stop: str | None = None) -> Iterator[tuple[FileEntry, int]]:
         """Each entry whose path is ``path`` or sorts after it, and before ``stop`` (when given), in order, with its
         first list row (as :meth:`located`): a part at a time, from the one that may hold ``path``; a part whose
-        first path is ``stop`` or after it is not read."""
+        first path is ``stop`` or after it is not read.
+
+        Entries are decoded in runs that double from :data:`_FIRST_RUN` to :data:`_LONGEST_RUN`: a caller that stops
+        after a few (a folder's first name) decodes a few; a walk decodes whole runs at once, not one value at a
+        time."""
         number = max(bisect.bisect_right(self._firsts, path) - 1, 0)
+        run = _FIRST_RUN
         for current in range(number, len(self.parts)):
             if current > number and stop is not None and self._firsts[current] >= stop:
                 return
             part = self._part(current)
-            for index in range(part.first_at_or_after(path) if current == number else 0, len(part)):
-                entry = part.entry(index)
-                if stop is not None and entry.path >= stop:
-                    return
-                yield entry, part.row(index)
+            start = part.first_at_or_after(path) if current == number else 0
+            end = len(part) if stop is None else part.first_at_or_after(stop)
+            while start < end:
+                yield from part.located_entries(start, min(start + run, end))
+                start, run = start + run, min(2 * run, _LONGEST_RUN)
 
     def _entry_at(self, position: int) -> FileEntry:
         part, index = self._part_of(position)
@@ -285,11 +292,26 @@ class _Part:
         return low
 
     def entries(self) -> list[FileEntry]:
-        text = _hex_text(self._digests, 32)
+        return self._entries(0, len(self))
+
+    def located_entries(self, start: int, stop: int) -> list[tuple[FileEntry, int]]:
+        """Entries ``start`` to ``stop`` (not included), each with its first list row (as :meth:`row`)."""
+        entries = self._entries(start, stop)
+        if self._rows is None:
+            return [(entry, -1) for entry in entries]
+        rows = self._rows.slice(start, stop - start).fill_null(-1).to_pylist()
+        return list(zip(entries, rows, strict=True))
+
+    def _entries(self, start: int, stop: int) -> list[FileEntry]:
+        """Entries ``start`` to ``stop`` (not included), each column decoded at once."""
+        count = stop - start
+        text = _hex_text(self._digests.slice(start, count), 32)
         digests = [text[i : i + 64] for i in range(0, len(text), 64)]
-        checks = [""] * len(self) if self._checks.null_count == len(self) else _hex_values(self._checks)
+        checks_column = self._checks.slice(start, count)
+        checks = [""] * count if checks_column.null_count == count else _hex_values(checks_column)
         with collector_paused():
-            paths, sizes = self._paths.to_pylist(), self._sizes.to_pylist()
+            paths = self._paths.slice(start, count).to_pylist()
+            sizes = self._sizes.slice(start, count).to_pylist()
             return list(map(FileEntry._make, zip(paths, sizes, digests, checks, strict=True)))
 
 

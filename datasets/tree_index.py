@@ -23,6 +23,12 @@ from datamount.datasets.tree import FOLDER, SHARDS_FOLDER, Content, check_path
 _AFTER_SLASH = chr(ord("/") + 1)
 
 
+def folder_end(prefix: str) -> str | None:
+    """What every path under the folder ``prefix`` (``a/``, ending in ``/``) sorts before, whatever follows in it:
+    ``a0``, the prefix with its ``/`` raised (``None`` for the root, ``""``: nothing sorts after all of it)."""
+    return prefix[:-1] + _AFTER_SLASH if prefix else None
+
+
 class IndexedTree:
     """The tree of ``manifest``, an indexed image version (``manifest.indexed``), answered from its indexes."""
 
@@ -60,29 +66,33 @@ class IndexedTree:
             if path.startswith(prefix):
                 name, slash, _ = path[len(prefix) :].partition("/")
                 found[name] = None if slash else self._beside(path)
-        start: str | None = prefix
-        while start is not None:
-            start = self._children_from(start, prefix, found)
+        for name, entry, row in self.listing(prefix, prefix):
+            found[name] = None if entry is None else self._content(prefix + name, entry, row)
         return sorted(found.items())
 
-    def _children_from(self, start: str, prefix: str, found: dict[str, Content | None]) -> str | None:
-        """Add to ``found`` the children of the folder ``prefix`` from the entry ``start`` on, up to the first
-        subfolder (added): where to go on from, past every path under it (``None``: the folder is done)."""
-        for entry, row in self.files.entries_from(start, _end_of(prefix)):
-            name, slash, _ = entry.path[len(prefix) :].partition("/")
-            if slash:
-                check_path(prefix + name, self.manifest)
-                found[name] = None
-                return f"{prefix}{name}{_AFTER_SLASH}"
-            if row >= 0:
-                found[name] = self._content(entry.path, entry, row)
-        return None
+    def listing(self, prefix: str, start: str) -> Iterator[tuple[str, FileEntry | None, int]]:
+        """The entries' names in the folder ``prefix`` (``a/``; ``""``: the root) from the path ``start`` on, in
+        order: ``(name, entry, first row)`` for a file some row names, ``(name, None, -1)`` for a folder, once, each
+        folder skipped over with one search (the list and the shards, beside the entries, are not in it)."""
+        end = folder_end(prefix)
+        following: str | None = start
+        while following is not None:
+            entries, following = self.files.entries_from(following, end), None
+            for entry, row in entries:
+                name, slash, _ = entry.path[len(prefix) :].partition("/")
+                if slash:
+                    check_path(prefix + name, self.manifest)
+                    yield name, None, -1
+                    following = folder_end(f"{prefix}{name}/")
+                    break
+                if row >= 0:
+                    yield name, entry, row
 
     def walk(self, folder: str) -> Iterator[tuple[str, Content]]:
         """Every file under ``folder`` (``""``: the root) and its content, as paths relative to the root, the
         entries' in sorted order (then the list and the shards), a part of the entries at a time."""
         prefix = f"{folder}/" if folder else ""
-        for entry, row in self.files.entries_from(prefix, _end_of(prefix)):
+        for entry, row in self.files.entries_from(prefix, folder_end(prefix)):
             if row >= 0:
                 yield entry.path, self._content(entry.path, entry, row)
         for path in [self._list, *self._shards]:
@@ -105,9 +115,4 @@ class IndexedTree:
         if any(other.startswith(path + "/") for other in [self._list, *self._shards]):
             return True
         prefix = path + "/"
-        return any(row >= 0 for _, row in self.files.entries_from(prefix, _end_of(prefix)))
-
-
-def _end_of(prefix: str) -> str | None:
-    """What every path under the folder ``prefix`` (``a/``) sorts before: ``a0`` (``None`` for the root, ``""``)."""
-    return prefix[:-1] + _AFTER_SLASH if prefix else None
+        return any(row >= 0 for _, row in self.files.entries_from(prefix, folder_end(prefix)))

@@ -35,8 +35,6 @@ from datamount.storage import Store, UnsafePathError
 #: Nodes the kernel does not hold (any more), kept for the files a read-ahead window or a listing made: the last
 #: used this many. About 600 bytes each (a file's with its entry).
 NODES_KEPT = 1 << 15
-#: The character after ``/``: every path under the folder ``a/`` sorts before ``a0``.
-_AFTER_SLASH = chr(ord("/") + 1)
 #: :attr:`LazyNode.next_file` of a file whose next file is not known yet, and of one that is the last in its folder.
 _NOT_KNOWN, _LAST = 0, -1
 
@@ -260,21 +258,11 @@ class LazyTree:
     def _file_after(self, path: str) -> Node | None:
         """The file after ``path`` in its folder, in the order of the index (a folder's names sorted, each
         subfolder skipped with one search)."""
-        folder = path.rpartition("/")[0]
+        folder, _, own = path.rpartition("/")
         prefix = f"{folder}/" if folder else ""
-        end = prefix[:-1] + _AFTER_SLASH if prefix else None
-        start: str | None = path
-        while start is not None:
-            following, start = start, None
-            for entry, row in self.index.files.entries_from(following, end):
-                if entry.path == path:
-                    continue
-                name, slash, _ = entry.path[len(prefix) :].partition("/")
-                if slash:
-                    start = f"{prefix}{name}{_AFTER_SLASH}"
-                    break
-                if row >= 0:
-                    return self._at(entry.path)
+        for name, entry, _row in self.index.listing(prefix, path):
+            if entry is not None and name != own:
+                return self._at(entry.path)
         return None
 
 

@@ -40,7 +40,7 @@ from datamount.datasets.rows import removed_or_missing
 from datamount.datasets.rows.listed import list_rows
 from datamount.datasets.tree import FOLDER, UNKNOWN, Content, Tree, look_up
 from datamount.datasets.tree_bytes import LIST_READ_AHEAD, TreeBytes
-from datamount.datasets.tree_index import IndexedTree
+from datamount.datasets.tree_index import IndexedTree, folder_end
 from datamount.storage import ObjectNotFoundError, Store, open_store, profiles
 from datamount.storage.cache import ContentCache
 from datamount.urlfs import pinned as pinning
@@ -124,8 +124,7 @@ class _Version:
                 self.files = [key for key in self.everything if not nodes[key].is_folder]
         keys = self.everything if withdirs else self.files
         prefix = f"/{inner}/" if inner else "/"
-        # Every path that starts with the prefix sorts between it and the prefix with its "/" raised to "0".
-        return keys[bisect.bisect_left(keys, prefix) : bisect.bisect_left(keys, prefix[:-1] + "0")]
+        return keys[bisect.bisect_left(keys, prefix) : bisect.bisect_left(keys, folder_end(prefix))]
 
     def walked(self, inner: str, *, withdirs: bool, maxdepth: int | None) -> Iterator[tuple[str, Content | None]]:
         """The paths (``/a/b``) under the folder ``inner`` (as :meth:`under` finds them, in no set order) and what
