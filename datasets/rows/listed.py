@@ -274,6 +274,7 @@ class ObjectRows(ListRows):
         self.max_requests = max_requests
         self.max_bytes = max_bytes
         self.verify = verify
+        self._hashing: bool | None = None  # see _sha256_only
 
     @property
     def _index(self) -> RowIndex | None:
@@ -328,20 +329,28 @@ class ObjectRows(ListRows):
         wanted, taken = itertools.tee(pieces)
         return self._read((row for piece in wanted for row in piece.rows), self._lines_of(taken))
 
-    @functools.cached_property
-    def _sha256_only(self) -> bool:
-        """Whether some file has no xxh3-64 (a version from before format 4, or copied from one): then the store
-        computes each object's sha256 as it arrives, on threads of its own."""
-        index = self._index
-        if index is not None:
-            return bool(len(index)) and not index.file(0).xxh3
-        return any(not entry.xxh3 for entry in self._files)
+    def _sha256_only(self, first_row: int) -> bool:
+        """Whether the files have no xxh3-64 (a version from before format 4, or copied from one): then the store
+        computes each object's sha256 as it arrives, on threads of its own. Decided once, by the file of the first
+        row read when the rows are indexed (the part of the row index it is in is read for that row anyway), by
+        every entry when not; a file of another kind is still checked, by :func:`check_object`."""
+        if self._hashing is None:
+            index = self._index
+            self._hashing = (
+                not index.file(first_row).xxh3 if index is not None else any(not entry.xxh3 for entry in self._files)
+            )
+        return self._hashing
 
     def _read(self, rows: Iterable[int], lines: Iterator[Line] | None) -> Iterator[Row]:
         """Rows ``rows`` in that order (their ``lines``, in the same order, or from the whole list when not given),
         one window of reads in flight across all of them, each object checked before its row is yielded (with
         ``verify``, against its xxh3-64, or its sha256 as the store computed it)."""
         manifest = self.manifest
+        rows = iter(rows)
+        first = next(rows, None)
+        if first is None:
+            return
+        rows = itertools.chain([first], rows)
         located = ((row, self._location(row)) for row in rows)
         for_paths, for_sizes, for_checks = itertools.tee(located, 3)
         paths = (location.path for _, location in for_paths)
@@ -351,7 +360,7 @@ class ObjectRows(ListRows):
         # reports made while the pass runs see it (datamount.storage.counters.RunningCount).
         counting = self.tally.running("bytes_verified") if self.verify else contextlib.nullcontext(RunningCount(""))
         with counting as verified:
-            hashing = self.verify and self._sha256_only
+            hashing = self.verify and self._sha256_only(first)
             reads = self.store.read_many_hashed if hashing else self.store.read_many
             blobs = reads(paths, sizes=sizes, max_requests=self.max_requests, max_bytes=self.max_bytes)
             for row, location, read in objects_read(self.store, manifest, for_checks, blobs):

@@ -172,6 +172,21 @@ def test_a_row_and_the_first_sample_read_one_part_of_each_index(
         list(samples())
 
 
+def test_a_ranks_share_reads_the_row_index_parts_of_its_rows_alone(local_store: Store, tmp_path: Path) -> None:
+    """The last of four ranks passes over its rows (the last quarter, in order) with the row index's other parts
+    removed: nothing else is read to decide how its objects are checked."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(file_parts_writer, "ROWS_PER_PART", 64)
+        list_file = repeated_list(tmp_path / "src", 300, 512, seed=6)
+        upload(list_file, "d", store=local_store)
+    manifest = catalog.resolve(local_store, "d")
+    assert manifest.row_parts is not None and len(manifest.row_parts.parts) == 8
+    for part in manifest.row_parts.parts[:6]:
+        local_store.remove(f"{layout.dataset_folder('d')}/{part.path}")
+    share = reader("d", local_store, rank=3, world_size=4, shuffle=False)
+    assert list(share()) == image_rows(list_file)[384:]
+
+
 def test_a_damaged_row_index_part_is_an_integrity_error_naming_it(local_store: Store, tmp_path: Path) -> None:
     upload(repeated_list(tmp_path / "src", 10, 30), "d", store=local_store)
     manifest = catalog.resolve(local_store, "d")
