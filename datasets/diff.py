@@ -78,7 +78,7 @@ SAMPLE_ROWS = 10_000
 LIST_READ_BYTES = 1 << 20
 #: Rows of a list sorted in memory at once (about 100 bytes a row of an image list while sorted); more are spilled to
 #: disk in runs and merged.
-RUN_ROWS = 1 << 18
+RUN_ROWS = 1 << 17
 #: Rows of each list matched at once (more where one key has more rows).
 BATCH_ROWS = 1 << 14
 #: Distinct labels of a version counted in memory; past them only how many there are is found (by a sort on disk),

@@ -49,6 +49,9 @@ _CONVERT_ROWS = 1 << 16
 LIST_READ_BYTES = 1 << 20
 #: Entries read at once from each spilled run while merging.
 _MERGE_ROWS = 1 << 14
+#: Spilled runs merged at once: more are merged in groups of this many into longer runs first, so that a merge
+#: holds this many batches whatever the number of rows.
+MERGE_FAN_IN = 32
 
 SCHEMA = pa.schema(
     [
@@ -236,8 +239,25 @@ def sorted_tables(
     if in_order:
         for path in runs:
             yield from _read_run(path)
-    else:
-        yield from _merged([_read_run(path) for path in runs], sort_keys)
+        return
+    while len(runs) > MERGE_FAN_IN:
+        groups = [runs[start : start + MERGE_FAN_IN] for start in range(0, len(runs), MERGE_FAN_IN)]
+        runs = [
+            _merged_run(group, spill / f"merged-{len(runs)}-{i}.arrow", schema, sort_keys)
+            for i, group in enumerate(groups)
+        ]
+    yield from _merged([_read_run(path) for path in runs], sort_keys)
+
+
+def _merged_run(group: list[Path], path: Path, schema: pa.Schema, sort_keys: Sequence[tuple[str, str]]) -> Path:
+    """Spilled runs merged into one, spilled to ``path``; the runs are removed."""
+    options = pa.ipc.IpcWriteOptions(compression="lz4")
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, schema, options=options) as writer:
+        for table in _merged([_read_run(run) for run in group], sort_keys):
+            writer.write_table(table, max_chunksize=_MERGE_ROWS)
+    for run in group:
+        run.unlink()
+    return path
 
 
 def _key_at(table: pa.Table, index: int, sort_keys: Sequence[tuple[str, str]]) -> list[Any]:
