@@ -6,8 +6,9 @@ with that process's peak resident memory (``VmHWM``: the largest of the runs).
     python benchmarks/bench_diff.py [--rows N] [--runs N] [--keep DIR]
 
 The text pair is uploaded (``upload``: a list is all a text version is). The image pair is written as the two
-manifests and lists an upload would commit (each file's path, size, sha256 and xxh3-64), but without the million
-files' objects: a diff reads nothing else, and a million files would have to be written and uploaded first.
+manifests, lists and parts of file entries an upload would commit (each file's path, size, sha256 and xxh3-64),
+but without the million files' objects: a diff reads nothing else, and a million files would have to be written
+and uploaded first.
 """
 
 from __future__ import annotations
@@ -27,10 +28,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _harness  # noqa: F401  (its import sets where the commands it starts keep their bytecode)
 
-from datamount.datasets import layout, upload
+from datamount.datasets import file_parts_writer, layout, upload
 from datamount.datasets.diff import diff_versions
+from datamount.datasets.file_parts import FileParts
 from datamount.datasets.listfile import column_names
 from datamount.datasets.manifest import FileEntry, Kind, Manifest, now_utc
+from datamount.datasets.row_index import RowIndex
 from datamount.storage import Store, open_store
 
 LABELS = 1000
@@ -82,17 +85,22 @@ def image_pair(store: Store, rows: int) -> None:
 def commit_as_uploaded(
     store: Store, name: str, version: int, rows: list[tuple[str, str]], files: list[FileEntry]
 ) -> None:
-    """Version ``version`` of ``name``: its list and manifest as an upload writes them, its files' objects left
-    out."""
+    """Version ``version`` of ``name``: its list, its files' entries in parts with its row index (format 7), and its
+    manifest, as an upload commits them, its files' objects left out."""
     listed = "".join(f"{key}\t{label}\n" for key, label in rows).encode()
     list_sha = hashlib.sha256(listed).hexdigest()
-    store.write(f"{layout.dataset_folder(name)}/{layout.list_key(list_sha)}", listed)
+    folder = layout.dataset_folder(name)
+    store.write(f"{folder}/{layout.list_key(list_sha)}", listed)
+    pairs = file_parts_writer.list_pairs(store, f"{folder}/{layout.list_key(list_sha)}", len(listed), len(rows))
+    parts, row_parts = file_parts_writer.write_indexes(store, name, files, pairs, len(rows), by_row=True)
+    where = f"{store.url}/{folder}"
     manifest = Manifest(
         name=name,
         kind=Kind.IMAGE,
         columns=column_names(Kind.IMAGE, 2),
         rows=len(rows),
-        files=files,
+        files=FileParts(store, folder, parts, where),
+        row_parts=RowIndex(store, folder, row_parts, where),
         list_sha256=list_sha,
         list_size=len(listed),
         version=version,
