@@ -6,6 +6,9 @@ is a string, and no JSON string holds an unquoted ``"``, so ``],["`` occurs only
 is cut there (in Arrow, without decoding it). Entries with the same text in both versions are the same file; only
 the others are decoded and compared by path. Where the files are decoded already, or their text is laid out
 otherwise (datamount writes it without spaces), they are compared decoded.
+
+From format 6 the entries are not in the manifest but in parts sorted by path (:mod:`datamount.datasets.file_parts`):
+two versions' parts are merged by path a part of each at a time (:class:`PartsMerge`), whatever their number.
 """
 
 from __future__ import annotations

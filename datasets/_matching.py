@@ -5,6 +5,10 @@ is integer arithmetic on numpy arrays, and strings are only compared again pairw
 key is listed twice in either version, which is the common case, each key has at most one row on each side and the
 rows are paired through their keys' codes; otherwise whole rows are coded too and matched occurrence by occurrence
 (:func:`match_codes`).
+
+Lists sorted by key are matched a batch at a time (:func:`key_batches` cuts them between keys): the rules apply key by
+key, so a batch that holds every row of its keys is matched as the whole lists would be, and its rows keep their
+order within a key.
 """
 
 from __future__ import annotations

@@ -15,10 +15,29 @@ both versions hold (the same sha256) are unchanged, every other row counts as re
 :attr:`VersionDiff.notes` says so. The manifests' files (an image version's files, a public dataset's attached
 files) are compared by path and sha256 in every case.
 
-The work is done on Arrow and numpy arrays: the lists parsed by Arrow's CSV reader, keys and rows replaced by
-dictionary codes shared by both versions (:mod:`._matching`), the manifests' files compared as their JSON text
-holds them (:mod:`._file_changes`) (``benchmarks/bench_diff.py`` measures pairs of a million
-rows).
+The work is a sort-merge, in memory bounded whatever the rows (``benchmarks/bench_diff.py`` measures pairs of a
+million rows; ``tests/datasets/test_diff_streamed.py`` bounds one):
+
+1. Each list is read as a stream, :data:`LIST_READ_BYTES` at a time, hashed as it is read, and cut into rows by
+   numpy offsets (key, labels, row number; no Python object per row). A list whose sha256 is not its manifest's is
+   an :class:`~datamount.storage.IntegrityError` naming its URL, raised before any row is matched: the sort reads
+   every row before it gives the first.
+2. Each list's rows are sorted by key and row number: runs of :data:`RUN_ROWS` sorted by Arrow and spilled to
+   temporary Arrow files, merged a batch at a time
+   (:func:`~datamount.datasets.file_parts_writer.sorted_tables`). The same list on both sides is read and sorted
+   once.
+3. The two sorted lists, and for two image versions the paths whose files' bytes differ (sorted too), are merged
+   into batches of about :data:`BATCH_ROWS` rows cut between keys (:func:`~._matching.key_batches`): all rows of a
+   key, on both sides, are in one batch, in list order, so the rules above applied to a batch
+   (:func:`~._matching.match_lists`, on Arrow dictionary codes) match them as they would the whole lists. The
+   files of two manifests from format 6 on (entries in parts sorted by path, in the byte order Arrow sorts strings
+   in) are merged by path a part at a time beside them (:class:`~._file_changes.PartsMerge`); older manifests' files
+   (JSON in the manifest, bounded by that format's limits) are compared whole as their text holds them, and their
+   changed paths sorted.
+4. What is kept of the rows: the counts; the first ``samples`` rows of each category, by row number, with what
+   :meth:`VersionDiff.sample_rows` shows of them; each version's rows per label while it has at most
+   :data:`LABELS_COUNTED` labels, and past that how many labels it has, counted by a sort of its labels on disk
+   (:attr:`VersionDiff.label_counts_a` then reads the list again when it is asked for).
 """
 
 from __future__ import annotations
