@@ -14,6 +14,7 @@ two versions' parts are merged by path a part of each at a time (:class:`PartsMe
 from __future__ import annotations
 
 import collections
+import dataclasses
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -34,7 +35,7 @@ _BETWEEN, _OPENING, _CLOSING = b'],["', b'[["', b'"]]'
 class FileChanges:
     """The files of two versions by path: in B only (added), in A only (removed), in both with another sha256
     (changed: their paths in ``changed_paths``) or the same (unchanged); and how many entries each manifest was
-    found to have (when cut from the JSON text: one per piece of text, which the caller checks)."""
+    found to have (``cut`` from the JSON text: one per piece of text, which the caller checks)."""
 
     added: int
     removed: int
@@ -42,6 +43,7 @@ class FileChanges:
     unchanged: int
     changed_paths: pa.Array
     entries: tuple[int, int]
+    cut: bool = False
 
 
 def compare_files(first: Sequence[FileEntry], second: Sequence[FileEntry], *, decode: bool = False) -> FileChanges:
@@ -55,7 +57,8 @@ def compare_files(first: Sequence[FileEntry], second: Sequence[FileEntry], *, de
     alike_a, alike_b = in_b[codes_a], in_a[codes_b]
     rest_a = _decoded(texts[0].filter(pa.array(~alike_a)))
     rest_b = _decoded(texts[1].filter(pa.array(~alike_b)))
-    return _by_path(rest_a, rest_b, alike=int(np.count_nonzero(alike_a)), entries=(len(codes_a), len(codes_b)))
+    found = _by_path(rest_a, rest_b, alike=int(np.count_nonzero(alike_a)), entries=(len(codes_a), len(codes_b)))
+    return dataclasses.replace(found, cut=True)
 
 
 def _entry_texts(files: Sequence[FileEntry]) -> pa.ChunkedArray | None:

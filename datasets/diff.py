@@ -48,7 +48,7 @@ import hashlib
 import itertools
 import tempfile
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -283,9 +283,7 @@ def diff_manifests(store: Store, first: Manifest, second: Manifest, *, samples: 
             return VersionDiff(store, first, second, found=found, files=changes, notes=notes)
         changes = compare_files(first.files, second.files)
         found = _matched(store, first, second, Path(spill), samples, _sorted_paths(changes.changed_paths))
-        if (
-            changes.entries != found.distinct
-        ):  # not one file per path of the list: the manifests' text was not cut right
+        if changes.cut and changes.entries != found.distinct:  # not one file per path of the list: cut wrong
             changes = compare_files(first.files, second.files, decode=True)
             found = _matched(store, first, second, Path(spill), samples, _sorted_paths(changes.changed_paths))
         return VersionDiff(store, first, second, found=found, files=changes, notes=notes)
@@ -460,55 +458,93 @@ class _RowsFound:
 
     def _sample(self, a: pa.Table, b: pa.Table, matched: Matched) -> None:
         rows_a, rows_b = a.column("row").to_numpy(), b.column("row").to_numpy()
-
-        def removed(i: int) -> DiffRow:
-            return DiffRow(_key(a, i), int(rows_a[i]), None, _value(a, 1, i), None)
-
-        def changed(i: int) -> DiffRow:
-            partner = int(matched.partner_a[i])
-            label_b, bytes_changed = _value(b, 1, partner), bool(matched.bytes_differ_a[i])
-            return DiffRow(_key(a, i), int(rows_a[i]), int(rows_b[partner]), _value(a, 1, i), label_b, bytes_changed)
-
-        def added(i: int) -> DiffRow:
-            return DiffRow(_key(b, i), None, int(rows_b[i]), None, _value(b, 1, i))
-
-        self.samples["removed"].offer(rows_a, np.flatnonzero(matched.status_a == REMOVED), removed)
-        self.samples["changed"].offer(rows_a, np.flatnonzero(matched.status_a == CHANGED), changed)
-        self.samples["added"].offer(rows_b, np.flatnonzero(matched.status_b == ADDED), added)
+        removed = np.flatnonzero(matched.status_a == REMOVED)
+        self.samples["removed"].offer(rows_a[removed], a, removed, None, removed, None)
+        changed = np.flatnonzero(matched.status_a == CHANGED)
+        partners = matched.partner_a[changed]
+        self.samples["changed"].offer(rows_a[changed], a, changed, b, partners, matched.bytes_differ_a[changed])
+        added = np.flatnonzero(matched.status_b == ADDED)
+        self.samples["added"].offer(rows_b[added], None, added, b, added, None)
 
     def finish(self) -> None:
         for side in self.labels:
             side.finish()
 
 
-def _key(table: pa.Table, row: int) -> str:
-    return str(table.column(0)[row].as_py())
-
-
-def _value(table: pa.Table, column: int, row: int) -> str | None:
-    """A value of a list's table (``None`` for a column it has not: a list of one column has no labels)."""
-    return None if column >= table.num_columns - 1 else str(table.column(column)[row].as_py())
+#: The rows of a category kept: what a :class:`DiffRow` holds, and the row number they are ordered by.
+_SAMPLE = pa.schema(
+    [
+        pa.field("key", pa.string()),
+        pa.field("row_a", pa.int64()),
+        pa.field("row_b", pa.int64()),
+        pa.field("label_a", pa.string()),
+        pa.field("label_b", pa.string()),
+        pa.field("bytes_changed", pa.bool_()),
+        pa.field("number", pa.int64()),
+    ]
+)
 
 
 class _FirstRows:
-    """The ``limit`` rows of one category with the smallest row numbers offered."""
+    """The ``limit`` rows of one category with the smallest row numbers offered, as an Arrow table (no Python object
+    per row, however many rows a batch offers)."""
 
     def __init__(self, limit: int) -> None:
         self._limit = limit
-        self.rows: list[DiffRow] = []
-        self._numbers: list[int] = []
+        self._kept = _SAMPLE.empty_table()
 
-    def offer(self, numbers: np.ndarray, found: np.ndarray, row: Callable[[int], DiffRow]) -> None:
-        """Keep, of the rows at ``found`` (numbered ``numbers[found]``), those among the first; ``row(i)`` makes
-        row ``i``'s :class:`DiffRow` (for those kept alone)."""
-        if len(self._numbers) >= self._limit:
-            found = found[numbers[found] < self._numbers[-1]] if self._limit else found[:0]
-        found = found[np.argsort(numbers[found], kind="stable")[: self._limit]]
-        if not len(found):
+    @property
+    def rows(self) -> list[DiffRow]:
+        return [DiffRow(**row) for row in self._kept.drop_columns(["number"]).to_pylist()]
+
+    def offer(
+        self,
+        numbers: np.ndarray,
+        a: pa.Table | None,
+        at_a: np.ndarray,
+        b: pa.Table | None,
+        at_b: np.ndarray,
+        bytes_changed: np.ndarray | None,
+    ) -> None:
+        """Keep, of rows numbered ``numbers``, those among the first: each the row at ``at_a`` in the batch ``a``
+        (``None``: not in A, ``at_a`` then only counts them) and the one at ``at_b`` in ``b``, whose files' bytes
+        differ (``bytes_changed``)."""
+        if self._kept.num_rows >= self._limit:
+            last = self._kept.column("number")[-1].as_py() if self._limit else -1
+            wanted = numbers < last
+        else:
+            wanted = np.ones(len(numbers), bool)
+        if not wanted.any():
             return
-        pairs = sorted([*zip(self._numbers, self.rows, strict=True), *((int(numbers[i]), row(int(i))) for i in found)],
-                       key=lambda pair: pair[0])[: self._limit]  # fmt: skip
-        self._numbers, self.rows = [number for number, _ in pairs], [kept for _, kept in pairs]
+        numbers = numbers[wanted]
+        at_a, at_b = at_a[wanted], at_b[wanted]
+        columns = [
+            _column_at(a, 0, at_a) if a is not None else _column_at(b, 0, at_b),
+            _numbers_at(a, at_a),
+            _numbers_at(b, at_b),
+            _column_at(a, 1, at_a),
+            _column_at(b, 1, at_b),
+            pa.array(bytes_changed[wanted] if bytes_changed is not None else np.zeros(len(numbers), bool)),
+            pa.array(numbers, pa.int64()),
+        ]
+        offered = pa.Table.from_arrays(columns, schema=_SAMPLE)
+        joined = pa.concat_tables([self._kept, offered])
+        order = pc.sort_indices(joined, sort_keys=[("number", "ascending")])
+        self._kept = joined.take(order.slice(0, self._limit)).combine_chunks()
+
+
+def _column_at(table: pa.Table | None, column: int, at: np.ndarray) -> pa.Array:
+    """Column ``column`` of a list's batch at rows ``at``; nulls where the batch is not given or the list has not
+    that column (a list of one column has no labels)."""
+    if table is None or column >= table.num_columns - 1:
+        return pa.nulls(len(at), pa.string())
+    return table.column(column).take(pa.array(at, pa.int64())).combine_chunks()
+
+
+def _numbers_at(table: pa.Table | None, at: np.ndarray) -> pa.Array:
+    if table is None:
+        return pa.nulls(len(at), pa.int64())
+    return table.column("row").take(pa.array(at, pa.int64())).combine_chunks()
 
 
 class _LabelCounts:
@@ -526,22 +562,20 @@ class _LabelCounts:
     def add(self, table: pa.Table) -> None:
         if not self._labelled:
             return
-        if self.counts is not None:
+        if self._writer is not None:
+            self._writer.write_table(pa.table([pc.unique(table.column(1).combine_chunks())], schema=_LABELS))
+        elif self.counts is not None:
             _count_into(self.counts, table.column(1))
-            if len(self.counts) > LABELS_COUNTED:
+            if len(self.counts) > LABELS_COUNTED:  # from here on, the labels go to disk
                 self._spill.mkdir()
                 self._writer = pa.ipc.new_stream(str(self._spill / "labels.arrow"), _LABELS)
                 self._writer.write_table(pa.table([pa.array(list(self.counts), pa.string())], schema=_LABELS))
                 self.counts = None
-            return
-        assert self._writer is not None
-        self._writer.write_table(pa.table([pc.unique(table.column(1).combine_chunks())], schema=_LABELS))
 
     def finish(self) -> None:
-        if self.counts is not None:
-            self.distinct = len(self.counts)
+        if self._writer is None:
+            self.distinct = len(self.counts or ())
             return
-        assert self._writer is not None
         self._writer.close()
         with pa.memory_map(str(self._spill / "labels.arrow")) as source:
             batches = (pa.Table.from_batches([batch]) for batch in pa.ipc.open_stream(source))
