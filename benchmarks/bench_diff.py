@@ -1,12 +1,14 @@
 """``diff_versions`` on a pair of versions of a million rows in a local store: a text pair and an image pair, each B
 made from A by removing, adding and relabelling 1 % of the rows (and, for images, giving 1 % of the files other
-bytes); the median wall and CPU time of the diff in this process, and of ``datamount diff --json`` in a fresh one.
+bytes); the median wall and CPU time of the diff in this process, and of ``datamount diff --json`` in a fresh one,
+with that process's peak resident memory (``VmHWM``: the largest of the runs).
 
     python benchmarks/bench_diff.py [--rows N] [--runs N] [--keep DIR]
 
 The text pair is uploaded (``upload``: a list is all a text version is). The image pair is written as the two
-manifests and lists an upload would commit (each file's path, size, sha256 and xxh3-64), but without the million
-files' objects: a diff reads nothing else, and a million files would have to be written and uploaded first.
+manifests, lists and parts of file entries an upload would commit (each file's path, size, sha256 and xxh3-64),
+but without the million files' objects: a diff reads nothing else, and a million files would have to be written
+and uploaded first.
 """
 
 from __future__ import annotations
@@ -26,13 +28,29 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _harness  # noqa: F401  (its import sets where the commands it starts keep their bytecode)
 
-from datamount.datasets import layout, upload
+from datamount.datasets import file_parts_writer, layout, upload
 from datamount.datasets.diff import diff_versions
+from datamount.datasets.file_parts import FileParts
 from datamount.datasets.listfile import column_names
 from datamount.datasets.manifest import FileEntry, Kind, Manifest, now_utc
+from datamount.datasets.row_index import RowIndex
 from datamount.storage import Store, open_store
 
 LABELS = 1000
+#: ``datamount diff`` in a fresh process that prints its peak resident memory (in kB) to stderr as it exits: the
+#: parent's ``ru_maxrss`` for its children would count this process's own peak (it holds the pairs it built).
+COMMAND = """
+import atexit, re, sys
+from datamount.cli.main import main
+
+def peak():
+    with open("/proc/self/status") as status:
+        print("VmHWM", re.search(r"VmHWM:\\s+(\\d+) kB", status.read()).group(1), file=sys.stderr)
+
+atexit.register(peak)
+sys.argv[0] = "datamount"
+main()
+"""
 
 
 def changed_rows(rows: list[tuple[str, str]], seed: int, *, prefix: str) -> list[tuple[str, str]]:
@@ -67,17 +85,22 @@ def image_pair(store: Store, rows: int) -> None:
 def commit_as_uploaded(
     store: Store, name: str, version: int, rows: list[tuple[str, str]], files: list[FileEntry]
 ) -> None:
-    """Version ``version`` of ``name``: its list and manifest as an upload writes them, its files' objects left
-    out."""
+    """Version ``version`` of ``name``: its list, its files' entries in parts with its row index (format 7), and its
+    manifest, as an upload commits them, its files' objects left out."""
     listed = "".join(f"{key}\t{label}\n" for key, label in rows).encode()
     list_sha = hashlib.sha256(listed).hexdigest()
-    store.write(f"{layout.dataset_folder(name)}/{layout.list_key(list_sha)}", listed)
+    folder = layout.dataset_folder(name)
+    store.write(f"{folder}/{layout.list_key(list_sha)}", listed)
+    pairs = file_parts_writer.list_pairs(store, f"{folder}/{layout.list_key(list_sha)}", len(listed), len(rows))
+    parts, row_parts = file_parts_writer.write_indexes(store, name, files, pairs, len(rows), by_row=True)
+    where = f"{store.url}/{folder}"
     manifest = Manifest(
         name=name,
         kind=Kind.IMAGE,
         columns=column_names(Kind.IMAGE, 2),
         rows=len(rows),
-        files=files,
+        files=FileParts(store, folder, parts, where),
+        row_parts=RowIndex(store, folder, row_parts, where),
         list_sha256=list_sha,
         list_size=len(listed),
         version=version,
@@ -94,17 +117,19 @@ def timed(store: Store, name: str, runs: int) -> dict[str, float]:
         found.to_json()
         walls.append(time.perf_counter() - started)
         cpus.append(time.process_time() - cpu)
-    command = [sys.executable, "-m", "datamount.cli.main", "diff", f"{name}@1", f"{name}@2", "--json"]
-    commands = []
+    command = [sys.executable, "-c", COMMAND, "diff", f"{name}@1", f"{name}@2", "--json"]
+    commands, peaks = [], []
     for _ in range(runs):
         started = time.perf_counter()
-        output = subprocess.run([*command, "--store", store.url], check=True, capture_output=True).stdout
+        done = subprocess.run([*command, "--store", store.url], check=True, capture_output=True)
         commands.append(time.perf_counter() - started)
-    rows = json.loads(output)["rows"]
+        peaks.append(int(done.stderr.split(b"VmHWM")[-1].split()[0]) / 1024)
+    rows = json.loads(done.stdout)["rows"]
     return {
         "diff_s": statistics.median(walls),
         "diff_cpu_s": statistics.median(cpus),
         "command_s": statistics.median(commands),
+        "command_peak_mb": max(peaks),
         **{key: rows[key] for key in ("added", "removed", "changed", "unchanged")},
     }
 
@@ -127,8 +152,8 @@ def main() -> None:
             found = timed(store, name, options.runs)
             print(
                 f"{name:>6}: diff {found['diff_s']:.2f} s (CPU {found['diff_cpu_s']:.2f} s), datamount diff --json "
-                f"{found['command_s']:.2f} s; {found['added']:,} added, {found['removed']:,} removed, "
-                f"{found['changed']:,} changed, {found['unchanged']:,} unchanged",
+                f"{found['command_s']:.2f} s (peak {found['command_peak_mb']:.0f} MB); {found['added']:,} added, "
+                f"{found['removed']:,} removed, {found['changed']:,} changed, {found['unchanged']:,} unchanged",
                 flush=True,
             )
 

@@ -6,11 +6,16 @@ is a string, and no JSON string holds an unquoted ``"``, so ``],["`` occurs only
 is cut there (in Arrow, without decoding it). Entries with the same text in both versions are the same file; only
 the others are decoded and compared by path. Where the files are decoded already, or their text is laid out
 otherwise (datamount writes it without spaces), they are compared decoded.
+
+From format 6 the entries are not in the manifest but in parts sorted by path (:mod:`datamount.datasets.file_parts`):
+two versions' parts are merged by path a part of each at a time (:class:`PartsMerge`), whatever their number.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import collections
+import dataclasses
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import msgspec
@@ -18,7 +23,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from datamount.datasets._matching import codes, equal
+from datamount.datasets._matching import codes, equal, key_batches
+from datamount.datasets.file_parts import FileParts
 from datamount.datasets.manifest import FileEntry, FileList, collector_paused
 
 #: What the JSON text holds between two entries, and around all of them.
@@ -29,7 +35,7 @@ _BETWEEN, _OPENING, _CLOSING = b'],["', b'[["', b'"]]'
 class FileChanges:
     """The files of two versions by path: in B only (added), in A only (removed), in both with another sha256
     (changed: their paths in ``changed_paths``) or the same (unchanged); and how many entries each manifest was
-    found to have (when cut from the JSON text: one per piece of text, which the caller checks)."""
+    found to have (``cut`` from the JSON text: one per piece of text, which the caller checks)."""
 
     added: int
     removed: int
@@ -37,6 +43,7 @@ class FileChanges:
     unchanged: int
     changed_paths: pa.Array
     entries: tuple[int, int]
+    cut: bool = False
 
 
 def compare_files(first: Sequence[FileEntry], second: Sequence[FileEntry], *, decode: bool = False) -> FileChanges:
@@ -50,7 +57,8 @@ def compare_files(first: Sequence[FileEntry], second: Sequence[FileEntry], *, de
     alike_a, alike_b = in_b[codes_a], in_a[codes_b]
     rest_a = _decoded(texts[0].filter(pa.array(~alike_a)))
     rest_b = _decoded(texts[1].filter(pa.array(~alike_b)))
-    return _by_path(rest_a, rest_b, alike=int(np.count_nonzero(alike_a)), entries=(len(codes_a), len(codes_b)))
+    found = _by_path(rest_a, rest_b, alike=int(np.count_nonzero(alike_a)), entries=(len(codes_a), len(codes_b)))
+    return dataclasses.replace(found, cut=True)
 
 
 def _entry_texts(files: Sequence[FileEntry]) -> pa.ChunkedArray | None:
@@ -77,10 +85,28 @@ def _decoded(texts: pa.ChunkedArray) -> list[FileEntry]:
 def _by_path(first: list[FileEntry], second: list[FileEntry], *, alike: int, entries: tuple[int, int]) -> FileChanges:
     """Compare decoded entries by path; ``alike`` more files were found the same already."""
     with collector_paused():  # a million strings, no cycles: see collector_paused
-        paths_a = pa.chunked_array([pa.array([entry[0] for entry in first], pa.string())])
-        paths_b = pa.chunked_array([pa.array([entry[0] for entry in second], pa.string())])
-        shas_a = pa.chunked_array([pa.array([entry[2] for entry in first], pa.string())])
-        shas_b = pa.chunked_array([pa.array([entry[2] for entry in second], pa.string())])
+        found = _compared(*_columns(first), *_columns(second))
+    return FileChanges(
+        added=found.added,
+        removed=found.removed,
+        changed=found.changed,
+        unchanged=alike + found.unchanged,
+        changed_paths=found.changed_paths,
+        entries=entries,
+    )
+
+
+def _columns(entries: Sequence[FileEntry]) -> tuple[pa.ChunkedArray, pa.ChunkedArray]:
+    """The paths and sha256s of ``entries``."""
+    paths = pa.array([entry[0] for entry in entries], pa.string())
+    shas = pa.array([entry[2] for entry in entries], pa.string())
+    return pa.chunked_array([paths]), pa.chunked_array([shas])
+
+
+def _compared(
+    paths_a: pa.ChunkedArray, shas_a: pa.ChunkedArray, paths_b: pa.ChunkedArray, shas_b: pa.ChunkedArray
+) -> FileChanges:
+    """Entries (each path once on each side) compared by path; the changed paths in the order of A's."""
     (codes_a, codes_b), paths = codes(paths_a, paths_b)
     at_a, at_b = np.full(len(paths), -1, np.int64), np.full(len(paths), -1, np.int64)
     at_a[codes_a], at_b[codes_b] = np.arange(len(codes_a)), np.arange(len(codes_b))
@@ -91,7 +117,52 @@ def _by_path(first: list[FileEntry], second: list[FileEntry], *, alike: int, ent
         added=int(np.count_nonzero(at_a < 0)),
         removed=int(np.count_nonzero(at_b < 0)),
         changed=changed,
-        unchanged=alike + len(both) - changed,
+        unchanged=len(both) - changed,
         changed_paths=paths.take(pa.array(both[differ])) if len(paths) else pa.array([], pa.string()),
-        entries=entries,
+        entries=(len(codes_a), len(codes_b)),
     )
+
+
+# --------------------------------------------------------------------------------------------- in parts
+
+#: A stream of paths, sorted (the changed files' paths).
+PATHS = pa.schema([pa.field("path", pa.string(), nullable=False)])
+_ENTRIES = pa.schema([pa.field("path", pa.string(), nullable=False), pa.field("sha256", pa.string(), nullable=False)])
+#: Entries of each version compared at once.
+MERGE_ROWS = 1 << 15
+
+
+class PartsMerge:
+    """The files of two versions whose entries are in parts (format 6 on: sorted by path), compared by path a part
+    of each at a time: :meth:`changed_paths` gives the paths whose bytes differ, in path order, and counts the rest;
+    :meth:`changes` is the result once they are all given. Nothing is held beyond a part of each version."""
+
+    def __init__(self, first: FileParts, second: FileParts) -> None:
+        self._first, self._second = first, second
+        self._counts = [0, 0, 0, 0]  # added, removed, changed, unchanged
+        self._done = False
+
+    def changed_paths(self) -> Iterator[pa.Table]:
+        """The changed files' paths, as tables of :data:`PATHS`, sorted."""
+        streams = [(_part_tables(self._first), _ENTRIES), (_part_tables(self._second), _ENTRIES)]
+        for taken_a, taken_b in key_batches(streams, MERGE_ROWS):
+            found = _compared(taken_a.column(0), taken_a.column(1), taken_b.column(0), taken_b.column(1))
+            for i, count in enumerate((found.added, found.removed, found.changed, found.unchanged)):
+                self._counts[i] += count
+            yield pa.Table.from_arrays([found.changed_paths], schema=PATHS)
+        self._done = True
+
+    def changes(self) -> FileChanges:
+        """The files compared (all of :meth:`changed_paths` read first, if it was not); no ``changed_paths``."""
+        if not self._done:
+            collections.deque(self.changed_paths(), maxlen=0)
+        added, removed, changed, unchanged = self._counts
+        entries = (len(self._first), len(self._second))
+        return FileChanges(added, removed, changed, unchanged, pa.array([], pa.string()), entries)
+
+
+def _part_tables(files: FileParts) -> Iterator[pa.Table]:
+    """The paths and sha256s of ``files``, a part at a time, in path order."""
+    for number in range(len(files.parts)):
+        with collector_paused():
+            yield pa.Table.from_arrays(list(_columns(files.part_entries(number))), schema=_ENTRIES)

@@ -5,12 +5,16 @@ is integer arithmetic on numpy arrays, and strings are only compared again pairw
 key is listed twice in either version, which is the common case, each key has at most one row on each side and the
 rows are paired through their keys' codes; otherwise whole rows are coded too and matched occurrence by occurrence
 (:func:`match_codes`).
+
+Lists sorted by key are matched a batch at a time (:func:`key_batches` cuts them between keys): the rules apply key by
+key, so a batch that holds every row of its keys is matched as the whole lists would be, and its rows keep their
+order within a key.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -169,3 +173,59 @@ def occurrences(codes: np.ndarray, counts: np.ndarray) -> np.ndarray:
 
 def _size(first: np.ndarray, second: np.ndarray) -> int:
     return int(max(first.max(initial=-1), second.max(initial=-1))) + 1
+
+
+# --------------------------------------------------------------------------------------------- sorted streams
+
+
+def key_batches(streams: Sequence[tuple[Iterator[pa.Table], pa.Schema]], rows: int) -> Iterator[list[pa.Table]]:
+    """Tables sorted by their first column (each stream's tables of its schema), merged into batches cut at keys:
+    each batch holds, of every stream, the rows of the keys before a bound, so that all rows of a key, in every
+    stream, are in one batch. About ``rows`` rows of each stream are taken at a time, more when one key has more."""
+    held = [_Held(tables, schema, rows) for tables, schema in streams]
+    while True:
+        for stream in held:
+            stream.fill()
+        if all(stream.done and not stream.held.num_rows for stream in held):
+            return
+        open_lasts = [stream.last() for stream in held if not stream.done]
+        bound = min(open_lasts) if open_lasts else None  # None: every stream read to its end, take the rest
+        taken = [stream.take_before(bound) for stream in held]
+        if any(table.num_rows for table in taken):
+            yield taken
+            continue
+        for stream in held:  # every row held is of the bound's key or after it: read on where the bound's key ends
+            if not stream.done and stream.last() == bound:
+                stream.grow()
+
+
+class _Held:
+    """One sorted stream's rows read and not yet taken."""
+
+    def __init__(self, tables: Iterator[pa.Table], schema: pa.Schema, rows: int) -> None:
+        self._tables = tables
+        self._rows = rows
+        self.held = schema.empty_table()
+        self.done = False
+
+    def fill(self) -> None:
+        """Read tables until ``rows`` are held, or the stream ends."""
+        while not self.done and self.held.num_rows < self._rows:
+            self.grow()
+
+    def grow(self) -> None:
+        """Read one more table (with rows), or find the stream's end."""
+        while (following := next(self._tables, None)) is not None:
+            if following.num_rows:
+                self.held = pa.concat_tables([self.held, following]) if self.held.num_rows else following
+                return
+        self.done = True
+
+    def last(self) -> str:
+        return str(self.held.column(0)[-1].as_py())
+
+    def take_before(self, bound: str | None) -> pa.Table:
+        """The rows held whose key sorts before ``bound`` (all of them for ``None``)."""
+        count = self.held.num_rows if bound is None else pc.sum(pc.less(self.held.column(0), bound)).as_py() or 0
+        taken, self.held = self.held.slice(0, count), self.held.slice(count)
+        return taken

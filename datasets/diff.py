@@ -15,10 +15,29 @@ both versions hold (the same sha256) are unchanged, every other row counts as re
 :attr:`VersionDiff.notes` says so. The manifests' files (an image version's files, a public dataset's attached
 files) are compared by path and sha256 in every case.
 
-The work is done on Arrow and numpy arrays: the lists parsed by Arrow's CSV reader, keys and rows replaced by
-dictionary codes shared by both versions (:mod:`._matching`), the manifests' files compared as their JSON text
-holds them (:mod:`._file_changes`) (``benchmarks/bench_diff.py`` measures pairs of a million
-rows).
+The work is a sort-merge, in memory bounded whatever the rows (``benchmarks/bench_diff.py`` measures pairs of a
+million rows; ``tests/datasets/test_diff_streamed.py`` bounds one):
+
+1. Each list is read as a stream, :data:`LIST_READ_BYTES` at a time, hashed as it is read, and cut into rows by
+   numpy offsets (key, labels, row number; no Python object per row). A list whose sha256 is not its manifest's is
+   an :class:`~datamount.storage.IntegrityError` naming its URL, raised before any row is matched: the sort reads
+   every row before it gives the first.
+2. Each list's rows are sorted by key and row number: runs of :data:`RUN_ROWS` sorted by Arrow and spilled to
+   temporary Arrow files, merged a batch at a time
+   (:func:`~datamount.datasets.file_parts_writer.sorted_tables`). The same list on both sides is read and sorted
+   once.
+3. The two sorted lists, and for two image versions the paths whose files' bytes differ (sorted too), are merged
+   into batches of about :data:`BATCH_ROWS` rows cut between keys (:func:`~._matching.key_batches`): all rows of a
+   key, on both sides, are in one batch, in list order, so the rules above applied to a batch
+   (:func:`~._matching.match_lists`, on Arrow dictionary codes) match them as they would the whole lists. The
+   files of two manifests from format 6 on (entries in parts sorted by path, in the byte order Arrow sorts strings
+   in) are merged by path a part at a time beside them (:class:`~._file_changes.PartsMerge`); older manifests' files
+   (JSON in the manifest, bounded by that format's limits) are compared whole as their text holds them, and their
+   changed paths sorted.
+4. What is kept of the rows: the counts; the first ``samples`` rows of each category, by row number, with what
+   :meth:`VersionDiff.sample_rows` shows of them; each version's rows per label while it has at most
+   :data:`LABELS_COUNTED` labels, and past that how many labels it has, counted by a sort of its labels on disk
+   (:attr:`VersionDiff.label_counts_a` then reads the list again when it is asked for).
 """
 
 from __future__ import annotations
@@ -26,27 +45,39 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-import io
+import itertools
+import tempfile
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.csv as pcsv
 
 from datamount.datasets import catalog, layout
-from datamount.datasets._file_changes import FileChanges, compare_files
-from datamount.datasets._matching import ADDED, CHANGED, REMOVED, UNCHANGED, Matched, match_lists
+from datamount.datasets._file_changes import PATHS, FileChanges, PartsMerge, compare_files
+from datamount.datasets._matching import ADDED, CHANGED, REMOVED, UNCHANGED, Matched, key_batches, match_lists
 from datamount.datasets.errors import ManifestError
+from datamount.datasets.file_parts import FileParts
+from datamount.datasets.file_parts_writer import sorted_tables
 from datamount.datasets.manifest import Kind, Manifest
 from datamount.datasets.names import PUBLIC_NAMESPACE
-from datamount.datasets.rows.listed import list_rows
 from datamount.storage import IntegrityError, Store
 from datamount.storage.arguments import one_of, whole_number
 
-__all__ = ["CATEGORIES", "DIFF_FORMAT", "DiffRow", "FileCounts", "VersionDiff", "diff_versions", "label_order"]
+__all__ = [
+    "CATEGORIES",
+    "DIFF_FORMAT",
+    "SAMPLE_ROWS",
+    "DiffRow",
+    "FileCounts",
+    "VersionDiff",
+    "diff_versions",
+    "label_order",
+]
 
 #: The version of :meth:`VersionDiff.to_json`'s document: keys are only added within one; a key removed or changed
 #: in meaning makes the next.
@@ -59,6 +90,20 @@ Compared = Literal["rows", "shards"]
 #: Label counts go into the JSON document only up to this many distinct labels per version (a text version's
 #: targets are mostly all different: counts of them would be the whole list again).
 JSON_LABELS_LIMIT = 10_000
+#: Rows of each category a diff keeps for :meth:`VersionDiff.sample_rows` unless told otherwise (the command shows
+#: 5, the web page 12).
+SAMPLE_ROWS = 10_000
+#: Bytes of a list read at once.
+LIST_READ_BYTES = 1 << 20
+#: Rows of a list sorted in memory at once (about 100 bytes a row of an image list while sorted); more are spilled to
+#: disk in runs and merged.
+RUN_ROWS = 1 << 17
+#: Rows of each list matched at once (more where one key has more rows).
+BATCH_ROWS = 1 << 14
+#: Distinct labels of a version counted in memory; past them only how many there are is found (by a sort on disk),
+#: and :attr:`VersionDiff.label_counts_a` reads the list again when asked for.
+LABELS_COUNTED = 1 << 16
+_NEWLINE, _TAB = ord("\n"), ord("\t")
 
 
 @dataclass(frozen=True)
@@ -89,23 +134,6 @@ class FileCounts:
     unchanged: int = 0
 
 
-@dataclass(frozen=True)
-class _Listed:
-    """A version's list as Arrow string arrays, one per column (the first the rows' keys)."""
-
-    manifest: Manifest
-    columns: list[pa.ChunkedArray]
-
-    @property
-    def keys(self) -> pa.ChunkedArray:
-        return self.columns[0]
-
-    @property
-    def labels(self) -> pa.ChunkedArray | None:
-        """The second column (``None`` for a list of one column)."""
-        return self.columns[1] if len(self.columns) > 1 else None
-
-
 class VersionDiff:
     """The difference from version A to version B (see :func:`diff_versions`).
 
@@ -132,17 +160,17 @@ class VersionDiff:
 
     def __init__(
         self,
+        store: Store,
         a: Manifest,
         b: Manifest,
         *,
-        listed: tuple[_Listed, _Listed] | None,
-        matched: Matched | None,
+        found: _RowsFound | None,
         files: FileChanges,
         notes: list[str],
     ) -> None:
+        self._store = store
         self._a, self._b = a, b
-        self._listed = listed
-        self._matched = matched
+        self._found = found
         self.a_ref, self.b_ref = a.ref, b.ref
         self.kind_a, self.kind_b = str(a.kind), str(b.kind)
         self.columns_a, self.columns_b = list(a.columns), list(b.columns)
@@ -150,70 +178,50 @@ class VersionDiff:
         self.files = FileCounts(files.added, files.removed, files.changed, files.unchanged)
         self._file_entries = files.entries
         self.notes = notes
-        self.compared: Compared = "rows" if matched is not None else "shards"
-        if matched is not None:
-            self.unchanged = int(np.count_nonzero(matched.status_a == UNCHANGED))
-            self.changed = int(np.count_nonzero(matched.status_a == CHANGED))
-            self.removed = int(np.count_nonzero(matched.status_a == REMOVED))
-            self.added = int(np.count_nonzero(matched.status_b == ADDED))
-            self.changed_bytes = int(np.count_nonzero(matched.bytes_differ_a))
-            self.changed_labels = int(np.count_nonzero(matched.labels_differ_a))
+        self.compared: Compared = "rows" if found is not None else "shards"
+        if found is not None:
+            self.unchanged, self.changed, self.removed, self.added = (found.counts[c] for c in _STATUSES)
+            self.changed_bytes, self.changed_labels = found.changed_bytes, found.changed_labels
         else:
             self.unchanged = _rows_in_common_shards(a, b)
             self.changed = self.changed_bytes = self.changed_labels = 0
             self.removed, self.added = a.rows - self.unchanged, b.rows - self.unchanged
 
-    @functools.cached_property
-    def _label_counts(self) -> tuple[pa.StructArray | None, pa.StructArray | None]:
-        if self._listed is None:
-            return None, None
-        first, second = (None if side.labels is None else pc.value_counts(side.labels) for side in self._listed)
-        return first, second
-
     @property
     def distinct_labels_a(self) -> int:
         """How many labels A's rows have (0 without labels)."""
-        counts = self._label_counts[0]
-        return 0 if counts is None else len(counts)
+        return 0 if self._found is None else self._found.labels[0].distinct
 
     @property
     def distinct_labels_b(self) -> int:
         """How many labels B's rows have (0 without labels)."""
-        counts = self._label_counts[1]
-        return 0 if counts is None else len(counts)
+        return 0 if self._found is None else self._found.labels[1].distinct
 
     @functools.cached_property
     def label_counts_a(self) -> dict[str, int]:
-        return _as_dict(self._label_counts[0])
+        return self._label_counts(0, self._a)
 
     @functools.cached_property
     def label_counts_b(self) -> dict[str, int]:
-        return _as_dict(self._label_counts[1])
+        return self._label_counts(1, self._b)
+
+    def _label_counts(self, side: int, manifest: Manifest) -> dict[str, int]:
+        if self._found is None:
+            return {}
+        counts = self._found.labels[side].counts
+        if counts is None:  # too many labels to have kept their counts in the pass: counted again, as asked for
+            counts = _counted_again(self._store, manifest)
+        return dict(sorted(counts.items(), key=lambda pair: label_order(pair[0])))
 
     def sample_rows(self, category: Category, limit: int) -> list[DiffRow]:
         """The first ``limit`` rows of ``category`` (``"added"``, ``"removed"`` or ``"changed"``), in list order (of
-        B for added rows, of A for the others); none when the versions were compared by shard."""
+        B for added rows, of A for the others); none when the versions were compared by shard. At most the
+        ``samples`` rows :func:`diff_manifests` was asked to keep (:data:`SAMPLE_ROWS`) are known."""
         one_of(category, "category", CATEGORIES)
         limit = whole_number(limit, "limit", minimum=0)
-        if self._listed is None or self._matched is None:
+        if self._found is None:
             return []
-        first, second = self._listed
-        matched = self._matched
-        if category == "added":
-            rows = np.flatnonzero(matched.status_b == ADDED)[:limit]
-            return [DiffRow(_at(second.keys, i), None, i, None, _label(second, i)) for i in rows.tolist()]
-        wanted = REMOVED if category == "removed" else CHANGED
-        rows = np.flatnonzero(matched.status_a == wanted)[:limit]
-        found = []
-        for i in rows.tolist():
-            partner = int(matched.partner_a[i])
-            if partner < 0:
-                found.append(DiffRow(_at(first.keys, i), i, None, _label(first, i), None))
-                continue
-            label_b = _label(second, partner)
-            bytes_changed = bool(matched.bytes_differ_a[i])
-            found.append(DiffRow(_at(first.keys, i), i, partner, _label(first, i), label_b, bytes_changed))
-        return found
+        return self._found.samples[category].rows[:limit]
 
     def to_json(self, *, samples: int = 5) -> dict[str, Any]:
         """The difference as a JSON document (``docs/cli.md``, ``datamount diff --json``), with the first
@@ -247,88 +255,348 @@ class VersionDiff:
         }
 
 
-def diff_versions(store: Store, a: str, b: str) -> VersionDiff:
+def diff_versions(store: Store, a: str, b: str, *, samples: int = SAMPLE_ROWS) -> VersionDiff:
     """What changed from version ``a`` to version ``b`` (``name`` or ``name@N`` each, resolved as
     :func:`~datamount.datasets.catalog.resolve` does: a plain name is the latest version; ``b`` may be another
-    dataset), read from their manifests and lists alone. The rules are in this module's docstring."""
-    return diff_manifests(store, catalog.resolve(store, a), catalog.resolve(store, b))
+    dataset), read from their manifests and lists alone; the first ``samples`` rows of each category are kept for
+    :meth:`VersionDiff.sample_rows`. The rules are in this module's docstring."""
+    return diff_manifests(store, catalog.resolve(store, a), catalog.resolve(store, b), samples=samples)
 
 
-def diff_manifests(store: Store, first: Manifest, second: Manifest) -> VersionDiff:
+def diff_manifests(store: Store, first: Manifest, second: Manifest, *, samples: int = SAMPLE_ROWS) -> VersionDiff:
     """What changed from version ``first`` to version ``second``, both resolved already (:func:`diff_versions`)."""
+    samples = whole_number(samples, "samples", minimum=0)
     notes = _kind_notes(first, second)
     if not (first.has_list and second.has_list):
         notes.append(_shards_note(first, second))
         files = compare_files(first.files, second.files, decode=True)  # the text's cut is checked by a list's paths
-        return VersionDiff(first, second, listed=None, matched=None, files=files, notes=notes)
-    listed = _read_lists(store, first, second)
-    columns = listed[0].columns, listed[1].columns
-    if not (first.kind is Kind.IMAGE and second.kind is Kind.IMAGE):
-        matched, _ = match_lists(*columns)
-        files = compare_files(first.files, second.files, decode=True)
-        return VersionDiff(first, second, listed=listed, matched=matched, files=files, notes=notes)
-    changes = compare_files(first.files, second.files)
-    matched, distinct = match_lists(*columns, changes.changed_paths)
-    if changes.entries != distinct:  # not one file per path of the list: the manifests' text was not cut right
-        changes = compare_files(first.files, second.files, decode=True)
-        matched, _ = match_lists(*columns, changes.changed_paths)
-    return VersionDiff(first, second, listed=listed, matched=matched, files=changes, notes=notes)
+        return VersionDiff(store, first, second, found=None, files=files, notes=notes)
+    images = first.kind is Kind.IMAGE and second.kind is Kind.IMAGE
+    with tempfile.TemporaryDirectory(prefix="datamount-diff-") as spill:
+        if isinstance(first.files, FileParts) and isinstance(second.files, FileParts):
+            merge = PartsMerge(first.files, second.files)
+            found = _matched(store, first, second, Path(spill), samples, merge.changed_paths() if images else None)
+            return VersionDiff(store, first, second, found=found, files=merge.changes(), notes=notes)
+        if not images:
+            changes = compare_files(first.files, second.files, decode=True)
+            found = _matched(store, first, second, Path(spill), samples, None)
+            return VersionDiff(store, first, second, found=found, files=changes, notes=notes)
+        changes = compare_files(first.files, second.files)
+        found = _matched(store, first, second, Path(spill), samples, _sorted_paths(changes.changed_paths))
+        if changes.cut and changes.entries != found.distinct:  # not one file per path of the list: cut wrong
+            changes = compare_files(first.files, second.files, decode=True)
+            found = _matched(store, first, second, Path(spill), samples, _sorted_paths(changes.changed_paths))
+        return VersionDiff(store, first, second, found=found, files=changes, notes=notes)
 
 
-# --------------------------------------------------------------------------------------------- the lists
+def _sorted_paths(paths: pa.Array) -> Iterator[pa.Table]:
+    """Paths (of a manifest's files in JSON: in no promised order), as a sorted stream."""
+    yield pa.Table.from_arrays([paths.take(pc.sort_indices(paths))], schema=PATHS)
 
 
-def _read_lists(store: Store, a: Manifest, b: Manifest) -> tuple[_Listed, _Listed]:
-    """Both versions' lists, read at once (once, when they are the same list), each checked against its sha256."""
-    paths = [layout.list_path(a), layout.list_path(b)]
-    if paths[0] == paths[1]:
-        raw = store.read(paths[0])
-        blobs = [raw, raw]
+# --------------------------------------------------------------------------------------------- the pass
+
+
+def _matched(
+    store: Store, a: Manifest, b: Manifest, spill: Path, samples: int, changed_paths: Iterator[pa.Table] | None
+) -> _RowsFound:
+    """Both lists read, sorted by key and matched a batch of keys at a time (``changed_paths``: the paths whose files
+    differ, sorted, for image versions)."""
+    schemas = _list_schema(len(a.columns)), _list_schema(len(b.columns))
+    found = _RowsFound(samples, (len(a.columns), len(b.columns)), spill)
+    sorted_a = _sorted_list(store, a, schemas[0], spill / "a")
+    if layout.list_path(a) == layout.list_path(b) and len(a.columns) == len(b.columns):
+        sorted_a, sorted_b = itertools.tee(sorted_a)  # the same list: read once (the two copies keep step)
     else:
-        blobs = list(store.read_many(paths))
-    return _listed(store, a, blobs[0]), _listed(store, b, blobs[1])
+        sorted_b = _sorted_list(store, b, schemas[1], spill / "b")
+    streams = [(sorted_a, schemas[0]), (sorted_b, schemas[1])]
+    if changed_paths is not None:
+        streams.append((changed_paths, PATHS))
+    for batch in key_batches(streams, BATCH_ROWS):
+        found.add(batch[0], batch[1], batch[2].column(0).combine_chunks() if changed_paths is not None else None)
+    found.finish()
+    return found
 
 
-def _listed(store: Store, manifest: Manifest, raw: bytes) -> _Listed:
-    where = store.url_for(layout.list_path(manifest))
-    if hashlib.sha256(raw).hexdigest() != manifest.list_sha256:
+def _sorted_list(store: Store, manifest: Manifest, schema: pa.Schema, spill: Path) -> Iterator[pa.Table]:
+    """A version's list rows (key, labels, row number) sorted by key and row, spilled to ``spill`` in runs."""
+    return sorted_tables(_list_tables(store, manifest, schema), spill, RUN_ROWS, schema, _BY_KEY)
+
+
+def _list_schema(width: int) -> pa.Schema:
+    """A list's rows: its ``width`` columns (the first the key) and each row's number."""
+    columns = [pa.field(f"c{i}", pa.string(), nullable=False) for i in range(width)]
+    return pa.schema([*columns, pa.field("row", pa.int64(), nullable=False)])
+
+
+_BY_KEY = [("c0", "ascending"), ("row", "ascending")]
+
+
+def _list_tables(store: Store, manifest: Manifest, schema: pa.Schema) -> Iterator[pa.Table]:
+    """A version's list, read :data:`LIST_READ_BYTES` at a time and checked against its manifest's sha256 as it is
+    read, as tables of ``schema``; a damaged list is an :class:`IntegrityError` (after all its rows), never rows
+    of another list, and a list that does not parse is a :class:`ManifestError` once it is known to be intact."""
+    path = layout.list_path(manifest)
+    where = store.url_for(path)
+    digest, row, carried = hashlib.sha256(), 0, b""
+    failed: ManifestError | None = None
+    for raw in _list_ranges(store, manifest, path):
+        digest.update(raw)
+        whole = carried + raw
+        cut = whole.rfind(b"\n") + 1
+        carried = whole[cut:]
+        if cut and failed is None:
+            try:
+                table = _rows_table(memoryview(whole)[:cut], schema, row, where)
+            except ManifestError as exc:
+                failed = exc
+                continue
+            row += table.num_rows
+            yield table
+    if digest.hexdigest() != manifest.list_sha256:
         raise IntegrityError(f"the list of {manifest.ref} ({where}) does not match its manifest's sha256")
-    return _Listed(manifest, _list_columns(raw, len(manifest.columns), where))
+    if failed is not None:
+        raise failed
+    if carried:
+        yield _rows_table(memoryview(carried + b"\n"), schema, row, where)
 
 
-def _list_columns(raw: bytes, width: int, where: str) -> list[pa.ChunkedArray]:
-    """The columns of a normalised list (UTF-8 lines of TAB-separated values, no quoting) as string arrays."""
-    if not raw or b"\r" in raw:  # Arrow's CSV reader would also end a row at a CR inside a value
-        rows = list_rows(raw)
-        if any(len(row) != width for row in rows):
-            raise ManifestError(f"{where} is damaged: a row does not have {width} column(s)")
-        return [pa.chunked_array([pa.array([row[i] for row in rows], pa.string())]) for i in range(width)]
-    names = [f"c{i}" for i in range(width)]
+def _list_ranges(store: Store, manifest: Manifest, path: str) -> Iterator[bytes]:
+    size = manifest.list_size
+    if size <= 0:  # a manifest that does not record it: the list read whole
+        yield store.read(path)
+        return
+    ranges = [(start, min(start + LIST_READ_BYTES, size)) for start in range(0, size, LIST_READ_BYTES)]
+    yield from store.read_ranges(path, ranges, max_requests=2)
+
+
+def _rows_table(lines: memoryview, schema: pa.Schema, first_row: int, where: str) -> pa.Table:
+    """Whole lines of a normalised list (UTF-8, TAB-separated values, no quoting; an empty line is no row) as a
+    table of ``schema``, its rows numbered from ``first_row``.
+
+    Each column is cut by offsets found with numpy: the bytes are seen by Arrow, without a copy, as strings that
+    alternate between a row's value in the column and what lies between it and the next row's, and the values are
+    taken from them into one array (as :func:`~datamount.datasets.file_parts_writer.list_pairs` does for paths).
+    No Python object per row."""
+    width = len(schema) - 1
+    raw = np.frombuffer(lines, np.uint8)
+    ends = np.flatnonzero(raw == _NEWLINE)
+    starts = np.concatenate(([0], ends[:-1] + 1))
+    kept = ends > starts
+    starts, ends = starts[kept], ends[kept]
+    tabs = np.flatnonzero(raw == _TAB)
+    per_line = np.bincount(np.searchsorted(ends, tabs), minlength=len(ends) + 1)
+    if per_line[-1] or np.any(per_line[:-1] != width - 1):
+        raise ManifestError(f"{where} is damaged: a row does not have {width} column(s)")
+    between = tabs.reshape(len(ends), width - 1)
+    columns = []
+    for i in range(width):
+        column_starts = starts if i == 0 else between[:, i - 1] + 1
+        column_stops = ends if i == width - 1 else between[:, i]
+        columns.append(_strings(lines, raw, column_starts, column_stops, where))
+    numbers = pa.array(np.arange(first_row, first_row + len(ends), dtype=np.int64))
+    return pa.Table.from_arrays([*columns, numbers], schema=schema)
+
+
+def _strings(lines: memoryview, raw: np.ndarray, starts: np.ndarray, stops: np.ndarray, where: str) -> pa.Array:
+    """The strings at ``[starts, stops)`` of ``lines``."""
+    bounds = np.empty(2 * len(starts) + 1, np.int64)
+    bounds[0:-1:2], bounds[1:-1:2], bounds[-1] = starts, stops, len(raw)
+    pieces = pa.LargeStringArray.from_buffers(len(bounds) - 1, pa.py_buffer(bounds), pa.py_buffer(lines))
+    values = pieces.take(pa.array(np.arange(0, len(bounds) - 1, 2))).cast(pa.string())
     try:
-        table = pcsv.read_csv(
-            io.BytesIO(raw),
-            read_options=pcsv.ReadOptions(column_names=names),
-            parse_options=pcsv.ParseOptions(delimiter="\t", quote_char=False),
-            convert_options=pcsv.ConvertOptions(column_types=dict.fromkeys(names, pa.string())),
-        )
+        values.validate(full=True)
     except pa.ArrowInvalid as exc:
         raise ManifestError(f"{where} is damaged: {exc}") from None
-    return [table.column(i) for i in range(width)]
+    return values
 
 
-def _at(values: pa.ChunkedArray, row: int) -> str:
-    return str(values[row].as_py())
+def _counted_again(store: Store, manifest: Manifest) -> Counter[str]:
+    """Rows per label of a version's list, read again."""
+    counts: Counter[str] = Counter()
+    for table in _list_tables(store, manifest, _list_schema(len(manifest.columns))):
+        _count_into(counts, table.column(1))
+    return counts
 
 
-def _label(listed: _Listed, row: int) -> str | None:
-    return None if listed.labels is None else _at(listed.labels, row)
+def _count_into(counts: Counter[str], labels: pa.ChunkedArray) -> None:
+    counted = pc.value_counts(labels)
+    counts.update(dict(zip(counted.field("values").to_pylist(), counted.field("counts").to_pylist(), strict=True)))
 
 
-def _as_dict(counts: pa.StructArray | None) -> dict[str, int]:
-    if counts is None:
-        return {}
-    pairs = zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist(), strict=True)
-    return dict(sorted(pairs, key=lambda pair: label_order(pair[0])))
+# --------------------------------------------------------------------------------------------- what is found
+
+
+_STATUSES = ("unchanged", "changed", "removed", "added")
+
+
+class _RowsFound:
+    """What the batches of keys matched add up to: rows per category, the first ``samples`` rows of each (by row
+    number), and each version's labels."""
+
+    def __init__(self, samples: int, widths: tuple[int, int], spill: Path) -> None:
+        self.counts = dict.fromkeys(_STATUSES, 0)
+        self.changed_bytes = self.changed_labels = 0
+        self.samples = {category: _FirstRows(samples) for category in CATEGORIES}
+        self.labels = (_LabelCounts(widths[0] > 1, spill / "labels-a"), _LabelCounts(widths[1] > 1, spill / "labels-b"))
+        self.distinct = (0, 0)
+
+    def add(self, a: pa.Table, b: pa.Table, changed_paths: pa.Array | None) -> None:
+        """Match one batch (all rows of its keys, in both lists) and count what is found."""
+        columns_a = [a.column(i) for i in range(a.num_columns - 1)]
+        columns_b = [b.column(i) for i in range(b.num_columns - 1)]
+        matched, distinct = match_lists(columns_a, columns_b, changed_paths)
+        self.distinct = (self.distinct[0] + distinct[0], self.distinct[1] + distinct[1])
+        for status, name in zip((UNCHANGED, CHANGED, REMOVED), _STATUSES, strict=False):
+            self.counts[name] += int(np.count_nonzero(matched.status_a == status))
+        self.counts["added"] += int(np.count_nonzero(matched.status_b == ADDED))
+        self.changed_bytes += int(np.count_nonzero(matched.bytes_differ_a))
+        self.changed_labels += int(np.count_nonzero(matched.labels_differ_a))
+        for side, table in zip(self.labels, (a, b), strict=True):
+            side.add(table)
+        self._sample(a, b, matched)
+
+    def _sample(self, a: pa.Table, b: pa.Table, matched: Matched) -> None:
+        rows_a, rows_b = a.column("row").to_numpy(), b.column("row").to_numpy()
+        removed = np.flatnonzero(matched.status_a == REMOVED)
+        self.samples["removed"].offer(rows_a[removed], a, removed, None, removed, None)
+        changed = np.flatnonzero(matched.status_a == CHANGED)
+        partners = matched.partner_a[changed]
+        self.samples["changed"].offer(rows_a[changed], a, changed, b, partners, matched.bytes_differ_a[changed])
+        added = np.flatnonzero(matched.status_b == ADDED)
+        self.samples["added"].offer(rows_b[added], None, added, b, added, None)
+
+    def finish(self) -> None:
+        for side in self.labels:
+            side.finish()
+
+
+#: The rows of a category kept: what a :class:`DiffRow` holds, and the row number they are ordered by.
+_SAMPLE = pa.schema(
+    [
+        pa.field("key", pa.string()),
+        pa.field("row_a", pa.int64()),
+        pa.field("row_b", pa.int64()),
+        pa.field("label_a", pa.string()),
+        pa.field("label_b", pa.string()),
+        pa.field("bytes_changed", pa.bool_()),
+        pa.field("number", pa.int64()),
+    ]
+)
+
+
+class _FirstRows:
+    """The ``limit`` rows of one category with the smallest row numbers offered, as an Arrow table (no Python object
+    per row, however many rows a batch offers)."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._kept = _SAMPLE.empty_table()
+
+    @property
+    def rows(self) -> list[DiffRow]:
+        return [DiffRow(**row) for row in self._kept.drop_columns(["number"]).to_pylist()]
+
+    def offer(
+        self,
+        numbers: np.ndarray,
+        a: pa.Table | None,
+        at_a: np.ndarray,
+        b: pa.Table | None,
+        at_b: np.ndarray,
+        bytes_changed: np.ndarray | None,
+    ) -> None:
+        """Keep, of rows numbered ``numbers``, those among the first: each the row at ``at_a`` in the batch ``a``
+        (``None``: not in A, ``at_a`` then only counts them) and the one at ``at_b`` in ``b``, whose files' bytes
+        differ (``bytes_changed``)."""
+        if self._kept.num_rows >= self._limit:
+            last = self._kept.column("number")[-1].as_py() if self._limit else -1
+            wanted = numbers < last
+        else:
+            wanted = np.ones(len(numbers), bool)
+        if not wanted.any():
+            return
+        numbers = numbers[wanted]
+        at_a, at_b = at_a[wanted], at_b[wanted]
+        columns = [
+            _column_at(a, 0, at_a) if a is not None else _column_at(b, 0, at_b),
+            _numbers_at(a, at_a),
+            _numbers_at(b, at_b),
+            _column_at(a, 1, at_a),
+            _column_at(b, 1, at_b),
+            pa.array(bytes_changed[wanted] if bytes_changed is not None else np.zeros(len(numbers), bool)),
+            pa.array(numbers, pa.int64()),
+        ]
+        offered = pa.Table.from_arrays(columns, schema=_SAMPLE)
+        joined = pa.concat_tables([self._kept, offered])
+        order = pc.sort_indices(joined, sort_keys=[("number", "ascending")])
+        self._kept = joined.take(order.slice(0, self._limit)).combine_chunks()
+
+
+def _column_at(table: pa.Table | None, column: int, at: np.ndarray) -> pa.Array:
+    """Column ``column`` of a list's batch at rows ``at``; nulls where the batch is not given or the list has not
+    that column (a list of one column has no labels)."""
+    if table is None or column >= table.num_columns - 1:
+        return pa.nulls(len(at), pa.string())
+    return table.column(column).take(pa.array(at, pa.int64())).combine_chunks()
+
+
+def _numbers_at(table: pa.Table | None, at: np.ndarray) -> pa.Array:
+    if table is None:
+        return pa.nulls(len(at), pa.int64())
+    return table.column("row").take(pa.array(at, pa.int64())).combine_chunks()
+
+
+class _LabelCounts:
+    """Rows per label of one version: counted in memory while there are at most :data:`LABELS_COUNTED` labels;
+    beyond, only how many there are is found, by an external sort of the labels (each batch's distinct labels spilled
+    to ``spill``, sorted and counted once the list is read)."""
+
+    def __init__(self, labelled: bool, spill: Path) -> None:
+        self._labelled = labelled
+        self._spill = spill
+        self.counts: Counter[str] | None = Counter()
+        self.distinct = 0
+        self._writer: pa.ipc.RecordBatchStreamWriter | None = None
+
+    def add(self, table: pa.Table) -> None:
+        if not self._labelled:
+            return
+        if self._writer is not None:
+            self._writer.write_table(pa.table([pc.unique(table.column(1).combine_chunks())], schema=_LABELS))
+        elif self.counts is not None:
+            _count_into(self.counts, table.column(1))
+            if len(self.counts) > LABELS_COUNTED:  # from here on, the labels go to disk
+                self._spill.mkdir()
+                self._writer = pa.ipc.new_stream(str(self._spill / "labels.arrow"), _LABELS)
+                self._writer.write_table(pa.table([pa.array(list(self.counts), pa.string())], schema=_LABELS))
+                self.counts = None
+
+    def finish(self) -> None:
+        if self._writer is None:
+            self.distinct = len(self.counts or ())
+            return
+        self._writer.close()
+        with pa.memory_map(str(self._spill / "labels.arrow")) as source:
+            batches = (pa.Table.from_batches([batch]) for batch in pa.ipc.open_stream(source))
+            self.distinct = _distinct(sorted_tables(batches, self._spill, RUN_ROWS, _LABELS, _BY_LABEL))
+
+
+_LABELS = pa.schema([pa.field("label", pa.string(), nullable=False)])
+_BY_LABEL = [("label", "ascending")]
+
+
+def _distinct(tables: Iterator[pa.Table]) -> int:
+    """How many distinct values a sorted stream of one column holds."""
+    count, last = 0, None
+    for table in tables:
+        values = table.column(0).combine_chunks()
+        if not len(values):
+            continue
+        steps = pc.not_equal(values.slice(1), values.slice(0, len(values) - 1))
+        count += (pc.sum(steps).as_py() or 0) + (values[0].as_py() != last)
+        last = values[-1].as_py()
+    return count
 
 
 def label_order(label: str) -> tuple[int, int, str]:

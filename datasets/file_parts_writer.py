@@ -27,6 +27,7 @@ import mmap
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -48,6 +49,9 @@ _CONVERT_ROWS = 1 << 16
 LIST_READ_BYTES = 1 << 20
 #: Entries read at once from each spilled run while merging.
 _MERGE_ROWS = 1 << 14
+#: Spilled runs merged at once: more are merged in groups of this many into longer runs first, so that a merge
+#: holds this many batches whatever the number of rows.
+MERGE_FAN_IN = 32
 
 SCHEMA = pa.schema(
     [
@@ -206,16 +210,28 @@ def _entry_tables(entries: Iterable[FileEntry]) -> Iterator[pa.Table]:
 
 
 def _sorted_by_path(tables: Iterator[pa.Table], spill: Path, run_rows: int, schema: pa.Schema) -> Iterator[pa.Table]:
-    """The rows of ``tables`` (of ``schema``) sorted by path, as tables, holding at most one run of ``run_rows`` of
-    them in memory (more are spilled to the folder ``spill``)."""
+    """The rows of ``tables`` (of ``schema``) sorted by path (:func:`sorted_tables`)."""
+    return sorted_tables(tables, spill, run_rows, schema, _BY_PATH)
+
+
+def sorted_tables(
+    tables: Iterator[pa.Table],
+    spill: Path,
+    run_rows: int,
+    schema: pa.Schema,
+    sort_keys: Sequence[tuple[str, str]],
+) -> Iterator[pa.Table]:
+    """The rows of ``tables`` (of ``schema``) sorted by ``sort_keys`` (ascending columns, as Arrow's
+    ``sort_indices`` takes them: strings in byte order), as tables, holding at most one run of ``run_rows`` of them
+    in memory (more are spilled to the folder ``spill``). Every row of ``tables`` is read before the first table is
+    given."""
     runs: list[Path] = []
     in_order = True  # every run after the one before it: read them one after the other, no merge
-    last = ""
+    last: list[Any] = []
     spill.mkdir(exist_ok=True)
-    for run in _runs(tables, run_rows):
-        paths = run.column("path")
-        in_order = in_order and (not runs or paths[0].as_py() > last)
-        last = paths[-1].as_py()
+    for run in _runs(tables, run_rows, sort_keys):
+        in_order = in_order and (not runs or _key_at(run, 0, sort_keys) > last)
+        last = _key_at(run, run.num_rows - 1, sort_keys)
         if not runs and run.num_rows < run_rows:  # the only run: no disk
             yield run
             return
@@ -223,18 +239,41 @@ def _sorted_by_path(tables: Iterator[pa.Table], spill: Path, run_rows: int, sche
     if in_order:
         for path in runs:
             yield from _read_run(path)
-    else:
-        yield from _merged([_read_run(path) for path in runs])
+        return
+    while len(runs) > MERGE_FAN_IN:
+        groups = [runs[start : start + MERGE_FAN_IN] for start in range(0, len(runs), MERGE_FAN_IN)]
+        runs = [
+            _merged_run(group, spill / f"merged-{len(runs)}-{i}.arrow", schema, sort_keys)
+            for i, group in enumerate(groups)
+        ]
+    yield from _merged([_read_run(path) for path in runs], sort_keys)
 
 
-def _runs(tables: Iterator[pa.Table], run_rows: int) -> Iterator[pa.Table]:
-    """The rows of ``tables`` in runs of ``run_rows`` (the last one shorter), each sorted by path."""
-    return (_by_path(run) for run in _cut(tables, run_rows))
+def _merged_run(group: list[Path], path: Path, schema: pa.Schema, sort_keys: Sequence[tuple[str, str]]) -> Path:
+    """Spilled runs merged into one, spilled to ``path``; the runs are removed."""
+    options = pa.ipc.IpcWriteOptions(compression="lz4")
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, schema, options=options) as writer:
+        for table in _merged([_read_run(run) for run in group], sort_keys):
+            writer.write_table(table, max_chunksize=_MERGE_ROWS)
+    for run in group:
+        run.unlink()
+    return path
 
 
-def _by_path(table: pa.Table) -> pa.Table:
+def _key_at(table: pa.Table, index: int, sort_keys: Sequence[tuple[str, str]]) -> list[Any]:
+    """The sort key of row ``index`` of ``table``, as Python values: Python compares strings by code point, which
+    is the order of their UTF-8 bytes, the order Arrow sorts them in."""
+    return [table.column(name)[index].as_py() for name, _ in sort_keys]
+
+
+def _runs(tables: Iterator[pa.Table], run_rows: int, sort_keys: Sequence[tuple[str, str]]) -> Iterator[pa.Table]:
+    """The rows of ``tables`` in runs of ``run_rows`` (the last one shorter), each sorted by ``sort_keys``."""
+    return (_ordered(run, sort_keys) for run in _cut(tables, run_rows))
+
+
+def _ordered(table: pa.Table, sort_keys: Sequence[tuple[str, str]]) -> pa.Table:
     table = table.combine_chunks()
-    ordered = table.take(pc.sort_indices(table, sort_keys=_BY_PATH))
+    ordered = table.take(pc.sort_indices(table, sort_keys=sort_keys))
     del table
     pa.default_memory_pool().release_unused()  # a run's copies, freed: kept by the allocator, they add up to 100 MB
     return ordered
@@ -254,15 +293,15 @@ def _read_run(path: Path) -> Iterator[pa.Table]:
             yield pa.Table.from_batches([reader.get_batch(number)])
 
 
-def _merged(runs: list[Iterator[pa.Table]]) -> Iterator[pa.Table]:
+def _merged(runs: list[Iterator[pa.Table]], sort_keys: Sequence[tuple[str, str]]) -> Iterator[pa.Table]:
     """Sorted runs merged, a batch of each at a time: each round takes from every run the rows up to the smallest
-    last path of their batches (all of one batch, at least), and sorts those."""
+    last key of their batches (all of one batch, at least), and sorts those."""
     pending = {number: next(run) for number, run in enumerate(runs)}
     while pending:
-        bound = min(batch.column("path")[-1].as_py() for batch in pending.values())
+        bound = min(_key_at(batch, batch.num_rows - 1, sort_keys) for batch in pending.values())
         taken = []
         for number, batch in list(pending.items()):
-            count = pc.sum(pc.less_equal(batch.column("path"), bound)).as_py() or 0
+            count = pc.sum(_at_most(batch, bound, sort_keys)).as_py() or 0
             taken.append(batch.slice(0, count))
             if count < batch.num_rows:
                 pending[number] = batch.slice(count)
@@ -271,7 +310,18 @@ def _merged(runs: list[Iterator[pa.Table]]) -> Iterator[pa.Table]:
             else:
                 del pending[number]
         rows = pa.concat_tables(taken)
-        yield rows.take(pc.sort_indices(rows, sort_keys=_BY_PATH))
+        yield rows.take(pc.sort_indices(rows, sort_keys=sort_keys))
+
+
+def _at_most(batch: pa.Table, bound: Sequence[Any], sort_keys: Sequence[tuple[str, str]]) -> pa.ChunkedArray:
+    """Whether each row's sort key is ``bound`` or before it, compared column after column: runs hold rows of one
+    key too, and a merge that took them by their first column alone would put them out of order."""
+    names = [name for name, _ in sort_keys]
+    found = pc.less_equal(batch.column(names[-1]), bound[-1])
+    for name, value in zip(reversed(names[:-1]), reversed(bound[:-1]), strict=True):
+        column = batch.column(name)
+        found = pc.or_(pc.less(column, value), pc.and_(pc.equal(column, value), found))
+    return found
 
 
 def _unique(tables: Iterator[pa.Table]) -> Iterator[pa.Table]:
