@@ -24,6 +24,14 @@ def skip_reason(report: pytest.TestReport) -> str:
     return str(report.longrepr)
 
 
+def node_id(report: pytest.TestReport | pytest.CollectReport) -> str:
+    """The id that selects the test again: pytest-xdist's ``loadgroup`` writes a grouped test's group after an ``@``
+    at the end of its id (``test_x[a]@fuse``), which no run finds."""
+    if "xdist_group" in getattr(report, "keywords", {}) and "@" in report.nodeid:  # a module's CollectReport has none
+        return report.nodeid.rsplit("@", 1)[0]
+    return report.nodeid
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--skipped-to",
@@ -37,7 +45,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     where = terminalreporter.config.getoption("skipped_to")
     if where:
         with open(where, "w", encoding="utf-8") as out:
-            out.writelines(f"{nodeid}\n" for nodeid in sorted({report.nodeid for report in skipped if report.nodeid}))
+            out.writelines(f"{nodeid}\n" for nodeid in sorted({node_id(report) for report in skipped if report.nodeid}))
     if not skipped:
         return
     counts = Counter(skip_reason(report) for report in skipped)

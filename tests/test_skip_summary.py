@@ -57,3 +57,28 @@ def test_the_skipped_tests_are_written_for_a_run_that_takes_them_again(pytester:
     ]
     again = pytester.runpytest("-p", "tests.skip_summary", f"@{listed}")
     again.assert_outcomes(skipped=5)
+
+
+GROUPED = """
+import pytest
+
+@pytest.mark.xdist_group("server")
+@pytest.mark.parametrize("i", [0, 1])
+def test_on_one_worker(i):
+    pytest.skip("no server here")
+"""
+
+
+def test_tests_run_on_one_worker_are_written_by_the_ids_that_select_them(pytester: pytest.Pytester) -> None:
+    """Under ``--dist loadgroup`` a grouped test's id carries its group (``...[0]@server``); the file lists the id a
+    run selects it by."""
+    pytester.makepyfile(test_grouped=GROUPED)
+    listed = pytester.path / "skipped.txt"
+    result = pytester.runpytest("-p", "tests.skip_summary", "-n", "2", "--dist", "loadgroup", f"--skipped-to={listed}")
+    result.assert_outcomes(skipped=2)
+    assert listed.read_text().splitlines() == [
+        "test_grouped.py::test_on_one_worker[0]",
+        "test_grouped.py::test_on_one_worker[1]",
+    ]
+    again = pytester.runpytest("-p", "tests.skip_summary", f"@{listed}")
+    again.assert_outcomes(skipped=2)
