@@ -18,10 +18,10 @@ files) are compared by path and sha256 in every case.
 The work is a sort-merge, in memory bounded whatever the rows (``benchmarks/bench_diff.py`` measures pairs of a
 million rows; ``tests/datasets/test_diff_streamed.py`` bounds one):
 
-1. Each list is read as a stream, :data:`LIST_READ_BYTES` at a time, hashed as it is read, and cut into rows by
-   numpy offsets (key, labels, row number; no Python object per row). A list whose sha256 is not its manifest's is
-   an :class:`~datamount.storage.IntegrityError` naming its URL, raised before any row is matched: the sort reads
-   every row before it gives the first.
+1. Each list is read as a stream, a window at a time, hashed as it is read, and cut into rows by numpy offsets
+   (:mod:`datamount.datasets.list_windows`: key, labels, row number; no Python object per row). A list whose sha256
+   is not its manifest's is an :class:`~datamount.storage.IntegrityError` naming its URL, raised before any row is
+   matched: the sort reads every row before it gives the first.
 2. Each list's rows are sorted by key and row number: runs of :data:`RUN_ROWS` sorted by Arrow and spilled to
    temporary Arrow files, merged a batch at a time
    (:func:`~datamount.datasets.file_parts_writer.sorted_tables`). The same list on both sides is read and sorted
@@ -57,7 +57,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from datamount.datasets import catalog, layout
+from datamount.datasets import catalog, layout, list_windows
 from datamount.datasets._file_changes import PATHS, FileChanges, PartsMerge, compare_files
 from datamount.datasets._matching import ADDED, CHANGED, REMOVED, UNCHANGED, Matched, key_batches, match_lists
 from datamount.datasets.errors import ManifestError
@@ -93,8 +93,6 @@ JSON_LABELS_LIMIT = 10_000
 #: Rows of each category a diff keeps for :meth:`VersionDiff.sample_rows` unless told otherwise (the command shows
 #: 5, the web page 12).
 SAMPLE_ROWS = 10_000
-#: Bytes of a list read at once.
-LIST_READ_BYTES = 1 << 20
 #: Rows of a list sorted in memory at once (about 100 bytes a row of an image list while sorted); more are spilled to
 #: disk in runs and merged.
 RUN_ROWS = 1 << 17
@@ -333,51 +331,44 @@ _BY_KEY = [("c0", "ascending"), ("row", "ascending")]
 
 
 def _list_tables(store: Store, manifest: Manifest, schema: pa.Schema) -> Iterator[pa.Table]:
-    """A version's list, read :data:`LIST_READ_BYTES` at a time and checked against its manifest's sha256 as it is
-    read, as tables of ``schema``; a damaged list is an :class:`IntegrityError` (after all its rows), never rows
-    of another list, and a list that does not parse is a :class:`ManifestError` once it is known to be intact."""
+    """A version's list, read a window at a time (:mod:`datamount.datasets.list_windows`) and checked against its
+    manifest's sha256 as it is read, as tables of ``schema``; a damaged list is an :class:`IntegrityError` (after all
+    its rows), never rows of another list, and a list that does not parse is a :class:`ManifestError` once it is
+    known to be intact."""
     path = layout.list_path(manifest)
     where = store.url_for(path)
-    digest, row, carried = hashlib.sha256(), 0, b""
+    digest, row = hashlib.sha256(), 0
     failed: ManifestError | None = None
-    for raw in _list_ranges(store, manifest, path):
-        digest.update(raw)
-        whole = carried + raw
-        cut = whole.rfind(b"\n") + 1
-        carried = whole[cut:]
-        if cut and failed is None:
-            try:
-                table = _rows_table(memoryview(whole)[:cut], schema, row, where)
-            except ManifestError as exc:
-                failed = exc
-                continue
-            row += table.num_rows
-            yield table
+    hashed = _hashed(list_windows.read_windows(store, path, manifest.list_size), digest)
+    for lines in list_windows.whole_lines(hashed):
+        if failed is not None:
+            continue
+        try:
+            table = _rows_table(
+                lines if lines[-1] == _NEWLINE else memoryview(bytes(lines) + b"\n"), schema, row, where
+            )
+        except ManifestError as exc:
+            failed = exc
+            continue
+        row += table.num_rows
+        yield table
     if digest.hexdigest() != manifest.list_sha256:
         raise IntegrityError(f"the list of {manifest.ref} ({where}) does not match its manifest's sha256")
     if failed is not None:
         raise failed
-    if carried:
-        yield _rows_table(memoryview(carried + b"\n"), schema, row, where)
 
 
-def _list_ranges(store: Store, manifest: Manifest, path: str) -> Iterator[bytes]:
-    size = manifest.list_size
-    if size <= 0:  # a manifest that does not record it: the list read whole
-        yield store.read(path)
-        return
-    ranges = [(start, min(start + LIST_READ_BYTES, size)) for start in range(0, size, LIST_READ_BYTES)]
-    yield from store.read_ranges(path, ranges, max_requests=2)
+def _hashed(windows: Iterator[bytes], digest: Any) -> Iterator[bytes]:
+    """``windows``, each added to ``digest`` as it passes."""
+    for window in windows:
+        digest.update(window)
+        yield window
 
 
 def _rows_table(lines: memoryview, schema: pa.Schema, first_row: int, where: str) -> pa.Table:
     """Whole lines of a normalised list (UTF-8, TAB-separated values, no quoting; an empty line is no row) as a
-    table of ``schema``, its rows numbered from ``first_row``.
-
-    Each column is cut by offsets found with numpy: the bytes are seen by Arrow, without a copy, as strings that
-    alternate between a row's value in the column and what lies between it and the next row's, and the values are
-    taken from them into one array (as :func:`~datamount.datasets.file_parts_writer.list_pairs` does for paths).
-    No Python object per row."""
+    table of ``schema``, its rows numbered from ``first_row``: each column cut by offsets found with numpy
+    (:func:`~datamount.datasets.list_windows.strings_at`). No Python object per row."""
     width = len(schema) - 1
     raw = np.frombuffer(lines, np.uint8)
     ends = np.flatnonzero(raw == _NEWLINE)
@@ -393,22 +384,12 @@ def _rows_table(lines: memoryview, schema: pa.Schema, first_row: int, where: str
     for i in range(width):
         column_starts = starts if i == 0 else between[:, i - 1] + 1
         column_stops = ends if i == width - 1 else between[:, i]
-        columns.append(_strings(lines, raw, column_starts, column_stops, where))
+        try:
+            columns.append(list_windows.strings_at(lines, column_starts, column_stops))
+        except pa.ArrowInvalid as exc:
+            raise ManifestError(f"{where} is damaged: {exc}") from None
     numbers = pa.array(np.arange(first_row, first_row + len(ends), dtype=np.int64))
     return pa.Table.from_arrays([*columns, numbers], schema=schema)
-
-
-def _strings(lines: memoryview, raw: np.ndarray, starts: np.ndarray, stops: np.ndarray, where: str) -> pa.Array:
-    """The strings at ``[starts, stops)`` of ``lines``."""
-    bounds = np.empty(2 * len(starts) + 1, np.int64)
-    bounds[0:-1:2], bounds[1:-1:2], bounds[-1] = starts, stops, len(raw)
-    pieces = pa.LargeStringArray.from_buffers(len(bounds) - 1, pa.py_buffer(bounds), pa.py_buffer(lines))
-    values = pieces.take(pa.array(np.arange(0, len(bounds) - 1, 2))).cast(pa.string())
-    try:
-        values.validate(full=True)
-    except pa.ArrowInvalid as exc:
-        raise ManifestError(f"{where} is damaged: {exc}") from None
-    return values
 
 
 def _counted_again(store: Store, manifest: Manifest) -> Counter[str]:

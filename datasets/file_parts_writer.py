@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from datamount.datasets import layout
+from datamount.datasets import layout, list_windows
 from datamount.datasets.file_entry import FileEntry, collector_paused
 from datamount.datasets.file_parts import ROWS_PER_PART, FilePart
 from datamount.storage import ObjectExistsError, Store
@@ -45,8 +45,6 @@ RUN_ROWS = 1 << 20
 PAIR_RUN_ROWS = 1 << 18
 #: Entries made Arrow columns at once from the writer's entries (the Python objects held meanwhile).
 _CONVERT_ROWS = 1 << 16
-#: Bytes of a list read at once for its rows' paths.
-LIST_READ_BYTES = 1 << 20
 #: Entries read at once from each spilled run while merging.
 _MERGE_ROWS = 1 << 14
 #: Spilled runs merged at once: more are merged in groups of this many into longer runs first, so that a merge
@@ -135,48 +133,33 @@ def write_indexes(
 
 def list_pairs(store: Store, path: str, size: int, rows: int) -> Iterator[pa.Table]:
     """Each row's path and number in the normalised list of ``rows`` rows at ``path`` (``size`` bytes), as tables
-    of :data:`PAIR_SCHEMA`, read :data:`LIST_READ_BYTES` at a time (no Python object per row: see
-    :func:`_first_fields`); a list that has not ``rows`` rows is a :class:`ValueError`."""
-    ranges = [(start, min(start + LIST_READ_BYTES, size)) for start in range(0, size, LIST_READ_BYTES)]
-    row, carried = 0, b""
-    for raw in store.read_ranges(path, ranges, max_requests=2):
-        whole = carried + raw
-        cut = whole.rfind(b"\n") + 1
-        carried = whole[cut:]
-        if cut:
-            paths = _first_fields(memoryview(whole)[:cut])
-            pa.default_memory_pool().release_unused()
-            yield pa.Table.from_arrays([paths, pa.array(np.arange(row, row + len(paths)))], schema=PAIR_SCHEMA)
-            row += len(paths)
-    if carried:
-        raise ValueError(f"its list {store.url_for(path)} does not end with a line's end")
+    of :data:`PAIR_SCHEMA`, read a window at a time (:mod:`datamount.datasets.list_windows`: no Python object per
+    row); a list that has not ``rows`` rows is a :class:`ValueError`."""
+    row = 0
+    for lines in list_windows.whole_lines(list_windows.read_windows(store, path, size)):
+        if lines[-1] != _NEWLINE:
+            raise ValueError(f"its list {store.url_for(path)} does not end with a line's end")
+        paths = _first_fields(lines)
+        pa.default_memory_pool().release_unused()
+        yield pa.Table.from_arrays([paths, pa.array(np.arange(row, row + len(paths)))], schema=PAIR_SCHEMA)
+        row += len(paths)
     if row != rows:
         raise ValueError(f"its list {store.url_for(path)} has {row:,} rows, not {rows:,}")
 
 
-def _first_fields(lines: bytes | memoryview) -> pa.Array:
+def _first_fields(lines: memoryview) -> pa.Array:
     """The first field (up to a tab, or the line's end) of each line of ``lines`` (whole lines of a normalised list,
-    none empty).
-
-    ``lines`` is seen by Arrow, without a copy, as strings that alternate between a line's first field and the rest
-    of it (each line's start and first tab are offsets, in order); the first fields are taken from it into one array.
-    No object per line, and no kernel that grows its output (Arrow's split kernels left a hundred megabytes of freed
-    blocks behind at a million rows)."""
+    none empty)."""
     raw = np.frombuffer(lines, np.uint8)
     ends = np.flatnonzero(raw == _NEWLINE)
     starts = np.concatenate(([0], ends[:-1] + 1))
     tabs = np.flatnonzero(raw == _TAB)
     first_tab = tabs[np.minimum(np.searchsorted(tabs, starts), len(tabs) - 1)] if len(tabs) else ends
     stops = np.where((first_tab >= starts) & (first_tab < ends), first_tab, ends)
-    bounds = np.empty(2 * len(starts) + 1, np.int32)
-    bounds[0:-1:2], bounds[1:-1:2], bounds[-1] = starts, stops, len(raw)
-    pieces = pa.StringArray.from_buffers(len(bounds) - 1, pa.py_buffer(bounds), pa.py_buffer(lines))
-    paths = pieces.take(pa.array(np.arange(0, len(bounds) - 1, 2)))
     try:
-        paths.validate(full=True)
+        return list_windows.strings_at(lines, starts, stops)
     except pa.ArrowInvalid as exc:
         raise ValueError(f"a path of its list is not UTF-8 ({exc})") from None
-    return paths
 
 
 def entry_table(entries: Sequence[FileEntry]) -> pa.Table:

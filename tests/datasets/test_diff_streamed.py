@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from datamount.datasets import _file_changes, catalog, diff, file_parts_writer, layout, upload
+from datamount.datasets import _file_changes, catalog, diff, file_parts_writer, layout, list_windows, upload
 from datamount.datasets.diff import DiffRow, FileCounts, diff_versions
 from datamount.datasets.file_parts import FileParts
 from datamount.storage import IntegrityError, Store, open_store
@@ -29,7 +29,7 @@ PATHS = ["a.png", "a/b.png", "a-b.png", "a0.png", "a/b/c.png", "é.png", "z/é/x
 def tiny(monkeypatch: pytest.MonkeyPatch) -> None:
     """Windows of 7 bytes, runs of 3 rows merged 2 at a time, batches of 2 rows, parts of 2 entries, 2 labels
     counted in memory."""
-    monkeypatch.setattr(diff, "LIST_READ_BYTES", 7)
+    monkeypatch.setattr(list_windows, "LIST_READ_BYTES", 7)
     monkeypatch.setattr(diff, "RUN_ROWS", 3)
     monkeypatch.setattr(diff, "BATCH_ROWS", 2)
     monkeypatch.setattr(diff, "LABELS_COUNTED", 2)

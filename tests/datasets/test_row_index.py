@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from datamount.datasets import catalog, file_parts_writer, layout, locks, upload
+from datamount.datasets import catalog, file_parts_writer, layout, list_windows, locks, upload
 from datamount.datasets.errors import MissingPartError
 from datamount.datasets.file_parts import FileParts
 from datamount.datasets.file_parts_writer import PAIR_SCHEMA, write_indexes
@@ -98,7 +98,7 @@ def test_a_lists_paths_are_each_rows_first_field_whatever_its_read_window(
     data = "".join("\t".join(row) + "\n" for row in rows).encode()
     memory_store.write("l", data)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(file_parts_writer, "LIST_READ_BYTES", window)
+        patch.setattr(list_windows, "LIST_READ_BYTES", window)
         tables = list(file_parts_writer.list_pairs(memory_store, "l", len(data), len(rows)))
     pairs = pa.concat_tables(tables)
     assert pairs.column("path").to_pylist() == [row[0] for row in rows]

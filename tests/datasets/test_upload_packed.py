@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from datamount.cli.main import cli
-from datamount.datasets import catalog, file_parts_writer, layout, listfile, spool, upload, verify
+from datamount.datasets import catalog, layout, list_windows, listfile, spool, upload, verify
 from datamount.datasets.manifest import FORMAT_VERSION, SHARD_BLOCK_BYTES
 from datamount.readers import DataLoader, reader
 from datamount.storage import IntegrityError, Store
@@ -236,7 +236,7 @@ def test_the_memory_held_does_not_grow_with_a_shards_rows(
     """60,000 rows in one shard of small row groups: what the upload holds is a row group's rows and the bounded
     window of the sort of their entries, not a record per row of the shard (its marker's records go to disk)."""
     monkeypatch.setattr(listfile, "READ_BYTES", 1 << 16)  # the windows of the list's reads and sort, small beside
-    monkeypatch.setattr(file_parts_writer, "LIST_READ_BYTES", 1 << 16)
+    monkeypatch.setattr(list_windows, "LIST_READ_BYTES", 1 << 16)
     monkeypatch.setattr(spool, "RUN_RECORDS", 2048)  # the rows
     monkeypatch.setattr(spool, "BLOCK_RECORDS", 256)
     source = make_image_list(200, size=16)
