@@ -20,6 +20,7 @@ Each part is a Parquet file of four columns: ``path`` (string, delta-encoded: so
 from __future__ import annotations
 
 import bisect
+import functools
 import hashlib
 import threading
 from collections import OrderedDict
@@ -159,16 +160,15 @@ class FileParts(StoredParts, EntrySequence):
     when they are used: sorted by path; ``len`` and the files' total size from the manifest alone. From format 7
     (an image version with a list), each entry's part also records the first list row that names its path."""
 
-    def __init__(
-        self,
-        store: Store | None,
-        folder: str,
-        parts: Sequence[FilePart],
-        where: str,
-        cache: ContentCache | None = None,
-    ) -> None:
-        super().__init__(store, folder, parts, where, cache)
-        self._firsts = [part.first for part in self.parts]
+    @functools.cached_property
+    def _firsts(self) -> list[str]:
+        """The first path of each part."""
+        return [part.first for part in self.parts]
+
+    def part_of_path(self, path: str) -> int:
+        """The number of the part that may hold ``path``: the last whose first path is not after it (-1 when
+        ``path`` sorts before every part)."""
+        return bisect.bisect_right(self._firsts, path) - 1
 
     @property
     def files_size(self) -> int:
@@ -190,7 +190,7 @@ class FileParts(StoredParts, EntrySequence):
     def located(self, path: str) -> tuple[FileEntry, int] | None:
         """The entry of ``path`` and the first list row that names it (-1 when the parts do not record it, before
         format 7), read from the one part that may hold it; ``None`` when there is none."""
-        number = bisect.bisect_right(self._firsts, path) - 1
+        number = self.part_of_path(path)
         if number < 0:
             return None
         part = self._part(number)
@@ -205,7 +205,7 @@ class FileParts(StoredParts, EntrySequence):
         Entries are decoded in runs that double from :data:`_FIRST_RUN` to :data:`_LONGEST_RUN`: a caller that stops
         after a few (a folder's first name) decodes a few; a walk decodes whole runs at once, not one value at a
         time."""
-        number = max(bisect.bisect_right(self._firsts, path) - 1, 0)
+        number = max(self.part_of_path(path), 0)
         run = _FIRST_RUN
         for current in range(number, len(self.parts)):
             if current > number and stop is not None and self._firsts[current] >= stop:

@@ -17,7 +17,6 @@ a window) named.
 
 from __future__ import annotations
 
-import bisect
 import itertools
 import threading
 from collections import OrderedDict
@@ -74,8 +73,6 @@ class LazyTree:
         #: Each row's file, where the version has a row index (its files are objects).
         row_parts = manifest.row_parts
         self._by_row = row_parts if row_parts is not None and len(row_parts) == manifest.rows else None
-        #: The first path of each part of the entries: which part holds a path.
-        self._firsts = [part.first for part in self.index.files.parts]
 
     @property
     def size(self) -> int:
@@ -148,7 +145,8 @@ class LazyTree:
             file = self._by_row.file(row)
             entry = FileEntry(path, file.size, file.sha256, file.xxh3)
             return self._file(path, Content(content.kind, file.size, entry=entry, row=row))
-        here, there = self._part_of(_path_of(node)), self._part_of(path)
+        files = self.index.files
+        here, there = files.part_of_path(_path_of(node)), files.part_of_path(path)
         return self._at(path) if here <= there <= here + 1 else None
 
     def next_sibling(self, node: Node) -> Node | None:
@@ -246,9 +244,6 @@ class LazyTree:
             inode, dropped = self._kept.popitem(last=False)
             if dropped.content is None and self._folders.get(path := _path_of(dropped)) == inode:
                 del self._folders[path]
-
-    def _part_of(self, path: str) -> int:
-        return bisect.bisect_right(self._firsts, path) - 1
 
     def _row_path(self, row: int) -> str:
         """Row ``row``'s path: the first field of its line, read from the list's block that holds it."""
