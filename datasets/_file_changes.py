@@ -127,7 +127,7 @@ def _compared(
 
 #: A stream of paths, sorted (the changed files' paths).
 PATHS = pa.schema([pa.field("path", pa.string(), nullable=False)])
-_ENTRIES = pa.schema([pa.field("path", pa.string(), nullable=False), pa.field("sha256", pa.string(), nullable=False)])
+_ENTRIES = pa.schema([pa.field("path", pa.string(), nullable=False), pa.field("sha256", pa.binary(32), nullable=False)])
 #: Entries of each version compared at once.
 MERGE_ROWS = 1 << 15
 
@@ -164,5 +164,4 @@ class PartsMerge:
 def _part_tables(files: FileParts) -> Iterator[pa.Table]:
     """The paths and sha256s of ``files``, a part at a time, in path order."""
     for number in range(len(files.parts)):
-        with collector_paused():
-            yield pa.Table.from_arrays(list(_columns(files.part_entries(number))), schema=_ENTRIES)
+        yield pa.Table.from_arrays(list(files.part_digests(number)), schema=_ENTRIES)
