@@ -349,12 +349,15 @@ def test_drawn_text_pairs_match_the_reference(
 
 
 @st.composite
-def image_lists(draw: st.DrawFn) -> tuple[list[tuple[str, str]], dict[str, bytes]]:
-    paths = [f"{letter}.png" for letter in "abcdef"]
+def image_lists(
+    draw: st.DrawFn, paths: Sequence[str] = tuple(f"{letter}.png" for letter in "abcdef"), max_size: int = 12
+) -> tuple[list[tuple[str, str]], dict[str, bytes]]:
+    """An image list drawn over ``paths`` (each listed once, or rows of up to ``max_size`` that may repeat them)
+    and each path's bytes."""
     if draw(st.booleans()):
         rows = [(path, draw(labels)) for path in draw(st.lists(st.sampled_from(paths), unique=True, min_size=1))]
     else:
-        rows = draw(st.lists(st.tuples(st.sampled_from(paths), labels), min_size=1, max_size=12))
+        rows = draw(st.lists(st.tuples(st.sampled_from(paths), labels), min_size=1, max_size=max_size))
     contents = {path: draw(st.sampled_from([b"one", b"two"])) + path.encode() for path, _ in rows}
     return rows, contents
 

@@ -12,13 +12,12 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from datamount.datasets import _file_changes, catalog, diff, file_parts_writer, layout, list_windows, upload
 from datamount.datasets.diff import DiffRow, FileCounts, diff_versions
 from datamount.datasets.file_parts import FileParts
 from datamount.storage import IntegrityError, Store, open_store
-from tests.datasets.test_diff import check_against_reference, image_version, labels, text_lists, text_version
+from tests.datasets.test_diff import check_against_reference, image_lists, image_version, text_lists, text_version
 
 #: Paths whose byte order differs from a naive one: around "/" (``-`` and ``.`` sort before it, ``0`` after it) and
 #: beyond ASCII (``é`` is two bytes above every ASCII one).
@@ -62,18 +61,8 @@ def test_drawn_text_pairs_match_the_reference_in_tiny_pieces(
     check_labels(store, a, b, first, second)
 
 
-@st.composite
-def image_lists(draw: st.DrawFn) -> tuple[list[tuple[str, str]], dict[str, bytes]]:
-    if draw(st.booleans()):
-        rows = [(path, draw(labels)) for path in draw(st.lists(st.sampled_from(PATHS), unique=True, min_size=1))]
-    else:
-        rows = draw(st.lists(st.tuples(st.sampled_from(PATHS), labels), min_size=1, max_size=14))
-    contents = {path: draw(st.sampled_from([b"one", b"two"])) + path.encode() for path, _ in rows}
-    return rows, contents
-
-
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(first=image_lists(), second=image_lists())
+@given(first=image_lists(PATHS, 14), second=image_lists(PATHS, 14))
 def test_drawn_image_pairs_match_the_reference_in_tiny_pieces(
     tiny: None, tmp_path_factory: pytest.TempPathFactory, first: tuple, second: tuple
 ) -> None:
