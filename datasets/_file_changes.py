@@ -128,24 +128,24 @@ def _compared(
 #: A stream of paths, sorted (the changed files' paths).
 PATHS = pa.schema([pa.field("path", pa.string(), nullable=False)])
 _ENTRIES = pa.schema([pa.field("path", pa.string(), nullable=False), pa.field("sha256", pa.binary(32), nullable=False)])
-#: Entries of each version compared at once.
-MERGE_ROWS = 1 << 15
 
 
 class PartsMerge:
     """The files of two versions whose entries are in parts (format 6 on: sorted by path), compared by path a part
     of each at a time: :meth:`changed_paths` gives the paths whose bytes differ, in path order, and counts the rest;
-    :meth:`changes` is the result once they are all given. Nothing is held beyond a part of each version."""
+    :meth:`changes` is the result once they are all given. Nothing is held beyond a part of each version and about
+    ``rows`` entries of each compared at once."""
 
-    def __init__(self, first: FileParts, second: FileParts) -> None:
+    def __init__(self, first: FileParts, second: FileParts, rows: int) -> None:
         self._first, self._second = first, second
+        self._rows = rows
         self._counts = [0, 0, 0, 0]  # added, removed, changed, unchanged
         self._done = False
 
     def changed_paths(self) -> Iterator[pa.Table]:
         """The changed files' paths, as tables of :data:`PATHS`, sorted."""
         streams = [(_part_tables(self._first), _ENTRIES), (_part_tables(self._second), _ENTRIES)]
-        for taken_a, taken_b in key_batches(streams, MERGE_ROWS):
+        for taken_a, taken_b in key_batches(streams, self._rows):
             found = _compared(taken_a.column(0), taken_a.column(1), taken_b.column(0), taken_b.column(1))
             for i, count in enumerate((found.added, found.removed, found.changed, found.unchanged)):
                 self._counts[i] += count

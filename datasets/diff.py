@@ -98,6 +98,8 @@ SAMPLE_ROWS = 10_000
 RUN_ROWS = 1 << 17
 #: Rows of each list matched at once (more where one key has more rows).
 BATCH_ROWS = 1 << 14
+#: Files of each version compared at once, when both keep their entries in parts.
+FILE_BATCH_ROWS = 1 << 15
 #: Distinct labels of a version counted in memory; past them only how many there are is found (by a sort on disk),
 #: and :attr:`VersionDiff.label_counts_a` reads the list again when asked for.
 LABELS_COUNTED = 1 << 16
@@ -272,7 +274,7 @@ def diff_manifests(store: Store, first: Manifest, second: Manifest, *, samples: 
     images = first.kind is Kind.IMAGE and second.kind is Kind.IMAGE
     with tempfile.TemporaryDirectory(prefix="datamount-diff-") as spill:
         if isinstance(first.files, FileParts) and isinstance(second.files, FileParts):
-            merge = PartsMerge(first.files, second.files)
+            merge = PartsMerge(first.files, second.files, FILE_BATCH_ROWS)
             found = _matched(store, first, second, Path(spill), samples, merge.changed_paths() if images else None)
             return VersionDiff(store, first, second, found=found, files=merge.changes(), notes=notes)
         if not images:

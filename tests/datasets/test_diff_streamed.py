@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from datamount.datasets import _file_changes, catalog, diff, file_parts_writer, layout, list_windows, upload
+from datamount.datasets import catalog, diff, file_parts_writer, layout, list_windows, upload
 from datamount.datasets.diff import DiffRow, FileCounts, diff_versions
 from datamount.datasets.file_parts import FileParts
 from datamount.storage import IntegrityError, Store, open_store
@@ -32,7 +32,7 @@ def tiny(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(diff, "RUN_ROWS", 3)
     monkeypatch.setattr(diff, "BATCH_ROWS", 2)
     monkeypatch.setattr(diff, "LABELS_COUNTED", 2)
-    monkeypatch.setattr(_file_changes, "MERGE_ROWS", 2)
+    monkeypatch.setattr(diff, "FILE_BATCH_ROWS", 2)
     monkeypatch.setattr(file_parts_writer, "ROWS_PER_PART", 2)
     monkeypatch.setattr(file_parts_writer, "MERGE_FAN_IN", 2)
 
