@@ -1,4 +1,8 @@
-"""Two versions' files compared by path and sha256, from their manifests (for :mod:`datamount.datasets.diff`).
+"""Two versions' files compared by path and content, from their manifests (for :mod:`datamount.datasets.diff`).
+
+Two entries of one path hold the same bytes by :func:`~datamount.datasets.file_entry.same_content`: the same size,
+and the same sha256 where both record one, else the same xxh3-64 (a file held only in shards records no sha256 from
+format 8); here that rule is applied to whole columns at once (:func:`_differ`).
 
 A manifest of a million files is a hundred megabytes of JSON; decoding both into Python objects costs more than the
 rest of a diff. So the entries are compared as the JSON text holds them first: an entry is an array whose first item
@@ -33,9 +37,11 @@ _BETWEEN, _OPENING, _CLOSING = b'],["', b'[["', b'"]]'
 
 @dataclass(frozen=True)
 class FileChanges:
-    """The files of two versions by path: in B only (added), in A only (removed), in both with another sha256
+    """The files of two versions by path: in B only (added), in A only (removed), in both with other bytes
     (changed: their paths in ``changed_paths``) or the same (unchanged); and how many entries each manifest was
-    found to have (``cut`` from the JSON text: one per piece of text, which the caller checks)."""
+    found to have (``cut`` from the JSON text: one per piece of text, which the caller checks). Of the changed,
+    ``uncompared`` are files of one size whose entries record no digest in common (one side's sha256 alone, the
+    other's xxh3-64 alone): counted as changed, which :attr:`~datamount.datasets.diff.VersionDiff.notes` says."""
 
     added: int
     removed: int
@@ -44,6 +50,7 @@ class FileChanges:
     changed_paths: pa.Array
     entries: tuple[int, int]
     cut: bool = False
+    uncompared: int = 0
 
 
 def compare_files(first: Sequence[FileEntry], second: Sequence[FileEntry], *, decode: bool = False) -> FileChanges:
@@ -85,33 +92,28 @@ def _decoded(texts: pa.ChunkedArray) -> list[FileEntry]:
 def _by_path(first: list[FileEntry], second: list[FileEntry], *, alike: int, entries: tuple[int, int]) -> FileChanges:
     """Compare decoded entries by path; ``alike`` more files were found the same already."""
     with collector_paused():  # a million strings, no cycles: see collector_paused
-        found = _compared(*_columns(first), *_columns(second))
-    return FileChanges(
-        added=found.added,
-        removed=found.removed,
-        changed=found.changed,
-        unchanged=alike + found.unchanged,
-        changed_paths=found.changed_paths,
-        entries=entries,
-    )
+        found = _compared(_columns(first), _columns(second))
+    return dataclasses.replace(found, unchanged=alike + found.unchanged, entries=entries)
 
 
-def _columns(entries: Sequence[FileEntry]) -> tuple[pa.ChunkedArray, pa.ChunkedArray]:
-    """The paths and sha256s of ``entries``."""
+def _columns(entries: Sequence[FileEntry]) -> pa.Table:
+    """The paths, sizes, sha256s and xxh3-64s of ``entries`` (a table of :data:`_ENTRIES`; a digest not recorded
+    is null)."""
     paths = pa.array([entry[0] for entry in entries], pa.string())
-    shas = pa.array([entry[2] for entry in entries], pa.string())
-    return pa.chunked_array([paths]), pa.chunked_array([shas])
+    sizes = pa.array([entry[1] for entry in entries], pa.int64())
+    shas = pa.array([bytes.fromhex(entry[2]) if entry[2] else None for entry in entries], pa.binary(32))
+    checks = pa.array([bytes.fromhex(entry[3]) if entry[3] else None for entry in entries], pa.binary(8))
+    return pa.Table.from_arrays([paths, sizes, shas, checks], schema=_ENTRIES)
 
 
-def _compared(
-    paths_a: pa.ChunkedArray, shas_a: pa.ChunkedArray, paths_b: pa.ChunkedArray, shas_b: pa.ChunkedArray
-) -> FileChanges:
-    """Entries (each path once on each side) compared by path; the changed paths in the order of A's."""
-    (codes_a, codes_b), paths = codes(paths_a, paths_b)
+def _compared(first: pa.Table, second: pa.Table) -> FileChanges:
+    """Entries (tables of :data:`_ENTRIES`, each path once on each side) compared by path; the changed paths in the
+    order of A's."""
+    (codes_a, codes_b), paths = codes(first.column("path"), second.column("path"))
     at_a, at_b = np.full(len(paths), -1, np.int64), np.full(len(paths), -1, np.int64)
     at_a[codes_a], at_b[codes_b] = np.arange(len(codes_a)), np.arange(len(codes_b))
     both = np.flatnonzero((at_a >= 0) & (at_b >= 0))
-    differ = ~equal(shas_a.take(at_a[both]), shas_b.take(at_b[both]))
+    differ, uncompared = _differ(first.take(at_a[both]), second.take(at_b[both]))
     changed = int(np.count_nonzero(differ))
     return FileChanges(
         added=int(np.count_nonzero(at_a < 0)),
@@ -120,14 +122,45 @@ def _compared(
         unchanged=len(both) - changed,
         changed_paths=paths.take(pa.array(both[differ])) if len(paths) else pa.array([], pa.string()),
         entries=(len(codes_a), len(codes_b)),
+        uncompared=uncompared,
     )
+
+
+def _differ(first: pa.Table, second: pa.Table) -> tuple[np.ndarray, int]:
+    """Whether each entry of ``first`` holds other bytes than the one at its place in ``second`` (the rule of
+    :func:`~datamount.datasets.file_entry.same_content`, over columns), and how many of them are of one size and
+    share no digest."""
+    if not first.num_rows:
+        return np.zeros(0, bool), 0
+
+    def recorded(name: str) -> np.ndarray:
+        return np.asarray(
+            pc.and_(pc.is_valid(first.column(name)), pc.is_valid(second.column(name))).to_numpy(zero_copy_only=False)
+        )
+
+    def unequal(name: str) -> np.ndarray:
+        same = pc.fill_null(pc.equal(first.column(name), second.column(name)), False)
+        return ~np.asarray(same.to_numpy(zero_copy_only=False), bool)
+
+    by_sha, by_xxh3 = recorded("sha256"), recorded("xxh3")
+    sized = ~equal(first.column("size"), second.column("size"))
+    neither = ~by_sha & ~by_xxh3
+    differ = sized | np.where(by_sha, unequal("sha256"), np.where(by_xxh3, unequal("xxh3"), True))
+    return differ, int(np.count_nonzero(neither & ~sized))
 
 
 # --------------------------------------------------------------------------------------------- in parts
 
 #: A stream of paths, sorted (the changed files' paths).
 PATHS = pa.schema([pa.field("path", pa.string(), nullable=False)])
-_ENTRIES = pa.schema([pa.field("path", pa.string(), nullable=False), pa.field("sha256", pa.binary(32), nullable=False)])
+_ENTRIES = pa.schema(
+    [
+        pa.field("path", pa.string(), nullable=False),
+        pa.field("size", pa.int64(), nullable=False),
+        pa.field("sha256", pa.binary(32)),
+        pa.field("xxh3", pa.binary(8)),
+    ]
+)
 
 
 class PartsMerge:
@@ -139,15 +172,15 @@ class PartsMerge:
     def __init__(self, first: FileParts, second: FileParts, rows: int) -> None:
         self._first, self._second = first, second
         self._rows = rows
-        self._counts = [0, 0, 0, 0]  # added, removed, changed, unchanged
+        self._counts = [0, 0, 0, 0, 0]  # added, removed, changed, unchanged, uncompared
         self._done = False
 
     def changed_paths(self) -> Iterator[pa.Table]:
         """The changed files' paths, as tables of :data:`PATHS`, sorted."""
         streams = [(_part_tables(self._first), _ENTRIES), (_part_tables(self._second), _ENTRIES)]
         for taken_a, taken_b in key_batches(streams, self._rows):
-            found = _compared(taken_a.column(0), taken_a.column(1), taken_b.column(0), taken_b.column(1))
-            for i, count in enumerate((found.added, found.removed, found.changed, found.unchanged)):
+            found = _compared(taken_a, taken_b)
+            for i, count in enumerate((found.added, found.removed, found.changed, found.unchanged, found.uncompared)):
                 self._counts[i] += count
             yield pa.Table.from_arrays([found.changed_paths], schema=PATHS)
         self._done = True
@@ -156,12 +189,14 @@ class PartsMerge:
         """The files compared (all of :meth:`changed_paths` read first, if it was not); no ``changed_paths``."""
         if not self._done:
             collections.deque(self.changed_paths(), maxlen=0)
-        added, removed, changed, unchanged = self._counts
+        added, removed, changed, unchanged, uncompared = self._counts
         entries = (len(self._first), len(self._second))
-        return FileChanges(added, removed, changed, unchanged, pa.array([], pa.string()), entries)
+        return FileChanges(
+            added, removed, changed, unchanged, pa.array([], pa.string()), entries, uncompared=uncompared
+        )
 
 
 def _part_tables(files: FileParts) -> Iterator[pa.Table]:
-    """The paths and sha256s of ``files``, a part at a time, in path order."""
+    """The paths, sizes and digests of ``files``, a part at a time, in path order."""
     for number in range(len(files.parts)):
         yield pa.Table.from_arrays(list(files.part_digests(number)), schema=_ENTRIES)

@@ -1,19 +1,20 @@
 """What changed from one version of a dataset to another, from their manifests and lists alone: no file's object and
 no shard is read.
 
-Rows are matched by key: an image row by its file's path (its bytes compared by the sha256 the manifest records for
-the path, its labels taken from the list), a text row by its first column (its other columns are its labels, so a
-changed text row is one with another target). A key listed several times (a path listed twice) is matched occurrence
-by occurrence: first the rows that are identical in both versions (same key, labels and bytes), in list order; then
-the rest of that key's rows, in list order, as changed pairs; what is left over is removed (only in A) or added (only
-in B). So ``added + changed + unchanged`` are B's rows, ``removed + changed + unchanged`` are A's, and moving rows
-about changes nothing. Rows are numbered from 0, as readers number them.
+Rows are matched by key: an image row by its file's path (its bytes compared by the digests the manifest records for
+the path: :func:`~datamount.datasets.file_entry.same_content`; its labels taken from the list), a text row by its
+first column (its other columns are its labels, so a changed text row is one with another target). A key listed
+several times (a path listed twice) is matched occurrence by occurrence: first the rows that are identical in both
+versions (same key, labels and bytes), in list order; then the rest of that key's rows, in list order, as changed
+pairs; what is left over is removed (only in A) or added (only in B). So ``added + changed + unchanged`` are B's
+rows, ``removed + changed + unchanged`` are A's, and moving rows about changes nothing. Rows are numbered from 0,
+as readers number them.
 
 A version without a list (a ``table`` version, a public dataset: their rows are only in their shards) cannot be
 matched row by row without reading its shards. A pair with such a version is compared by shard: the rows of a shard
 both versions hold (the same sha256) are unchanged, every other row counts as removed from A and added in B, and
 :attr:`VersionDiff.notes` says so. The manifests' files (an image version's files, a public dataset's attached
-files) are compared by path and sha256 in every case.
+files) are compared by path and content in every case.
 
 The work is a sort-merge, in memory bounded whatever the rows (``benchmarks/bench_diff.py`` measures pairs of a
 million rows; ``tests/datasets/test_diff_streamed.py`` bounds one):
@@ -126,7 +127,7 @@ class DiffRow:
 @dataclass(frozen=True)
 class FileCounts:
     """The files two manifests list, compared by path: in B only (added), in A only (removed), with other bytes
-    (changed, by sha256) or the same (unchanged)."""
+    (changed, by their digests) or the same (unchanged)."""
 
     added: int = 0
     removed: int = 0
@@ -153,7 +154,7 @@ class VersionDiff:
         Rows per label (the second column of an image or text version; ``{}`` for a table or a version without a
         list).
     files
-        The manifests' files compared by path and sha256.
+        The manifests' files compared by path and content.
     notes
         What could not be compared, and why, in sentences.
     """
@@ -178,6 +179,8 @@ class VersionDiff:
         self.files = FileCounts(files.added, files.removed, files.changed, files.unchanged)
         self._file_entries = files.entries
         self.notes = notes
+        if files.uncompared:
+            self.notes.append(_uncompared_note(a, b, files.uncompared))
         self.compared: Compared = "rows" if found is not None else "shards"
         if found is not None:
             self.unchanged, self.changed, self.removed, self.added = (found.counts[c] for c in _STATUSES)
@@ -614,6 +617,15 @@ def _why_no_list(m: Manifest) -> str:
     if m.name.startswith(PUBLIC_NAMESPACE + "/"):
         return "a public dataset: its rows are only in its shards"
     return "its rows are only in its shards"
+
+
+def _uncompared_note(a: Manifest, b: Manifest, count: int) -> str:
+    return (
+        f"{count} files of the same size in both versions could not be compared by content and are counted as "
+        f"changed: one version records only their sha256, the other only their xxh3-64 (a version packed by "
+        f"`upload --pack` from manifest format 8 records no sha256; {a.ref} is of format {a.format_version}, "
+        f"{b.ref} of format {b.format_version})"
+    )
 
 
 def _kind_notes(a: Manifest, b: Manifest) -> list[str]:

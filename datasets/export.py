@@ -125,7 +125,8 @@ def _export(store: Store, manifest: Manifest, files: _Files, report: Progress) -
 
 def _export_files(store: Store, manifest: Manifest, files: _Files, report: Progress) -> None:
     """Each row's file at its list path: read in list order (from shards when packed), each checked against the
-    sha256 its manifest records for that path; a mismatch is the error a reader gives for that row."""
+    size and checksum its manifest records for that path (:func:`~datamount.storage.checksums.matches`: the xxh3-64,
+    or the sha256 of an entry without one); a mismatch is the error a reader gives for that row."""
     lines = read_lines(store, manifest)
     entries = {entry.path: entry for entry in manifest.files}
     report.start("export", items=len(lines), size=manifest.files_size)
@@ -134,7 +135,7 @@ def _export_files(store: Store, manifest: Manifest, files: _Files, report: Progr
         for number, (line, row) in enumerate(zip(lines, rows, strict=True)):
             path, data = line[0], row[0]
             entry = entries.get(path)
-            if entry is None or hashlib.sha256(data).hexdigest() != entry.sha256:
+            if entry is None or len(data) != entry.size or not matches(data, entry.sha256, entry.xxh3):
                 raise _damaged_row(store, manifest, number, path, entry)
             files.put(path, data)
             report.advance(size=len(data))
@@ -142,15 +143,16 @@ def _export_files(store: Store, manifest: Manifest, files: _Files, report: Progr
 
 
 def _damaged_row(store: Store, manifest: Manifest, row: int, path: str, entry: FileEntry | None) -> Exception:
-    """The error for row ``row``, whose bytes read for ``path`` do not match the sha256 its manifest records: a
+    """The error for row ``row``, whose bytes read for ``path`` do not match the checksum its manifest records: a
     damaged object as a reader names it, or a damaged shard."""
     if entry is None:
         return DatasetNotFoundError(f"{manifest.ref}: the manifest has no file for {path!r}")
+    checksum = "xxh3-64" if entry.xxh3 else "sha256"
     if not manifest.shards:
-        return damaged_object(store, manifest, row, object_location(manifest, entry), "does not match its sha256")
+        return damaged_object(store, manifest, row, object_location(manifest, entry), f"does not match its {checksum}")
     return IntegrityError(
-        f"{manifest.ref}, row {row}: the bytes its shards hold for {path!r} do not match its manifest's sha256: the "
-        f"store holds a damaged shard ({shard_repair(manifest)})"
+        f"{manifest.ref}, row {row}: the bytes its shards hold for {path!r} do not match its manifest's {checksum}: "
+        f"the store holds a damaged shard ({shard_repair(manifest)})"
     )
 
 

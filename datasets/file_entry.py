@@ -10,7 +10,8 @@ from typing import NamedTuple, overload
 
 class FileEntry(NamedTuple):
     """One stored file: its path relative to the list's root, size, sha256 (which names its object) and xxh3-64
-    (which every read checks; empty in a version uploaded before format 4, whose reads check the sha256).
+    (which every read checks; empty in a version uploaded before format 4, whose reads check the sha256). A file held
+    only in shards, uploaded from format 8, has no sha256 (it names nothing): its xxh3-64 is its content digest.
 
     A tuple, not a dataclass: a manifest may hold hundreds of thousands, and every reader opening the version builds
     them (a 60,000-file manifest in 38 ms rather than 86 ms)."""
@@ -19,6 +20,18 @@ class FileEntry(NamedTuple):
     size: int
     sha256: str
     xxh3: str = ""
+
+
+def same_content(first: FileEntry, second: FileEntry) -> bool:
+    """Whether two entries of one path hold the same bytes: the same size, and the same sha256 where both record one,
+    else the same xxh3-64 where both record one (a packed file from format 8 records no sha256; the manifest's
+    docstring has the collision argument); entries that record no digest in common are not taken as the same.
+    ``diff``'s comparison of whole parts (:mod:`datamount.datasets._file_changes`) is this rule over columns."""
+    if first.size != second.size:
+        return False
+    if first.sha256 and second.sha256:
+        return first.sha256 == second.sha256
+    return bool(first.xxh3 and second.xxh3) and first.xxh3 == second.xxh3
 
 
 @contextlib.contextmanager

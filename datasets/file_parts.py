@@ -14,7 +14,8 @@ size and sha256, and the first path it holds. The entries are sorted by path acr
   the parts it needs, from the local content cache when the sequence reads through one (``datamount://``'s).
 
 Each part is a Parquet file of four columns: ``path`` (string, delta-encoded: sorted paths share their prefixes),
-``size`` (int64), ``sha256`` (32 bytes) and ``xxh3`` (8 bytes, null for a file without one), zstd-compressed.
+``size`` (int64), ``sha256`` (32 bytes; null for a file held only in shards, from format 8) and ``xxh3`` (8 bytes,
+null for a file without one), zstd-compressed; from format 7, ``row`` (int64) too.
 """
 
 from __future__ import annotations
@@ -179,9 +180,9 @@ class FileParts(StoredParts, EntrySequence):
         """The entries of part ``number``, read and checked."""
         return self._part(number).entries()
 
-    def part_digests(self, number: int) -> tuple[Any, Any]:
-        """The paths (strings) and sha256s (32-byte values) of part ``number``'s entries, as Arrow arrays: read and
-        checked, no Python object per entry."""
+    def part_digests(self, number: int) -> tuple[Any, Any, Any, Any]:
+        """The paths (strings), sizes, sha256s (32-byte values) and xxh3-64s (8-byte values; each null where not
+        recorded) of part ``number``'s entries, as Arrow arrays: read and checked, no Python object per entry."""
         return self._part(number).digests()
 
     def _decode(self, data: bytes, url: str) -> _Part:
@@ -269,9 +270,9 @@ class _Part:
         return len(self._sizes)
 
     def entry(self, index: int) -> FileEntry:
-        check = self._checks[index].as_py()
-        digest = self._digests[index].as_py().hex()
-        return FileEntry(self._paths[index].as_py(), self._sizes[index].as_py(), digest, check.hex() if check else "")
+        check, digest = self._checks[index].as_py(), self._digests[index].as_py()
+        path, size = self._paths[index].as_py(), self._sizes[index].as_py()
+        return FileEntry(path, size, digest.hex() if digest else "", check.hex() if check else "")
 
     def row(self, index: int) -> int:
         """The first list row that names entry ``index``'s path (-1 when none does, or the part does not say)."""
@@ -299,8 +300,8 @@ class _Part:
     def entries(self) -> list[FileEntry]:
         return self._entries(0, len(self))
 
-    def digests(self) -> tuple[Any, Any]:
-        return self._paths, self._digests
+    def digests(self) -> tuple[Any, Any, Any, Any]:
+        return self._paths, self._sizes, self._digests, self._checks
 
     def located_entries(self, start: int, stop: int) -> list[tuple[FileEntry, int]]:
         """Entries ``start`` to ``stop`` (not included), each with its first list row (as :meth:`row`)."""
@@ -313,10 +314,7 @@ class _Part:
     def _entries(self, start: int, stop: int) -> list[FileEntry]:
         """Entries ``start`` to ``stop`` (not included), each column decoded at once."""
         count = stop - start
-        text = _hex_text(self._digests.slice(start, count), 32)
-        digests = [text[i : i + 64] for i in range(0, len(text), 64)]
-        checks_column = self._checks.slice(start, count)
-        checks = [""] * count if checks_column.null_count == count else _hex_values(checks_column)
+        digests, checks = _hex_values(self._digests.slice(start, count)), _hex_values(self._checks.slice(start, count))
         with collector_paused():
             paths = self._paths.slice(start, count).to_pylist()
             sizes = self._sizes.slice(start, count).to_pylist()
@@ -331,6 +329,8 @@ def _hex_text(column: Any, width: int) -> str:
 
 def _hex_values(column: Any) -> list[str]:
     """Each value of a fixed-width binary column as hex (``""`` for a null)."""
+    if column.null_count == len(column):
+        return [""] * len(column)
     if column.null_count:
         return ["" if value is None else value.hex() for value in column.to_pylist()]
     step = 2 * column.type.byte_width

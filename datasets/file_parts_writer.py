@@ -55,7 +55,7 @@ SCHEMA = pa.schema(
     [
         pa.field("path", pa.string(), nullable=False),
         pa.field("size", pa.int64(), nullable=False),
-        pa.field("sha256", pa.binary(32), nullable=False),
+        pa.field("sha256", pa.binary(32)),  # null for a file held only in shards (format 8)
         pa.field("xxh3", pa.binary(8)),
     ]
 )

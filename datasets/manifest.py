@@ -2,10 +2,18 @@
 
 Its file entries (path, size, sha256, xxh3-64 of each file) are, from format 6, kept out of the JSON document in
 Parquet parts it names by sha256 (:mod:`datamount.datasets.file_parts`), so that the document stays small whatever
-the number of files. Every file keeps its sha256, even in a version whose files are only in shards (where it names no
-object): it is what ``diff`` compares content by and what finds an upload of the same list changes nothing. It is 32
-of the 35 to 43 bytes an entry takes in its part (a packed version's entries have no xxh3-64); a packed version could
-name its files by their xxh3-64 instead, which would lose that comparison's strength.
+the number of files.
+
+A file stored as an object keeps the sha256 that names it. A file held only in shards (``upload --pack``, from format
+8) records its xxh3-64 and no sha256: the sha256 named nothing, and was 32 of the 35-40 bytes its entry took in its
+part. Its bytes are checked, as before, by its shard's sha256 and its row group's xxh3-64; the file's xxh3-64 is what
+``diff`` compares its content by, and what finds that an upload of the same list changes nothing
+(:func:`~datamount.datasets.file_entry.same_content`). The collision argument: two different contents of one path
+have the same xxh3-64 with a chance of about 2^-64 (a 64-bit hash that passes SMHasher's tests), so a diff of 10^9
+changed files misses one with a chance under 10^-10 — below the rate at which the disk or memory that holds the
+bytes flips one undetected. It is no defence against someone who crafts a collision on purpose (xxh3 is not a
+cryptographic hash): a packed file's content is trusted as far as the shard that holds it, whose sha256 the manifest
+records, and the manifest's own sha256 is the version's identity.
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ from typing import Any, overload
 import msgspec
 
 from datamount.datasets.errors import ManifestError
-from datamount.datasets.file_entry import FileEntry, collector_paused
+from datamount.datasets.file_entry import FileEntry, collector_paused, same_content
 from datamount.datasets.file_parts import FILE_PARTS_KEY, FilePart, FileParts
 from datamount.datasets.list_blocks import ListBlocks
 from datamount.datasets.row_index import ROW_PARTS_KEY, RowIndex
@@ -43,8 +51,12 @@ from datamount.storage.cache import ContentCache
 #: lines of the list starts, with the block's xxh3-64 (:class:`ListBlocks`): a row of a text version is read, checked,
 #: without the rest of the list. Format 7 indexes an image version's rows (:mod:`datamount.datasets.row_index`): each
 #: file entry records the first list row that names its path, and a version whose files are objects has a row index
-#: (``row_parts``): a row's file, or a path's row, is found reading one part. The newest format this reads:
-FORMAT_VERSION = 7
+#: (``row_parts``): a row's file, or a path's row, is found reading one part. Format 8 lets a file held only in
+#: shards record its xxh3-64 and no sha256 (above); an older datamount, which compares and names files by their
+#: sha256, refuses it. The newest format this reads:
+FORMAT_VERSION = 8
+#: The format of a manifest whose files held only in shards record no sha256 (format 8's addition).
+PACKED_DIGEST_FORMAT_VERSION = 8
 #: The format of a manifest whose entries record their rows, with a row index where its files are objects (format
 #: 7's additions).
 ROW_INDEX_FORMAT_VERSION = 7
@@ -157,11 +169,13 @@ class FileList(Sequence[FileEntry]):
 
 
 def same_files(first: Sequence[FileEntry], second: Sequence[FileEntry]) -> bool:
-    """Whether two versions' files are the same paths with the same content (whether their entries carry an xxh3-64
-    does not matter: a version from before format 4 holds the same files)."""
+    """Whether two versions' files are the same paths with the same content (:func:`same_content`: which digests
+    their entries carry does not matter, as long as they share one)."""
     if isinstance(first, FileParts) and isinstance(second, FileParts) and first.parts == second.parts:
         return True  # the same parts: the same entries, none read
-    return len(first) == len(second) and all(a[:3] == b[:3] for a, b in zip(first, second, strict=True))
+    return len(first) == len(second) and all(
+        a.path == b.path and same_content(a, b) for a, b in zip(first, second, strict=True)
+    )
 
 
 #: Bytes of a shard's block whose xxh3-64 its entry records: a range is read in whole blocks, each checked. 256 KiB:
@@ -238,6 +252,8 @@ class Manifest:
             object.__setattr__(self, "format_version", max(self.format_version, SHARDS_ONLY_FORMAT_VERSION))
         if isinstance(self.files, list) and any(entry.xxh3 for entry in self.files):
             object.__setattr__(self, "format_version", max(self.format_version, FILE_CHECKS_FORMAT_VERSION))
+        if isinstance(self.files, list) and any(not entry.sha256 for entry in self.files):
+            object.__setattr__(self, "format_version", max(self.format_version, PACKED_DIGEST_FORMAT_VERSION))
         if any(shard.xxh3 or shard.blocks for shard in self.shards):
             object.__setattr__(self, "format_version", max(self.format_version, SHARD_CHECKS_FORMAT_VERSION))
         if isinstance(self.files, FileParts) or self.list_blocks is not None:

@@ -81,7 +81,7 @@ class _RowPart:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        from datamount.datasets.file_parts import _hex_text, _hex_values
+        from datamount.datasets.file_parts import _hex_values
 
         try:
             table = pq.ParquetFile(pa.BufferReader(data)).read(use_threads=False)
@@ -90,11 +90,11 @@ class _RowPart:
             checks = table.column("xxh3").combine_chunks()
         except (pa.ArrowException, KeyError) as exc:
             raise ManifestError(f"the part of a row index {url} is damaged: {exc}") from exc
-        text = _hex_text(digests, 32)
-        hexes = [text[i : i + 64] for i in range(0, len(text), 64)]
-        xxh3 = [""] * len(sizes) if checks.null_count == len(sizes) else _hex_values(checks)
+        if digests.null_count:
+            raise ManifestError(f"the part of a row index {url} is damaged: a row's file has no sha256")
         with collector_paused():
-            self.files = list(map(RowFile._make, zip(sizes.to_pylist(), hexes, xxh3, strict=True)))
+            columns = (sizes.to_pylist(), _hex_values(digests), _hex_values(checks))
+            self.files = list(map(RowFile._make, zip(*columns, strict=True)))
 
     def __len__(self) -> int:
         return len(self.files)

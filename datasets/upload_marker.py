@@ -1,10 +1,11 @@
 """The marker ``upload --pack`` leaves beside each shard it finished: the shard's entry and each of its rows' file
-size and sha256, so that a run started again after a kill takes the shard as written without reading its files.
+size and xxh3-64, so that a run started again after a kill takes the shard as written without reading its files.
 
-The rule: a marker grows by 40 bytes a row and is written and read in bounded memory, whatever the shard's rows (a
+The rule: a marker grows by 16 bytes a row and is written and read in bounded memory, whatever the shard's rows (a
 shard of millions of tiny files). Its bytes are :data:`MAGIC`, the length of its header (8 bytes, little-endian),
 the header (JSON: ``{"entry": {...}, "rows": N}``), then one record per row in order: the file's size (8 bytes,
-little-endian) and its sha256 (32 bytes). While a shard is written its records go to a local file; once the shard
+little-endian) and its xxh3-64 (8 bytes). A marker of an earlier release (``DMSHARD1``: each row's sha256) is not
+read: its shard is written again. While a shard is written its records go to a local file; once the shard
 is sent, that file goes to the store whole (:meth:`Store.put_file`: written atomically, never seen half-written). A
 run reads a marker's header alone, then the records of one row group at a time.
 """
@@ -21,9 +22,9 @@ from typing import Any
 
 from datamount.storage import ObjectNotFoundError, Store
 
-MAGIC = b"DMSHARD1"
+MAGIC = b"DMSHARD2"
 _LENGTH = struct.Struct("<Q")
-_RECORD = struct.Struct("<q32s")
+_RECORD = struct.Struct("<q8s")
 RECORD_BYTES = _RECORD.size
 #: Bytes read first from a marker: its header, in one request, for any shard of up to a few thousand row groups.
 _HEAD_BYTES = 1 << 16
@@ -38,8 +39,8 @@ class MarkerWriter:
         self.rows = 0
 
     def add(self, files: Iterable[tuple[int, str]]) -> None:
-        """Rows' files, in row order: ``(size, sha256 as hex)`` each."""
-        data = b"".join(_RECORD.pack(size, bytes.fromhex(sha256)) for size, sha256 in files)
+        """Rows' files, in row order: ``(size, xxh3-64 as hex)`` each."""
+        data = b"".join(_RECORD.pack(size, bytes.fromhex(xxh3)) for size, xxh3 in files)
         self._records.write(data)
         self.rows += len(data) // RECORD_BYTES
 
@@ -70,7 +71,7 @@ class Marker:
     records_at: int
 
     def files(self, store: Store, start: int, stop: int) -> list[tuple[int, str]]:
-        """The files of the shard's rows ``[start, stop)`` (counted from its first row): ``(size, sha256)`` each."""
+        """The files of the shard's rows ``[start, stop)`` (counted from its first row): ``(size, xxh3-64)`` each."""
         first, last = self.records_at + start * RECORD_BYTES, self.records_at + stop * RECORD_BYTES
         data = store.read_range(self.path, first, last)
         if len(data) != last - first:

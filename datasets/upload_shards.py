@@ -3,7 +3,7 @@ writes in all instead of one object per file (and no second pass that reads ever
 
 Resumable shard by shard: the shards go into a pack folder named after what decides them (the list, its files'
 sizes, the shard sizes), and each shard written leaves a marker beside it (its entry and its files' sizes and
-sha256: :mod:`~datamount.datasets.upload_marker`). Run again after a kill, the upload writes only the shards without
+xxh3-64: :mod:`~datamount.datasets.upload_marker`). Run again after a kill, the upload writes only the shards without
 a marker. Each run names its shard files after itself, so no writer ever replaces a file another wrote; and just
 before the commit the folder is marked taken, so that no later upload writes into a folder whose shards a version
 may use (it takes the next folder of that name).
@@ -25,14 +25,14 @@ import pyarrow as pa
 
 from datamount.datasets import catalog, layout
 from datamount.datasets.listfile import ParsedList, SourceFile
-from datamount.datasets.manifest import FileEntry, Kind, Manifest, ShardEntry
+from datamount.datasets.manifest import PACKED_DIGEST_FORMAT_VERSION, FileEntry, Kind, Manifest, ShardEntry
 from datamount.datasets.pack import cut_shards
 from datamount.datasets.progress import Progress
 from datamount.datasets.shard_writer import FIRST_ROW_GROUP_BYTES, ShardWriter, check_sizes, list_schema
 from datamount.datasets.spool import BLOCK_RECORDS, ExternalSort, FileSpool
 from datamount.datasets.upload_marker import Marker, MarkerWriter, read_marker
 from datamount.storage import IntegrityError, ObjectNotFoundError, Store
-from datamount.storage.checksums import require_unchanged
+from datamount.storage.checksums import require_unchanged, xxh3
 from datamount.storage.files import read_file
 
 #: Threads reading files; each task reads a chunk of a row group's files (a task per file would cost more than
@@ -59,7 +59,8 @@ def commit_packed(
     """Write the rows of the image list ``parsed`` into shards (those not written by an earlier run of the same
     upload), then commit ``draft`` with them and the files' entries (``objects`` false).
 
-    Each file is read once: its sha256 is computed from the very bytes that go into the shard. Rows are cut into
+    Each file is read once: its xxh3-64, the file's entry's content digest (it records no sha256: it names no object;
+    see :mod:`~datamount.datasets.manifest`), is computed from the very bytes that go into the shard. Rows are cut into
     row groups and shards as ``pack`` cuts a version (:func:`~datamount.datasets.pack.cut_shards`); the next row
     group's files are read while one is encoded and sent. The rows are read as a stream from the list's copy, a row
     group at a time; each row's file entry is kept on disk, and the files' entries are sorted there by path before
@@ -73,7 +74,7 @@ def commit_packed(
     folder = _free_folder(store, draft.name, sizes.digest.hexdigest()[:16])
     progress.start("pack", items=parsed.row_count, size=sizes.total)
     written = _written_shards(store, draft.name, folder, plans)
-    read = parsed.external_sort()  # (path, 1 if read by this run else 0, sha256, size): one per row
+    read = parsed.external_sort()  # (path, 1 if read by this run else 0, xxh3-64, size): one per row
     shards = _ShardsOfRows(store, draft.name, folder, parsed, row_group_bytes, progress)
     resumed = _Resumed(store, draft.name, folder, plans, written, read, progress)
     entries = {**written, **shards.write(resumed.pending(_groups(parsed, plans)), plans, read)}
@@ -93,6 +94,7 @@ def commit_packed(
         files=files,
         shards=[ShardEntry(**entries[number]) for number in range(len(plans))],
         objects=False,
+        format_version=max(draft.format_version, PACKED_DIGEST_FORMAT_VERSION),
     )
     progress.finish()
     dataset = layout.dataset_folder(draft.name)
@@ -223,8 +225,8 @@ class _Resumed:
                 if marker is None:
                     raise ObjectNotFoundError(f"the marker of shard {number} in {self.folder} is gone; upload again")
             files = marker.files(self.store, start - first, stop - first)
-            for (row, _), (size, sha256) in zip(rows, files, strict=True):
-                self.read.add((row[0], 0, sha256, size))
+            for (row, _), (size, digest) in zip(rows, files, strict=True):
+                self.read.add((row[0], 0, digest, size))
             self.progress.advance(items=stop - start, size=sum(size for _, size in rows))
 
 
@@ -235,10 +237,10 @@ def _spool_files(parsed: ParsedList, read: ExternalSort, files: FileSpool) -> in
     sent = 0
     for path, same in itertools.groupby(read.sorted(), key=operator.itemgetter(0)):
         records = iter(same)  # an earlier run's first: what it read is what the version holds
-        _, fresh, sha256, size = next(records)
+        _, fresh, digest, size = next(records)
         for _, _, other, _ in records:
-            require_unchanged(parsed.local_path(path), other, sha256)
-        files.append(FileEntry(path, size, sha256))
+            require_unchanged(parsed.local_path(path), other, digest, checksum="xxh3-64")
+        files.append(FileEntry(path, size, "", digest))
         sent += fresh
     return sent
 
@@ -277,9 +279,9 @@ class _ShardsOfRows:
                     following = next(groups, None)
                     ahead = self._read(pool, following[3]) if following else []
                     read_back = [item for future in current for item in future.result()]
-                    group_files = [(len(data), sha256) for data, sha256 in read_back]
-                    for (row, _), (size, sha256) in zip(rows, group_files, strict=True):
-                        read.add((row[0], 1, sha256, size))
+                    group_files = [(len(data), digest) for data, digest in read_back]
+                    for (row, _), (size, digest) in zip(rows, group_files, strict=True):
+                        read.add((row[0], 1, digest, size))
                     marker.add(group_files)
                     if writer is None:
                         writer = self._writer(number, start)
@@ -330,5 +332,5 @@ def _read_hashed(files: list[SourceFile]) -> list[tuple[bytes, str]]:
     found = []
     for file in files:
         data = read_file(file.local_path, file.size)
-        found.append((data, hashlib.sha256(data).hexdigest()))
+        found.append((data, xxh3(data)))
     return found

@@ -379,9 +379,9 @@ class DatamountFileSystem(AbstractFileSystem):
         if content is not None:
             info["type"] = "file"
             info["size"] = content.size
-            digest = _sha256_of(version.manifest, content)
+            kind, digest = _digest_of(version.manifest, content)
             if digest:
-                info["sha256"] = info["etag"] = info["ukey"] = digest
+                info[kind] = info["etag"] = info["ukey"] = digest
         return info
 
     @counted
@@ -482,12 +482,12 @@ class DatamountFileSystem(AbstractFileSystem):
         return self.modified(path)
 
     def ukey(self, path: str) -> str:
-        """The file's sha256 (a folder's path and version): a key that changes only with the content."""
+        """The file's recorded digest (a folder's path and version): a key that changes only with the content."""
         info = self.info(path)
-        return info.get("sha256") or f"{info['name']}#{info['version']}"
+        return info.get("etag") or f"{info['name']}#{info['version']}"
 
     def checksum(self, path: str) -> int:
-        return int(self.ukey(path)[:16], 16) if "sha256" in self.info(path) else super().checksum(path)
+        return int(self.ukey(path)[:16], 16) if "etag" in self.info(path) else super().checksum(path)
 
     # -------------------------------------------------------------------------------------------- reading
 
@@ -699,10 +699,13 @@ def _clip(start: int | None, end: int | None, size: int) -> tuple[int, int]:
     return first, max(first, stop)
 
 
-def _sha256_of(manifest: Manifest, content: Content) -> str:
-    """The sha256 of a file's bytes where the manifest records it."""
+def _digest_of(manifest: Manifest, content: Content) -> tuple[str, str]:
+    """The digest of a file's bytes that the manifest records, and its kind: its sha256, or for a file held only in
+    shards from format 8, which records none, its xxh3-64 (``("", "")`` where there is neither)."""
     if content.kind == "shard" and content.shard is not None:
-        return content.shard.sha256
+        return "sha256", content.shard.sha256
     if content.kind == "list":
-        return manifest.list_sha256
-    return content.entry.sha256 if content.entry is not None else ""
+        return "sha256", manifest.list_sha256
+    if content.entry is None:
+        return "", ""
+    return ("sha256", content.entry.sha256) if content.entry.sha256 else ("xxh3", content.entry.xxh3)

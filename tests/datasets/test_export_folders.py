@@ -92,7 +92,7 @@ def test_a_damaged_object_leaves_the_target_as_it_was_and_names_the_repair(
         out.mkdir(parents=True)
         out.chmod(0o750)
     url = local_store.url_for(layout.object_path("cats", manifest.files[BLOCKED_ROW].sha256))
-    problem = {"other bytes": "does not match its sha256", "truncated": "has 2,092 bytes, not 2,093"}.get(how)
+    problem = {"other bytes": "does not match its xxh3-64", "truncated": "has 2,092 bytes, not 2,093"}.get(how)
     said = (
         rf"^cats@1, row {BLOCKED_ROW}: the object {re.escape(url)} "
         + (rf"{problem}: the store holds a damaged copy" if problem else "is missing from the store")

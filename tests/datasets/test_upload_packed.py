@@ -4,11 +4,11 @@ it again creates nothing)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import multiprocessing
 import os
 import signal
+import struct
 import tracemalloc
 from pathlib import Path
 
@@ -16,10 +16,11 @@ import pytest
 from click.testing import CliRunner
 
 from datamount.cli.main import cli
-from datamount.datasets import catalog, layout, list_windows, listfile, spool, upload, verify
+from datamount.datasets import catalog, layout, list_windows, listfile, spool, upload, upload_marker, verify
 from datamount.datasets.manifest import FORMAT_VERSION, SHARD_BLOCK_BYTES
 from datamount.readers import DataLoader, reader
 from datamount.storage import IntegrityError, Store
+from datamount.storage.checksums import xxh3
 from tests.generated import MakeImageList, image_rows
 
 
@@ -49,9 +50,10 @@ def test_the_files_go_straight_into_shards_and_read_back_exactly(store: Store, m
     manifest = result.manifest
     assert result.created and not manifest.objects and len(manifest.shards) >= 2
     assert store.list(f"{layout.dataset_folder('d')}/{layout.OBJECTS}") == {}
-    # Format 3 (files only in shards), 5 (the shards carry their row groups', footer's and blocks' checksums) and 6
-    # (the files' entries in parts).
-    assert json.loads(store.read(layout.manifest_path("d", 1)))["format_version"] == FORMAT_VERSION == 7
+    # Format 3 (files only in shards), 5 (the shards carry their row groups', footer's and blocks' checksums), 6
+    # (the files' entries in parts) and 8 (those entries record an xxh3-64 and no sha256).
+    assert json.loads(store.read(layout.manifest_path("d", 1)))["format_version"] == FORMAT_VERSION == 8
+    assert all(not entry.sha256 and len(entry.xxh3) == 16 for entry in manifest.files)
     assert all(len(shard.blocks) == -(-shard.size // SHARD_BLOCK_BYTES) for shard in manifest.shards)
     assert all(len(shard.xxh3) == len(shard.row_groups) + 1 for shard in manifest.shards)
     assert list(reader("d", store)()) == image_rows(list_file)
@@ -78,8 +80,8 @@ def test_the_bytes_stored_are_the_bytes_hashed_even_when_a_file_changes(
     first = lines[0].split("\t")[0]
     victim = list_file.parent / first
     result = upload(list_file, "d", store=local_store, packed=True, row_group_bytes=10_000)
-    stored = {entry.path: entry.sha256 for entry in result.manifest.files}
-    assert stored[os.path.normpath(first)] == hashlib.sha256(victim.read_bytes()).hexdigest()
+    stored = {entry.path: entry.xxh3 for entry in result.manifest.files}
+    assert stored[os.path.normpath(first)] == xxh3(victim.read_bytes())
     # The same file named twice, changed between its two reads (rows 0 and 25, five row groups apart): refused.
     lines[25] = f"{first}\t{lines[25].split(chr(9))[1]}"
     list_file.write_text("\n".join(lines) + "\n")
@@ -190,12 +192,13 @@ def test_a_killed_upload_goes_on_from_the_shards_it_wrote(store: Store, make_ima
     assert [path for path in after if path.endswith("/taken")]
 
 
-@pytest.mark.parametrize("damage", ["cut short", "another format", "records of another shard"])
+@pytest.mark.parametrize("damage", ["cut short", "another format", "records of another shard", "an earlier release's"])
 def test_a_marker_that_is_not_whole_counts_as_none(
     local_store: Store, make_image_list: MakeImageList, damage: str
 ) -> None:
-    """A killed run's marker cut short, left by another release, or holding records for another number of rows:
-    that shard is written again, the others are taken as written."""
+    """A killed run's marker cut short, left by another release (one of JSON; one whose records held each row's
+    sha256), or holding records for another number of rows: that shard is written again, the others are taken as
+    written."""
     list_file = make_image_list(80, size=3_000)
     child = multiprocessing.get_context("spawn").Process(target=_upload_killed, args=(local_store, list_file, 50))
     child.start()
@@ -206,13 +209,25 @@ def test_a_marker_that_is_not_whole_counts_as_none(
     spoiled = {
         "cut short": marker[: len(marker) - 7],
         "another format": json.dumps({"entry": {}, "files": []}).encode(),
-        "records of another shard": marker + marker[-40:],
+        "records of another shard": marker + marker[-upload_marker.RECORD_BYTES :],
+        "an earlier release's": _sha256_marker(marker),
     }[damage]
     local_store.write(first, spoiled)
     result = upload(list_file, "d", store=local_store, packed=True, **SMALL_SHARDS)
     second = result.manifest.shards[1].rows
     assert (result.reused_files, result.sent_files) == (second, 80 - second)
     assert list(reader("d", local_store)()) == image_rows(list_file)
+
+
+def _sha256_marker(marker: bytes) -> bytes:
+    """``marker`` as the release before manifest format 8 wrote it: ``DMSHARD1``, each row's size and sha256."""
+    (length,) = struct.unpack_from("<Q", marker, len(upload_marker.MAGIC))
+    records_at = len(upload_marker.MAGIC) + 8 + length
+    rows = json.loads(marker[len(upload_marker.MAGIC) + 8 : records_at])["rows"]
+    sizes = struct.iter_unpack("<q8s", marker[records_at:])
+    records = b"".join(struct.pack("<q32s", size, bytes(32)) for size, _ in sizes)
+    assert len(records) == 40 * rows
+    return b"DMSHARD1" + marker[len(upload_marker.MAGIC) : records_at] + records
 
 
 def test_an_upload_never_writes_into_the_shards_of_a_version(

@@ -48,7 +48,11 @@ def test_the_tree_is_the_versions_files_list_and_shards(versions: Versions, name
     info = fs.info(f"datamount://{root}/data/img0003.png")
     entry = next(entry for entry in manifest.files if entry.path == "data/img0003.png")
     assert info["type"] == "file" and info["size"] == len(files["data/img0003.png"]) == entry.size
-    assert info["sha256"] == info["etag"] == info["ukey"] == entry.sha256 == fs.ukey(f"{root}/data/img0003.png")
+    # The file's recorded digest: its object's sha256, or (packed by upload --pack, format 8) its xxh3-64.
+    kind, digest = ("sha256", entry.sha256) if entry.sha256 else ("xxh3", entry.xxh3)
+    assert (kind, len(digest)) == (("sha256", 64) if name == "unpacked" else ("xxh3", 16))
+    assert info[kind] == info["etag"] == info["ukey"] == digest == fs.ukey(f"{root}/data/img0003.png")
+    assert fs.checksum(f"{root}/data/img0003.png") == int(digest[:16], 16)
     assert info["version"] == 1 and info["created"] == manifest.created
     assert fs.info(root)["type"] == fs.info(f"{root}/data")["type"] == "directory"
     shard = manifest.shards[0]
