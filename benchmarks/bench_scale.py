@@ -331,7 +331,7 @@ class Figures:
     rows: int
     load: float
     cells: dict[str, str] = field(default_factory=dict)
-    values: dict[str, float | None] = field(default_factory=dict)
+    values: dict[str, Any] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
 
     def record(self, name: str, outcome: Outcome, figure: str, value: float | None = None) -> None:
@@ -360,6 +360,27 @@ def manifest_bytes(store: Path) -> int:
         for parent, _, names in os.walk(part):
             total += sum(os.path.getsize(os.path.join(parent, name)) for name in names)
     return total
+
+
+def index_column_bytes(store: Path) -> dict[str, int]:
+    """Bytes of each column of the version's index parts (``versions/entries/``), compressed as stored, by index
+    (``entries``: by path; ``rows``: the row index) and column, from the parts' Parquet footers; ``footers`` the rest
+    of each part."""
+    import pyarrow.parquet as pq
+
+    found: dict[str, int] = {}
+    for part in (store / "datasets" / DATASET / "versions" / "entries").glob("*.parquet"):
+        metadata = pq.ParquetFile(part).metadata
+        index = "entries" if "path" in metadata.schema.names else "rows"
+        columns = 0
+        for group in range(metadata.num_row_groups):
+            for column in range(metadata.num_columns):
+                chunk = metadata.row_group(group).column(column)
+                name = f"{index} {chunk.path_in_schema}"
+                found[name] = found.get(name, 0) + chunk.total_compressed_size
+                columns += chunk.total_compressed_size
+        found["footers"] = found.get("footers", 0) + part.stat().st_size - columns
+    return found
 
 
 def measure(layout: str, source: Source, store: Path, guard: Guard, seed: int) -> Figures:
@@ -414,6 +435,10 @@ def record_manifest(figures: Figures, store: Path, path_and_label_bytes: float |
         beyond = per_row - path_and_label_bytes
         figures.cells["manifest B/row"] += f" ({beyond:.1f} beyond path+label)"
         figures.values["beyond path+label"] = beyond
+    columns = {name: size / figures.rows for name, size in sorted(index_column_bytes(store).items())}
+    if columns:
+        figures.cells["index B/row"] = ", ".join(f"{name} {size:.2f}" for name, size in columns.items())
+        figures.values["index B/row"] = columns
 
 
 def measure_reading(figures: Figures, guard: Guard, store: Path, row: int, path: str) -> None:
@@ -806,7 +831,8 @@ def stopped_by_signal(number: int, _frame: object) -> None:
 
 
 COLUMNS = (
-    "command start", "upload", "upload RSS", "manifest B/row", "info", "ls", "reader import/open/first/[i]",
+    "command start", "upload", "upload RSS", "manifest B/row", "index B/row", "info", "ls",
+    "reader import/open/first/[i]",
     "reader RSS", "url info/ls/find", "url RSS", "diff", "verify", "mount up/stat/ls/find", "mount RSS",
 )  # fmt: skip
 
