@@ -14,8 +14,6 @@ from datamount.storage import Store
 
 #: Labels shown in the table at most (those whose count changed most); ``--json`` has them all.
 LABEL_ROWS = 30
-#: More distinct labels than this in a version: they are not classes (a text version's targets), and get no table.
-MOST_CLASSES = 1000
 
 
 @click.command()
@@ -84,7 +82,7 @@ def summary(found: VersionDiff) -> str:
 def _echo_labels(found: VersionDiff) -> None:
     if not (found.distinct_labels_a or found.distinct_labels_b):
         return
-    if max(found.distinct_labels_a, found.distinct_labels_b) > MOST_CLASSES:
+    if not found.labels_are_classes:
         click.echo(
             f"labels: {found.distinct_labels_a:,} distinct in {found.a_ref}, {found.distinct_labels_b:,} in "
             f"{found.b_ref} (not classes: no table; --json has their counts up to {JSON_LABELS_LIMIT:,})"

@@ -91,6 +91,9 @@ Compared = Literal["rows", "shards"]
 #: Label counts go into the JSON document only up to this many distinct labels per version (a text version's
 #: targets are mostly all different: counts of them would be the whole list again).
 JSON_LABELS_LIMIT = 10_000
+#: More distinct labels than this in a version: they are not classes (a text version's targets), and the command
+#: and the web page show how many there are, not a table of their counts (:attr:`VersionDiff.labels_are_classes`).
+MOST_CLASSES = 1000
 #: Rows of each category a diff keeps for :meth:`VersionDiff.sample_rows` unless told otherwise (the command shows
 #: 5, the web page 12).
 SAMPLE_ROWS = 10_000
@@ -199,6 +202,14 @@ class VersionDiff:
     def distinct_labels_b(self) -> int:
         """How many labels B's rows have (0 without labels)."""
         return 0 if self._found is None else self._found.labels[1].distinct
+
+    @property
+    def labels_are_classes(self) -> bool:
+        """Whether the versions have labels, at most :data:`MOST_CLASSES` distinct in each: classes, whose counts are
+        worth a table (else their counts are asked for only where they are needed: ``label_counts_a`` may read a list
+        again)."""
+        distinct = (self.distinct_labels_a, self.distinct_labels_b)
+        return any(distinct) and max(distinct) <= MOST_CLASSES
 
     @functools.cached_property
     def label_counts_a(self) -> dict[str, int]:

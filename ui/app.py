@@ -429,7 +429,7 @@ class _Pages:
         except ImportError:
             return self.error(request, 501, "not available", "this datamount has no version diffs")
         samples = {category: found.sample_rows(category, DIFF_SAMPLES) for category in ("added", "removed", "changed")}
-        labels = sorted(set(found.label_counts_a) | set(found.label_counts_b))
+        labels = sorted(set(found.label_counts_a) | set(found.label_counts_b)) if found.labels_are_classes else []
         shown = self.diff_rows(key, (manifest_a, manifest_b), samples)
         crumbs_shown = crumbs(key, a.name, a.version, f"diff with {b}")
         return self.render(

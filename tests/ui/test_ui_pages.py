@@ -22,6 +22,7 @@ from PIL import Image
 
 from datamount.datasets import catalog, import_batches, layout, upload
 from datamount.datasets.demo import png_bytes
+from datamount.datasets.diff import MOST_CLASSES
 from datamount.storage import Store, open_store
 from datamount.ui.app import CONTENT_SECURITY_POLICY
 from datamount.ui.values import THUMBNAIL_PIXELS
@@ -402,3 +403,24 @@ def test_the_training_page_names_what_it_leaves_out_and_draws_each_rank_over_its
     assert baseline is not None
     heights = [float(point.split(",")[1]) for line in re.findall(r'points="([^"]+)"', chart) for point in line.split()]
     assert len(heights) == 120 + 60 and max(heights) < float(baseline.group(1)) - 50  # no step drops towards 0
+
+
+@pytest.fixture(scope="module")
+def translations(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UiServer]:
+    """A server over a text version whose targets are all different: more labels than classes ever are."""
+    folder = tmp_path_factory.mktemp("translations")
+    rows = "".join(f"source {i}\ttarget {i}\n" for i in range(MOST_CLASSES + 1))
+    (folder / "pairs.list").write_text(rows, encoding="utf-8")
+    upload(folder / "pairs.list", "pairs", store=open_store(folder / "store"), kind="text")
+    running = UiServer([str(folder / "store")], folder / "ui.log")
+    yield running
+    running.stop()
+
+
+def test_labels_that_are_not_classes_are_counted_not_tabled(translations: UiServer, server: UiServer) -> None:
+    page = get(translations, "/stores/store-1/diff?a=pairs@1&b=pairs@1")
+    html = page.body.decode()  # type: ignore[attr-defined]
+    assert page.status == 200 and 'id="label-counts"' not in html and "target 17" not in html
+    assert "labels: 1,001 distinct in pairs@1, 1,001 in pairs@1 (not classes: no table)" in html
+    classes = get(server, "/stores/store-1/diff?a=pictures@1&b=pictures@1").body.decode()  # type: ignore[attr-defined]
+    assert 'id="label-counts"' in classes and 'id="distinct-labels"' not in classes
