@@ -1,6 +1,7 @@
 """DataLoader benchmarks: prefetch overlap, shared-memory transfer, per-sample overhead.
 
-Run ``python benchmarks/bench_dataloader.py [--quick]``. Each figure is the median of several runs.
+Run ``python benchmarks/bench_dataloader.py [--quick]``. Each figure is the median of several runs (of one with
+``--quick``, a smoke run).
 
 1. Overlap: a reader that spends 5 ms per batch in I/O (a sleep) and a training step of 5 ms (a sleep, as a
    GPU step releases the GIL). With prefetching an epoch should take at most 1.1 x the larger of the two.
@@ -225,9 +226,9 @@ def bench_overhead(count: int, repeats: int, batch_size: int = 256) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer batches and samples (about 30 s)")
+    parser.add_argument("--quick", action="store_true", help="fewer batches and samples, one run each (a smoke run)")
     args = parser.parse_args()
-    repeats = 3 if args.quick else 5
+    repeats = 1 if args.quick else 5
     bench_overlap(count=100 if args.quick else 200, repeats=repeats)
     bench_transfer(count=8 if args.quick else 24, repeats=repeats)
     bench_overhead(count=200_000 if args.quick else 1_000_000, repeats=repeats)
