@@ -17,7 +17,7 @@ both versions hold (the same sha256) are unchanged, every other row counts as re
 files) are compared by path and content in every case.
 
 The work is a sort-merge, in memory bounded whatever the rows (``benchmarks/bench_diff.py`` measures pairs of a
-million rows; ``tests/datasets/test_diff_streamed.py`` bounds one):
+million rows; ``tests/datasets/test_diff_streamed.py`` bounds a pair of 400,000):
 
 1. Each list is read as a stream, a window at a time, hashed as it is read, and cut into rows by numpy offsets
    (:mod:`datamount.datasets.list_windows`: key, labels, row number; no Python object per row). A list whose sha256
