@@ -58,17 +58,26 @@ class IndexedTree:
             return self._content(path, *found)
         return FOLDER if self._holds_folder(path) else None
 
-    def children(self, folder: str) -> list[tuple[str, Content | None]]:
-        """The names in ``folder`` (``""``: the root) and what each is (``None``: a folder), sorted by name."""
+    def children(self, folder: str) -> Iterator[tuple[str, Content | None]]:
+        """The names in ``folder`` (``""``: the root) and what each is (``None``: a folder), in the index's order
+        (:meth:`listing`'s: by path, a folder's name as if it ended in ``/``), read a part of the entries at a time:
+        a caller that keeps them all sorts them if it needs them by name."""
         prefix = f"{folder}/" if folder else ""
-        found: dict[str, Content | None] = {}
-        for path in [self._list, *self._shards]:  # the list and the shards' folder, where they are in it
+        # The list and the shards' folder, where they are in it (two names at most), each where its path sorts.
+        beside: dict[str, tuple[str, Content | None]] = {}
+        for path in [self._list, *self._shards]:
             if path.startswith(prefix):
                 name, slash, _ = path[len(prefix) :].partition("/")
-                found[name] = None if slash else self._beside(path)
+                beside[prefix + name + slash] = (name, None if slash else self._beside(path))
+        waiting = sorted(beside.items())
         for name, entry, row in self.listing(prefix, prefix):
-            found[name] = None if entry is None else self._content(prefix + name, entry, row)
-        return sorted(found.items())
+            key = prefix + name + ("/" if entry is None else "")
+            while waiting and waiting[0][0] <= key:
+                placed, shown = waiting.pop(0)
+                if placed != key:  # an entry at the same path is shown in its place
+                    yield shown
+            yield name, None if entry is None else self._content(prefix + name, entry, row)
+        yield from (shown for _, shown in waiting)
 
     def listing(self, prefix: str, start: str) -> Iterator[tuple[str, FileEntry | None, int]]:
         """The entries' names in the folder ``prefix`` (``a/``; ``""``: the root) from the path ``start`` on, in

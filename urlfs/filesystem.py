@@ -24,6 +24,7 @@ import contextlib
 import dataclasses
 import datetime
 import errno
+import operator
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -147,13 +148,14 @@ class _Version:
         for folder in folders:
             yield folder, None
 
-    def children(self, inner: str) -> list[tuple[str, Content | None]]:
-        """The names in the folder ``inner`` and what each is (``None``: a folder)."""
+    def children(self, inner: str) -> Iterator[tuple[str, Content | None]]:
+        """The names in the folder ``inner`` and what each is (``None``: a folder), in no set order: an indexed
+        version's read from its entries as they are iterated."""
         if self.indexed is not None:
             return self.indexed.children(inner)
         node = self.tree.find(f"/{inner}" if inner else "/")
         assert node is not None
-        return [(name, child.content) for name, child in node.children.items()]
+        return ((name, child.content) for name, child in node.children.items())
 
     def _near(self, inner: str, *, withdirs: bool, maxdepth: int) -> list[str]:
         """:meth:`under`'s paths down to ``maxdepth`` levels below the folder ``inner``, sorted."""
@@ -396,9 +398,14 @@ class DatamountFileSystem(AbstractFileSystem):
             return [self._details(where, version, where.inner, content) if detail else where.joined(where.inner)]
         prefix = f"{where.inner}/" if where.inner else ""
         entries = version.children(where.inner)
+        # One list, made as the names are read, sorted where it is (a folder may hold a million files).
         if detail:
-            return [self._details(where, version, prefix + name, child) for name, child in entries]
-        return [where.joined(prefix + name) for name, _ in entries]
+            details = [self._details(where, version, prefix + name, child) for name, child in entries]
+            details.sort(key=operator.itemgetter("name"))
+            return details
+        names = [where.joined(prefix + name) for name, _ in entries]
+        names.sort()
+        return names
 
     def _found(
         self, path: str, maxdepth: int | None, withdirs: bool

@@ -46,7 +46,11 @@ def same_trees(built: Tree, indexed: IndexedTree) -> None:
     for path in folders:
         node = built.nodes[path]
         expected = sorted((name, child.content) for name, child in node.children.items())
-        assert indexed.children(path[1:]) == expected, path
+        listed = list(indexed.children(path[1:]))
+        assert sorted(listed) == expected, path
+        # In the index's order: by path, a folder's name as if it ended in "/".
+        keys = [name + ("/" if content is None else "") for name, content in listed]
+        assert keys == sorted(keys), path
         files = sorted((key[1:], built.nodes[key].content) for key in under(built, node))
         assert sorted(indexed.walk(path[1:])) == files, path
 

@@ -3,9 +3,12 @@ indexes, with no list read and no tree built; the same answers as the tree of a 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from datamount.datasets import catalog, layout
+from datamount.datasets import catalog, layout, upload
+from datamount.storage import Store
 from datamount.urlfs import DatamountFileSystem
 from tests.manifests import write_format_6
 from tests.urlfs.conftest import ON_STORES
@@ -76,3 +79,29 @@ def test_an_indexed_version_answers_as_the_tree_of_the_same_version_before_forma
         same(fs.info(new_root + inner), fs.info(path))
     for missing in ("/data/img9999.png", "/data/img0003", "/dat", "/shards/x.parquet"):
         assert not fs.exists(new_root + missing) and not fs.exists(old_root + missing)
+
+
+def test_a_folder_is_listed_sorted_by_name_as_its_names_are_read(local_store: Store, tmp_path: Path) -> None:
+    """``ls`` of an indexed version's folder: its names sorted by name, though the index gives them by path (the
+    folder ``a`` after ``a-b.jpg`` and ``a.jpg``, whose paths sort before ``a/``), with the list and the shards."""
+    paths = ["a/x.jpg", "a-b.jpg", "a.jpg", "a0/y.jpg", "b/c/z.jpg"]
+    for number, path in enumerate(paths):
+        (tmp_path / "src" / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "src" / path).write_bytes(bytes([number]) * (number + 1))
+    (tmp_path / "src" / "train.list").write_text("".join(f"{path}\t0\n" for path in paths), encoding="utf-8")
+    upload(tmp_path / "src" / "train.list", "d", store=local_store, packed=True)
+    fs = DatamountFileSystem(store=local_store.url, skip_instance_cache=True)
+    root = "_/d@1"
+    names = ["a", "a-b.jpg", "a.jpg", "a0", "b", "shards", "train.list"]
+    assert fs.ls(root, detail=False) == [f"{root}/{name}" for name in names]
+    detailed = fs.ls(root, detail=True)
+    assert [(info["name"], info["type"], info["size"]) for info in detailed] == [
+        (
+            f"{root}/{name}",
+            "directory" if name in ("a", "a0", "b", "shards") else "file",
+            fs.info(f"{root}/{name}")["size"],
+        )
+        for name in names
+    ]
+    assert [info["size"] for info in detailed[1:3]] == [2, 3]
+    assert no_tree_built(fs)
