@@ -7,6 +7,7 @@ module                 job
 :mod:`.lazy_tree`      ... an indexed version's, a node at a time from its indexes, bounded
 :mod:`.content`        the files' bytes: fetched, checked, kept in memory under a budget
 :mod:`.filesystem`     the FUSE operations (pyfuse3 over libfuse 3) and read-ahead
+:mod:`.open_folder`    an open folder's listing, a window of its nodes at a time
 :mod:`.push`           read-ahead files put into the kernel's page cache
 :mod:`.mounting`       checks before a mount, the serving process, unmounting
 =====================  ===============================================================================

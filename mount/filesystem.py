@@ -36,6 +36,7 @@ import trio
 from datamount.datasets.rows import removed_or_missing
 from datamount.datasets.tree import Node
 from datamount.mount.content import DEFAULT_READ_AHEAD, Contents
+from datamount.mount.open_folder import FolderCursor
 from datamount.mount.push import PageCacheFiller, RunSoon
 from datamount.mount.recent import Recent
 from datamount.mount.tree_view import FOLDER, LIST, MountTree
@@ -76,8 +77,8 @@ class DatasetFilesystem(pyfuse3.Operations):
         #: For each open handle of a file served by ranges (a long list), the run of checked blocks it read last.
         self._runs: dict[int, tuple[int, bytes]] = {}
         self._next_handle = itertools.count(1)
-        #: Each open folder's listing, made on its first read.
-        self._listings: dict[int, tuple[Node, list[Node] | None]] = {}
+        #: Where each open folder's listing is: a window of its nodes (see open_folder.py).
+        self._listings: dict[int, FolderCursor] = {}
         self._recent: deque[Node] = deque(maxlen=RECENT_OPENS)
         #: The files that were in a read-ahead window (the last :data:`WINDOWED_KEPT`).
         self._windowed: Recent[int, bool] = Recent(WINDOWED_KEPT)
@@ -118,20 +119,26 @@ class DatasetFilesystem(pyfuse3.Operations):
         if not folder.is_folder:
             raise pyfuse3.FUSEError(errno.ENOTDIR)
         handle = next(self._next_handle)
-        self._listings[handle] = (folder, None)
+        self._listings[handle] = FolderCursor(folder, self.tree.listing)
         return handle
 
     async def readdir(self, fh: int, start_id: int, token: Any) -> None:
-        folder, made = self._listings[fh]
-        listing: list[Node] = await self._ask(self.tree.listing, folder) if made is None else made
-        self._listings[fh] = (folder, listing)
+        cursor = self._listings[fh]
         self.filler.request(_run_soon)
-        for index in range(start_id, len(listing)):
-            child = listing[index]
-            if not pyfuse3.readdir_reply(token, os.fsencode(child.name), self._attributes(child), index + 1):
-                return
-            self.tree.looked_up(child)
-            self.filler.listed(child)
+        offset = start_id
+        while True:
+            nodes = cursor.held(offset)
+            if not nodes:
+                await self._ask(cursor.move, offset)
+                nodes = cursor.held(offset)
+                if not nodes:
+                    return  # the folder's end
+            for child in nodes:
+                if not pyfuse3.readdir_reply(token, os.fsencode(child.name), self._attributes(child), offset + 1):
+                    return
+                offset += 1
+                self.tree.looked_up(child)
+                self.filler.listed(child)
 
     async def forget(self, inode_list: Sequence[tuple[int, int]]) -> None:
         opened = {node.inode for node, _ in self._handles.values()}  # never pushed while open (see push.py)

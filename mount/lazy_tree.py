@@ -20,10 +20,11 @@ from __future__ import annotations
 import itertools
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from datamount.datasets.export import list_name
-from datamount.datasets.manifest import FileEntry, Manifest, collector_paused
+from datamount.datasets.manifest import FileEntry, Manifest
 from datamount.datasets.rows.listed import ListRows
 from datamount.datasets.tree import FOLDER, ROOT_INODE, Content, Node, check_path
 from datamount.datasets.tree_index import IndexedTree
@@ -112,19 +113,22 @@ class LazyTree:
     def child(self, folder: Node, name: str) -> Node | None:
         return self._at(_joined(_path_of(folder), name))
 
-    def listing(self, folder: Node) -> list[Node]:
+    def listing(self, folder: Node, start: int = 0) -> Iterator[Node]:
+        """The folder's nodes from the ``start``-th on, made as the index's names are read (the names before
+        ``start`` read and passed over, no node made for them); each file linked to the next one in the folder as it
+        is made, and the last to none once the names end."""
         folder_path = _path_of(folder)
-        nodes = []
-        with collector_paused():  # a node and its entry per file, none in a cycle: no collection walks them
-            for name, content in self.index.children(folder_path):
-                path = _joined(folder_path, name)
-                nodes.append(self._folder(path) if content is None else self._file(path, content))
-        files = [node for node in nodes if _is_row_file(node)]
-        for earlier, later in itertools.pairwise(files):
-            _link(earlier, later.inode)
-        if files:
-            _link(files[-1], _LAST)
-        return nodes
+        previous: Node | None = None
+        for name, content in itertools.islice(self.index.children(folder_path), start, None):
+            path = _joined(folder_path, name)
+            node = self._folder(path) if content is None else self._file(path, content)
+            if _is_row_file(node):
+                if previous is not None:
+                    _link(previous, node.inode)
+                previous = node
+            yield node
+        if previous is not None:
+            _link(previous, _LAST)
 
     def next_in_list(self, node: Node) -> Node | None:
         """The file of the row after ``node``'s: its path from the list's block; its size and checksums from the

@@ -9,6 +9,8 @@ whose answers may read the store (``blocking``) is asked from a thread, never fr
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterator
 from typing import Protocol
 
 from datamount.datasets.tree import Node, Tree
@@ -44,8 +46,10 @@ class MountTree(Protocol):
     def child(self, folder: Node, name: str) -> Node | None:
         """The node called ``name`` in ``folder`` (``None``: there is none)."""
 
-    def listing(self, folder: Node) -> list[Node]:
-        """The nodes in ``folder``, in the order a walker opens them (:meth:`next_sibling`'s)."""
+    def listing(self, folder: Node, start: int = 0) -> Iterator[Node]:
+        """The nodes in ``folder`` from the ``start``-th on (0: the first), in the order a walker opens them
+        (:meth:`next_sibling`'s), made as they are iterated (never all at once where the tree is made node by
+        node: a folder may hold a million files)."""
 
     def next_in_list(self, node: Node) -> Node | None:
         """The file of the list row after ``node``'s first row, if ``node`` is a row's file."""
@@ -96,8 +100,8 @@ class BuiltTree:
     def child(self, folder: Node, name: str) -> Node | None:
         return folder.children.get(name)
 
-    def listing(self, folder: Node) -> list[Node]:
-        return list(folder.children.values())
+    def listing(self, folder: Node, start: int = 0) -> Iterator[Node]:
+        return itertools.islice(folder.children.values(), start, None)
 
     def next_in_list(self, node: Node) -> Node | None:
         return self.tree.next_in_list(node)

@@ -229,7 +229,7 @@ def test_the_tree_keeps_what_the_kernel_holds_and_a_few_more(local_store: Store,
     folder = tree.child(tree.root, "b")
     assert folder is not None and folder.content is None
     tree.looked_up(folder)
-    listed = tree.listing(folder)
+    listed = list(tree.listing(folder))
     assert [node.name for node in listed] == sorted(["c", *NAMES])
     first = listed[0]
     tree.looked_up(first)
@@ -240,7 +240,7 @@ def test_the_tree_keeps_what_the_kernel_holds_and_a_few_more(local_store: Store,
         tree.next_in_list(node)
     assert tree.nodes <= 3 + 4  # the root, the two held, and 4 kept
     assert tree.known(folder.inode) is folder and tree.known(first.inode) is first
-    again = tree.listing(folder)
+    again = list(tree.listing(folder))
     assert {node.name: node.inode for node in again if node.content is not None} == {
         name: number for name, number in numbers.items() if name != "c"
     }
