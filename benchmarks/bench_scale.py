@@ -76,7 +76,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -611,11 +611,13 @@ def step_stat(path: str) -> dict[str, float]:
     return {"stat": stated - started, "ls": time.perf_counter() - stated, "listed": len(names)}
 
 
-def synthetic_line(i: int) -> str:
-    return f"{image_path(i)}\t{i % LABELS}\n"
+def synthetic_line(i: int, path_of: Callable[[int], str] = image_path) -> str:
+    return f"{path_of(i)}\t{i % LABELS}\n"
 
 
-def synthesize(store_url: str, rows: int, shard_rows: int) -> dict[str, float]:
+def synthesize(
+    store_url: str, rows: int, shard_rows: int, path_of: Callable[[int], str] = image_path
+) -> dict[str, float]:
     """A packed image version of ``rows`` rows in the (new, local) store ``store_url``, straight in the store's
     format, no files: one shard of ``shard_rows`` rows (and one of the rest) named by the manifest once per that
     many rows, the normalised list and its blocks, and the entries given to ``catalog.commit`` lazily, which makes
@@ -623,7 +625,8 @@ def synthesize(store_url: str, rows: int, shard_rows: int) -> dict[str, float]:
 
     Row ``i``'s file holds the 32 bytes of file ``i % shard_rows`` (:func:`file_bytes`), so that each entry's size
     and sha256 are those of the bytes the shard holds for its row; its label is ``i % LABELS``, as in the shard. The
-    shards' ``path`` column names the first shard's rows (it is not what any reader finds a row by)."""
+    shards' ``path`` column names the first shard's rows (it is not what any reader finds a row by). ``path_of``:
+    row ``i``'s path (:func:`image_path`, folders of 1,000 files; another must sort as the rows do)."""
     import hashlib
 
     from datamount.datasets import catalog, locks
@@ -639,9 +642,9 @@ def synthesize(store_url: str, rows: int, shard_rows: int) -> dict[str, float]:
     with locks.writing(store, DATASET, purpose="synthesize"):
         shards = synthetic_shards(store, rows, period)
         timed["shards"] = time.perf_counter() - started
-        draft = synthetic_list(store, rows, shards)
+        draft = synthetic_list(store, rows, shards, path_of)
         timed["list"] = time.perf_counter() - started - timed["shards"]
-        draft = dataclasses.replace(draft, files=SyntheticFiles(rows, digests))
+        draft = dataclasses.replace(draft, files=SyntheticFiles(rows, digests, path_of))
         committed = catalog.commit(store, draft)
         timed["commit"] = time.perf_counter() - started - timed["shards"] - timed["list"]
     timed["version"] = committed.version
@@ -651,8 +654,8 @@ def synthesize(store_url: str, rows: int, shard_rows: int) -> dict[str, float]:
 class SyntheticFiles(Sequence["FileEntry"]):
     """The file entries of a synthetic version, made as they are iterated (in path order, which is row order)."""
 
-    def __init__(self, rows: int, digests: list[str]) -> None:
-        self.rows, self.digests = rows, digests
+    def __init__(self, rows: int, digests: list[str], path_of: Callable[[int], str] = image_path) -> None:
+        self.rows, self.digests, self.path_of = rows, digests, path_of
 
     def __len__(self) -> int:
         return self.rows
@@ -660,12 +663,15 @@ class SyntheticFiles(Sequence["FileEntry"]):
     def __getitem__(self, i: int) -> FileEntry:  # type: ignore[override]
         from datamount.datasets.manifest import FileEntry
 
-        return FileEntry(image_path(i), FILE_BYTES, self.digests[i % len(self.digests)])
+        return FileEntry(self.path_of(i), FILE_BYTES, self.digests[i % len(self.digests)])
 
     def __iter__(self) -> Iterator[FileEntry]:
         from datamount.datasets.manifest import FileEntry
 
         digests, period = self.digests, len(self.digests)
+        if self.path_of is not image_path:
+            yield from (FileEntry(self.path_of(i), FILE_BYTES, digests[i % period]) for i in range(self.rows))
+            return
         for start in range(0, self.rows, 1000):
             folder = f"img/{start // 1000:05d}/"
             yield from (
@@ -712,7 +718,7 @@ def synthetic_shards(store: Any, rows: int, period: int) -> list[Any]:
     return [written[0]] * (rows // period) + written[1:]
 
 
-def synthetic_list(store: Any, rows: int, shards: list[Any]) -> Any:
+def synthetic_list(store: Any, rows: int, shards: list[Any], path_of: Callable[[int], str] = image_path) -> Any:
     """The normalised list of ``rows`` synthetic rows, written as a stream straight into the (local) store's lists
     with its blocks; the draft that names it."""
     import hashlib
@@ -729,7 +735,7 @@ def synthetic_list(store: Any, rows: int, shards: list[Any]) -> Any:
     with tempfile.NamedTemporaryFile(dir=folder, delete=False) as out:
         try:
             for start in range(0, rows, 64_000):
-                lines = [synthetic_line(i).encode() for i in range(start, min(start + 64_000, rows))]
+                lines = [synthetic_line(i, path_of).encode() for i in range(start, min(start + 64_000, rows))]
                 for piece in blocks.add(lines):
                     digest.update(piece)
                     size += len(piece)
