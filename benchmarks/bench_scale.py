@@ -19,7 +19,7 @@ goes to a local store of its own:
 - ``--synthetic ROWS``: a packed image version of ``ROWS`` rows (10^8) generated straight into the store's format in
   a process of its own, no files (:func:`synthesize`): one real shard of ``--synthetic-shard-rows`` rows written by
   datamount's ``ShardWriter``, named by the manifest once per that many rows (row ``i``'s file holds the bytes of
-  ``i % shard_rows``, so its entry's sha256 is that of the bytes the shard holds for it); the normalised list written
+  ``i % shard_rows``, so its entry's xxh3-64 is that of the bytes the shard holds for it); the normalised list written
   as a stream with its blocks (``ListBlocksWriter``); the entries, given lazily, and every index made by
   ``catalog.commit`` under ``locks.writing``, as an upload's are. Then every step below that reads.
 
@@ -315,7 +315,7 @@ def disk_needed(layout: str, rows: int, pool: int = 0) -> int:
     if layout in IMAGE_LAYOUTS:
         files = min(rows, pool) if pool else rows
         return files * FILE_DISK_BYTES * (2 if layout == "unpacked" else 1) + rows * 40 * 3
-    if layout == "synthetic":  # the list, the entries' parts (a sha256 each) and the sort's spill
+    if layout == "synthetic":  # the list, the entries' parts and the sort's spill
         return rows * 150
     return rows * 25 * 3  # the list, its normalised copy in the store, shards or spare
 
@@ -624,13 +624,14 @@ def synthesize(
     the indexes (by path; a packed version has no row index) as an upload's commit does.
 
     Row ``i``'s file holds the 32 bytes of file ``i % shard_rows`` (:func:`file_bytes`), so that each entry's size
-    and sha256 are those of the bytes the shard holds for its row; its label is ``i % LABELS``, as in the shard. The
+    and xxh3-64 (an entry of ``upload --pack``: no sha256, manifest format 8) are those of the bytes the shard holds
+    for its row; its label is ``i % LABELS``, as in the shard. The
     shards' ``path`` column names the first shard's rows (it is not what any reader finds a row by). ``path_of``:
     row ``i``'s path (:func:`image_path`, folders of 1,000 files; another must sort as the rows do)."""
-    import hashlib
-
     from datamount.datasets import catalog, locks
+    from datamount.datasets.manifest import PACKED_DIGEST_FORMAT_VERSION
     from datamount.storage import open_store
+    from datamount.storage.checksums import xxh3
 
     period = min(rows, shard_rows)
     if period % LABELS and period != rows:
@@ -638,13 +639,14 @@ def synthesize(
     store = open_store(store_url, check=False)
     timed: dict[str, float] = {}
     started = time.perf_counter()
-    digests = [hashlib.sha256(file_bytes(i)).hexdigest() for i in range(period)]
+    digests = [xxh3(file_bytes(i)) for i in range(period)]
     with locks.writing(store, DATASET, purpose="synthesize"):
         shards = synthetic_shards(store, rows, period)
         timed["shards"] = time.perf_counter() - started
         draft = synthetic_list(store, rows, shards, path_of)
         timed["list"] = time.perf_counter() - started - timed["shards"]
-        draft = dataclasses.replace(draft, files=SyntheticFiles(rows, digests, path_of))
+        files = SyntheticFiles(rows, digests, path_of)
+        draft = dataclasses.replace(draft, files=files, format_version=PACKED_DIGEST_FORMAT_VERSION)
         committed = catalog.commit(store, draft)
         timed["commit"] = time.perf_counter() - started - timed["shards"] - timed["list"]
     timed["version"] = committed.version
@@ -663,19 +665,19 @@ class SyntheticFiles(Sequence["FileEntry"]):
     def __getitem__(self, i: int) -> FileEntry:  # type: ignore[override]
         from datamount.datasets.manifest import FileEntry
 
-        return FileEntry(self.path_of(i), FILE_BYTES, self.digests[i % len(self.digests)])
+        return FileEntry(self.path_of(i), FILE_BYTES, "", self.digests[i % len(self.digests)])
 
     def __iter__(self) -> Iterator[FileEntry]:
         from datamount.datasets.manifest import FileEntry
 
         digests, period = self.digests, len(self.digests)
         if self.path_of is not image_path:
-            yield from (FileEntry(self.path_of(i), FILE_BYTES, digests[i % period]) for i in range(self.rows))
+            yield from (FileEntry(self.path_of(i), FILE_BYTES, "", digests[i % period]) for i in range(self.rows))
             return
         for start in range(0, self.rows, 1000):
             folder = f"img/{start // 1000:05d}/"
             yield from (
-                FileEntry(f"{folder}{i:09d}.bin", FILE_BYTES, digests[i % period])
+                FileEntry(f"{folder}{i:09d}.bin", FILE_BYTES, "", digests[i % period])
                 for i in range(start, min(start + 1000, self.rows))
             )
 
