@@ -27,6 +27,16 @@ OBJECTS = 70_000
 #: What a walker may hold beyond a pass over the entries: its objects' records before they go to disk (2.6 MB at
 #: most), one folder's bucket and listing, a few parts' paths.
 MARGIN_MB = 6
+#: What a copy may hold beyond two passes: the commit's conversion of 65,536 entries to Arrow columns and its sort's
+#: run beside them. The copy holds 25.3 MB here, before and after format 8 made a pass 2 MB lighter (11.6 -> 9.6 MB:
+#: its parts' sha256 column is nullable); the copy that held every object's record took 64.2.
+COPY_MARGIN_MB = 10
+
+
+def one_pass_mb(store: Store) -> float:
+    """The peak held by one pass over the entries of a version read afresh (none of its parts decoded before: a
+    manifest of this module's fixture keeps the last parts another test decoded)."""
+    return held_peak_mb(lambda: sum(1 for _ in catalog.resolve(store, "d").files))
 
 
 def held_peak_mb(walk: Callable[[], object]) -> float:
@@ -83,9 +93,10 @@ WALKS: dict[str, Callable[[Store, Manifest], object]] = {
 def test_a_walk_over_every_object_holds_what_one_pass_over_the_entries_does(
     version: tuple[Store, Manifest], walk: str
 ) -> None:
-    store, manifest = version
-    one_pass = held_peak_mb(lambda: sum(1 for _ in manifest.files))
-    held = held_peak_mb(lambda: WALKS[walk](store, manifest))
+    store, _ = version
+    one_pass = one_pass_mb(store)
+    fresh = catalog.resolve(store, "d")
+    held = held_peak_mb(lambda: WALKS[walk](store, fresh))
     assert held < one_pass + MARGIN_MB, f"{walk} held {held:.1f} MB, a pass over the entries {one_pass:.1f} MB"
 
 
@@ -94,12 +105,13 @@ def test_a_copy_holds_what_one_pass_over_the_entries_does(version: tuple[Store, 
     there, whose entries' parts the commit sorts again, 65,536 entries made Arrow columns at a time (two parts' worth
     of entries). It held every object's part, the dataset folder's listing and a dict of every entry: 64.2 MB, now
     25.3."""
-    store, manifest = version
+    store, _ = version
     objects = f"{layout.dataset_folder('d')}/{layout.OBJECTS}"
     target = open_store(tmp_path / "target")
     shutil.copytree(store.full_path(objects), tmp_path / "target" / objects, copy_function=os.link)
-    one_pass = held_peak_mb(lambda: sum(1 for _ in manifest.files))
+    one_pass = one_pass_mb(store)
     copied: list[CopyResult] = []
     held = held_peak_mb(lambda: copied.append(copy_version("d", source=store, target=target)))
     assert (copied[0].sent, copied[0].present) == (0, OBJECTS)
-    assert held < 2 * one_pass + MARGIN_MB, f"the copy held {held:.1f} MB, a pass over the entries {one_pass:.1f} MB"
+    said = f"the copy held {held:.1f} MB, a pass over the entries {one_pass:.1f} MB"
+    assert held < 2 * one_pass + COPY_MARGIN_MB, said
