@@ -28,8 +28,8 @@ OBJECTS = 70_000
 #: most), one folder's bucket and listing, a few parts' paths.
 MARGIN_MB = 6
 #: What a copy may hold beyond two passes: the commit's conversion of 65,536 entries to Arrow columns and its sort's
-#: run beside them. The copy holds 25.3 MB here, before and after format 8 made a pass 2 MB lighter (11.6 -> 9.6 MB:
-#: its parts' sha256 column is nullable); the copy that held every object's record took 64.2.
+#: run beside them. The copy holds 25.3 MB here, before and after format 8's change to the entries' parts made a pass
+#: 2 MB lighter (11.6 -> 9.6 MB); the copy that held every object's record took 64.2.
 COPY_MARGIN_MB = 10
 
 
