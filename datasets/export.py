@@ -34,7 +34,7 @@ from datamount.datasets.rows import (
     read_lines,
 )
 from datamount.storage import IntegrityError, ObjectNotFoundError, Store, UnsafePathError, open_store
-from datamount.storage.checksums import matches
+from datamount.storage.checksums import checked_by, matches
 from datamount.storage.staging import is_empty, staged_folder
 
 
@@ -147,7 +147,7 @@ def _damaged_row(store: Store, manifest: Manifest, row: int, path: str, entry: F
     damaged object as a reader names it, or a damaged shard."""
     if entry is None:
         return DatasetNotFoundError(f"{manifest.ref}: the manifest has no file for {path!r}")
-    checksum = "xxh3-64" if entry.xxh3 else "sha256"
+    checksum = checked_by(entry.xxh3)
     if not manifest.shards:
         return damaged_object(store, manifest, row, object_location(manifest, entry), f"does not match its {checksum}")
     return IntegrityError(

@@ -37,6 +37,12 @@ def matches(data: bytes | bytearray | memoryview, sha256: str, fast: str = "", *
     return (digest or hashlib.sha256(data).hexdigest()) == sha256
 
 
+def checked_by(fast: str) -> str:
+    """The name of the checksum :func:`matches` checks for an entry whose xxh3-64 is ``fast`` (``""``: none), for
+    errors."""
+    return "xxh3-64" if fast else "sha256"
+
+
 def file_digests(path: str | os.PathLike[str]) -> tuple[str, str]:
     """The hex sha256 and xxh3-64 of the local file at ``path``, from one read in 1 MiB chunks."""
     sha256, fast = _hash_file(path, hashlib.sha256(), xxhash.xxh3_64())

@@ -17,7 +17,7 @@ from datamount.datasets.row_index import RowIndex
 from datamount.datasets.rows.missing import missing_list, missing_object, objects_read
 from datamount.datasets.rows.source import DEFAULT_ROWS_PER_SPAN, Piece, Row, clip, line_spans, out_of_range
 from datamount.storage import IntegrityError, ObjectNotFoundError, Store
-from datamount.storage.checksums import matches
+from datamount.storage.checksums import checked_by, matches
 from datamount.storage.counters import RunningCount, Tally
 from datamount.storage.store import DEFAULT_MAX_BYTES_IN_FLIGHT
 
@@ -106,7 +106,7 @@ def check_object(
     elif not hashed or matches(data, location.sha256, location.xxh3, digest=digest):
         return data
     else:
-        problem = f"does not match its {'xxh3-64' if location.xxh3 else 'sha256'}"
+        problem = f"does not match its {checked_by(location.xxh3)}"
     raise damaged_object(store, manifest, row, location, problem)
 
 
