@@ -494,7 +494,8 @@ class DatamountFileSystem(AbstractFileSystem):
         return info.get("etag") or f"{info['name']}#{info['version']}"
 
     def checksum(self, path: str) -> int:
-        return int(self.ukey(path)[:16], 16) if "etag" in self.info(path) else super().checksum(path)
+        info = self.info(path)
+        return int(info["etag"][:16], 16) if "etag" in info else super().checksum(path)
 
     # -------------------------------------------------------------------------------------------- reading
 
