@@ -135,8 +135,14 @@ def processes_cpu_seconds(pids: Collection[int]) -> float:
 def peak_rss_mb() -> float:
     """This process's peak resident memory in MB: ``VmHWM``, which starts afresh at ``exec`` (``ru_maxrss`` keeps the
     parent's peak in a process it started, so a child's figure would be the benchmark's own)."""
-    for line in Path("/proc/self/status").read_text(encoding="ascii").splitlines():
-        if line.startswith("VmHWM:"):
+    return memory_mb("VmHWM")
+
+
+def memory_mb(field: str, pid: int | str = "self") -> float:
+    """A memory figure of process ``pid``'s ``/proc`` status (``VmRSS``: resident now; ``VmHWM``: its peak), in MB
+    (NaN where it has none)."""
+    for line in Path(f"/proc/{pid}/status").read_text(encoding="ascii").splitlines():
+        if line.startswith(field + ":"):
             return int(line.split()[1]) / 1024
     return float("nan")
 

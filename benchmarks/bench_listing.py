@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _harness import memory_mb
 from bench_scale import DATAMOUNT, DATASET, synthesize
 
 from datamount import datasets
@@ -40,14 +41,6 @@ def flat_path(i: int) -> str:
     return f"{FOLDER}/{i:09d}.bin"
 
 
-def memory_mb(pid: int, field: str) -> float:
-    """``VmRSS`` or ``VmHWM`` (the peak) of process ``pid``, in MB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) / 1024
-    raise ValueError(f"no {field} for process {pid}")
-
-
 def listed_once(store: Path) -> dict[str, float]:
     """Mount the version, list its folder with ``ls -f | wc -l``, unmount: the figures."""
     with tempfile.TemporaryDirectory(prefix="datamount-bench-listing-") as mountpoint:
@@ -59,15 +52,15 @@ def listed_once(store: Path) -> dict[str, float]:
                 if server.poll() is not None:
                     raise RuntimeError(f"did not mount: {server.stderr.read().decode()[-500:]}")  # type: ignore[union-attr]
                 time.sleep(0.01)
-            figures = {"up_s": time.perf_counter() - started, "rss_up_mb": memory_mb(server.pid, "VmRSS")}
+            figures = {"up_s": time.perf_counter() - started, "rss_up_mb": memory_mb("VmRSS", server.pid)}
             started = time.perf_counter()
             counted = subprocess.run(
                 ["sh", "-c", f"ls -f '{mountpoint}/{FOLDER}' | wc -l"], capture_output=True, text=True, check=True
             )
             figures["ls_s"] = time.perf_counter() - started
             figures["names"] = int(counted.stdout)
-            figures["peak_mb"] = memory_mb(server.pid, "VmHWM")
-            figures["rss_after_mb"] = memory_mb(server.pid, "VmRSS")
+            figures["peak_mb"] = memory_mb("VmHWM", server.pid)
+            figures["rss_after_mb"] = memory_mb("VmRSS", server.pid)
         finally:
             subprocess.run([*DATAMOUNT, "unmount", mountpoint], capture_output=True, check=False)
             server.wait(timeout=120)
