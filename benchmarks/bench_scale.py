@@ -34,7 +34,8 @@ Then, each in a process of its own, through the public command line and API:
 - ``reader(NAME, store=...)``: its import, the open, the first sample of a pass, and ``reader[i]`` for a random ``i``
   (seeded by ``--seed``), and the process's peak RSS;
 - ``datamount://``: ``fs.info`` of row ``i``'s path in a fresh filesystem (one path looked up), then ``fs.find`` of
-  the version (every file listed): times, entries and peak RSS;
+  the version (every file listed): times, entries and peak RSS, with the part of it that is the find's result (the
+  list and its strings, as ``sys.getsizeof`` counts them);
 - ``datamount diff NAME@1 NAME@1 --json`` (the whole comparison, every row matched) and ``datamount verify NAME
   --json``: wall time, CPU and peak RSS;
 - the mount: ``datamount mount NAME MNT --foreground`` until it answers, ``os.stat`` of row ``i``'s path through it,
@@ -479,7 +480,8 @@ def measure_urls(figures: Figures, guard: Guard, store: Path, path: str, whole: 
     if found:
         shown += f" (CPU {done.cpu_seconds:.2f})"
     figures.record("url info/ls/find", done, shown, found.get("find"))
-    figures.record("url RSS", done, f"{done.peak_mb:,.0f} MB", done.peak_mb)
+    held = f" ({found['result_mb']:,.0f} MB of it the find's result)" if found else ""
+    figures.record("url RSS", done, f"{done.peak_mb:,.0f} MB{held}", done.peak_mb)
 
 
 def measure_mount(figures: Figures, guard: Guard, store: Path, path: str, whole: bool = True) -> None:
@@ -597,9 +599,16 @@ def step_urls(store: str, path: str, whole: bool) -> dict[str, float]:
     looked_up = time.perf_counter()
     fs.ls(folder, detail=False)
     listed = time.perf_counter()
-    files = len(fs.find(root if whole else folder))
+    paths = fs.find(root if whole else folder)
     found = time.perf_counter()
-    return {"info": looked_up - started, "ls": listed - looked_up, "find": found - listed, "files": files}
+    result = sys.getsizeof(paths) + sum(map(sys.getsizeof, paths))  # what the caller holds: the list and its strings
+    return {
+        "info": looked_up - started,
+        "ls": listed - looked_up,
+        "find": found - listed,
+        "files": len(paths),
+        "result_mb": result / 1e6,
+    }
 
 
 def step_stat(path: str) -> dict[str, float]:
