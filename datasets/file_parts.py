@@ -308,7 +308,10 @@ class _Part:
         entries = self._entries(start, stop)
         if self._rows is None:
             return [(entry, -1) for entry in entries]
-        rows = self._rows.slice(start, stop - start).fill_null(-1).to_pylist()
+        taken = self._rows.slice(start, stop - start)
+        rows = taken.to_pylist()
+        if taken.null_count:  # not Arrow's fill_null: its scalar from a Python int imports pandas (0.2 s, once)
+            rows = [-1 if row is None else row for row in rows]
         return list(zip(entries, rows, strict=True))
 
     def _entries(self, start: int, stop: int) -> list[FileEntry]:

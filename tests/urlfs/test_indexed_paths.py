@@ -3,6 +3,9 @@ indexes, with no list read and no tree built; the same answers as the tree of a 
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -42,6 +45,27 @@ def test_paths_folders_and_walks_are_answered_without_the_list(versions: Version
     assert no_tree_built(fs)
     with pytest.raises(FileNotFoundError, match=r"lists/[0-9a-f]{64}\.list: not found"):
         fs.cat_file(f"{root}/train.list")
+
+
+#: What a first answer from the indexes never needs: the first lookup of a folder imported pandas (through an Arrow
+#: scalar made from a Python int), 0.3 s of the mount's first ``stat`` and of a fresh process's first ``ls``.
+NOT_FOR_A_LOOKUP = ("pandas", "pyarrow.compute")
+
+
+@ON_STORES
+@pytest.mark.parametrize("name", NAMES)
+def test_a_first_lookup_in_a_fresh_process_imports_no_more_than_it_reads(versions: Versions, name: str) -> None:
+    code = (
+        "import json, sys\n"
+        "from datamount.urlfs import DatamountFileSystem\n"
+        f"fs = DatamountFileSystem(**json.loads({json.dumps(versions.options())!r}), skip_instance_cache=True)\n"
+        f"fs.info('_/{name}@1/data/img0003.png')\n"
+        f"print(fs.ls('_/{name}@1/data', detail=False)[:1])\n"
+        f"print(sorted(set({NOT_FOR_A_LOOKUP!r}) & set(sys.modules)))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [f"['_/{name}@1/data/img0000.png']", "[]"]
 
 
 @ON_STORES
