@@ -22,6 +22,7 @@ from datamount.cli.formatting import (
 from datamount.cli.options import (
     options_dict,
     shard_size_option,
+    size_value,
     source_backend_options,
     store_options,
     target_backend_options,
@@ -477,10 +478,37 @@ def cp(
 
 @click.command(name="export")
 @click.argument("name", shell_complete=complete_datasets)
-@click.argument("folder", type=click.Path(file_okay=False))
+@click.argument("folder")
 @store_options
+@click.option(
+    "--format",
+    "form",
+    type=click.Choice(["files", "webdataset"]),
+    default="files",
+    show_default=True,
+    help="files: as uploaded; webdataset: tar shards, one sample per row (FOLDER may then be a store's URL).",
+)
+@click.option(
+    "--shard-size",
+    "shard_bytes",
+    default="1GB",
+    show_default=True,
+    callback=size_value,
+    help="With --format webdataset: a shard closes before this many bytes.",
+)
+@click.option("--shard-samples", type=click.IntRange(min=1), help="With --format webdataset: samples a shard at most.")
+@target_backend_options
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
-def export(name: str, folder: str, store: Store, quiet: bool) -> None:
+def export(
+    name: str,
+    folder: str,
+    store: Store,
+    form: str,
+    shard_bytes: int,
+    shard_samples: int | None,
+    to_options: tuple[str, ...],
+    quiet: bool,
+) -> None:
     """Write dataset NAME (or NAME@N) into FOLDER as it was uploaded: an image version's files at their list paths
     and the list; a text version's list; a table version's Parquet shards; a public dataset's rows as files in its
     dataset's form, as 'datamount mount' shows them. Every byte is checked as it is read.
@@ -489,7 +517,18 @@ def export(name: str, folder: str, store: Store, quiet: bool) -> None:
     folder beside it (.FOLDER.datamount-export-...), renamed to FOLDER at the end, and removed if the export fails
     (a damaged part, Ctrl-C, SIGTERM). After a kill, the next export of the same version takes over what was
     written. A FOLDER that holds this export already is left as it is (nothing to do); one that holds anything else
-    is refused."""
+    is refused.
+
+    With --format webdataset, the rows go into WebDataset tar shards NAME-000000.tar... (sample keys are row
+    numbers; each column a file: the image as KEY.jpg (its list path's extension), a string as KEY.COLUMN.txt), into
+    a new or empty FOLDER or to a store's URL (s3://bucket/prefix, its options given with --to-option):
+    docs/datasets.md."""
+    if form == "webdataset":
+        target = open_store(folder, **options_dict(to_options)) if "://" in folder else folder
+        _export_webdataset(name, target, store, shard_bytes, shard_samples, quiet)
+        return
+    if "://" in folder:
+        raise click.BadParameter("a URL takes --format webdataset; files are exported into a local folder")
     from datamount.datasets import export as export_version
 
     with ProgressBar(quiet=quiet) as bar:
@@ -499,6 +538,21 @@ def export(name: str, folder: str, store: Store, quiet: bool) -> None:
     click.echo(
         f"exported {result.manifest.ref} to {folder}: {result.written} file(s) written "
         f"({format_size(result.size)}){listed}{kept}"
+    )
+
+
+def _export_webdataset(
+    name: str, target: str | Store, store: Store, shard_bytes: int, shard_samples: int | None, quiet: bool
+) -> None:
+    from datamount.datasets.webdataset_export import export_webdataset
+
+    with ProgressBar(quiet=quiet) as bar:
+        result = export_webdataset(
+            name, target, store=store, shard_bytes=shard_bytes, shard_samples=shard_samples, progress=bar
+        )
+    click.echo(
+        f"exported {result.manifest.ref}: {result.samples:,} sample(s) in {len(result.shards)} WebDataset shard(s) "
+        f"({format_size(result.size)}): {result.pattern}"
     )
 
 

@@ -87,7 +87,7 @@ def shard_size_option(description: str) -> Callable[[F], F]:
 def _shard_size_value(ctx: click.Context, param: click.Parameter, value: str) -> int:
     from datamount.datasets.shard_writer import DEFAULT_ROW_GROUP_BYTES, check_sizes  # pyarrow: only when given
 
-    size = _size_value(ctx, param, value)
+    size = size_value(ctx, param, value)
     try:
         check_sizes(size, DEFAULT_ROW_GROUP_BYTES)
     except ValueError as exc:
@@ -95,7 +95,7 @@ def _shard_size_value(ctx: click.Context, param: click.Parameter, value: str) ->
     return size
 
 
-def _size_value(ctx: click.Context, param: click.Parameter, value: str) -> int:
+def size_value(ctx: click.Context, param: click.Parameter, value: str) -> int:
     """A size option's value (``256MB``) in bytes, checked as the command line is read."""
     try:
         return parse_size(value)

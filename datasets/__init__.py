@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from datamount.datasets.transform import map_version
     from datamount.datasets.upload import UploadResult, upload
     from datamount.datasets.verify import RepairReport, VerifyReport, repair, verify
+    from datamount.datasets.webdataset_export import WebDatasetExport, export_webdataset
 
 #: Names whose modules are imported when first used: a command that only reads a manifest (``datamount info``) needs
 #: none of them, a process that only reads (``reader(name)``) few, and together they bring ``pyarrow.compute``,
@@ -68,6 +69,7 @@ _LAZY = {
     **dict.fromkeys(["CopyResult", "copy_version"], "datamount.datasets.copying"),
     **dict.fromkeys(["DiffRow", "VersionDiff", "diff_versions"], "datamount.datasets.diff"),
     "import_batches": "datamount.datasets.importing",
+    **dict.fromkeys(["WebDatasetExport", "export_webdataset"], "datamount.datasets.webdataset_export"),
     **dict.fromkeys(["imagenet", "imdb", "mnist", "wmt14"], "datamount.datasets.public"),
     "map_version": "datamount.datasets.transform",
 }
@@ -108,12 +110,14 @@ __all__ = [
     "UploadResult",
     "VerifyReport",
     "VersionDiff",
+    "WebDatasetExport",
     "catalog",
     "commit",
     "copy_version",
     "dataset_names",
     "diff_versions",
     "export",
+    "export_webdataset",
     "imagenet",
     "imdb",
     "import_batches",
