@@ -9,6 +9,7 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without torchdata
     raise ImportError("datamount.torch.StatefulDataLoader needs torchdata: pip install torchdata") from exc
 
+from datamount.readers.workers import advance_epochs
 from datamount.torch import ReaderDataset, reader_states
 
 
@@ -24,7 +25,7 @@ class StatefulDataLoader(_TorchdataLoader):  # type: ignore[misc]
         iterator = super().__iter__()
         if isinstance(self.dataset, ReaderDataset) and self.num_workers > 0:
             # The workers took copies at the epoch this pass reads; the next pass is the next epoch.
-            self.dataset.samples._advance_epoch(1)
+            advance_epochs(self.dataset.samples)
         return iterator
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
