@@ -12,15 +12,14 @@ A sample counts as taken when it is handed out, so the reader's state stays exac
 Every figure is of this process (a worker process reports its own). Counters come from where things happen: the store
 counts its requests (and its client its retries and throttling pauses), the row source the bytes it checked, the cache
 its hits. A pass's counters are their differences over that pass, so readers that share one ``Store`` object count
-each other's requests. The keys of ``stats()`` and the format of the lines are documented in ``docs/readers.md``
-("Statistics").
+each other's requests. The keys of ``stats()`` and the format of the lines (:mod:`~datamount.readers.stats_lines`)
+are documented in ``docs/readers.md`` ("Statistics").
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 import logging
 import math
 import operator
@@ -34,6 +33,7 @@ from typing import Any, TypeVar
 
 from datamount.datasets.manifest import Kind, Manifest
 from datamount.readers.errors import StatsConfigError
+from datamount.readers.stats_lines import COUNTERS, LINE_FORMAT, LINE_KEYS, encoded_line
 from datamount.readers.workers import ClosingChain, close_iterator
 from datamount.storage.counters import added
 
@@ -65,31 +65,8 @@ STATS_ENV = "DATAMOUNT_STATS"
 STATS_FILE_ENV = "DATAMOUNT_STATS_FILE"
 #: Seconds between two reports of one reader unless ``DATAMOUNT_STATS`` says otherwise.
 DEFAULT_INTERVAL_S = 10.0
-#: The version of the stats file's lines (their ``"format"``).
-LINE_FORMAT = 1
-#: What the store, the cache and the row source count, as ``stats()`` and the lines name them.
-COUNTERS = ("requests", "retries", "throttled_s", "cache_hits", "bytes_verified")
 #: The keys of ``stats()`` (and of its ``"pass"``).
 KEYS = ("passes", "samples", "bytes", "waited_s", "compute_s", "wait_share", "samples_per_s", "bytes_per_s", *COUNTERS)
-#: The keys of a line of the stats file, in their order.
-LINE_KEYS = (
-    "format",
-    "time",
-    "rank",
-    "world_size",
-    "worker",
-    "dataset",
-    "pass",
-    "interval_s",
-    "samples",
-    "bytes",
-    "waited_s",
-    "compute_s",
-    *COUNTERS,
-    "pass_s",
-    "local",
-    "final",
-)
 #: How long a chunk of samples may take (its wait and its compute) before the next one is smaller.
 CHUNK_TARGET_NS = 500_000
 MAX_CHUNK = 1024
@@ -288,7 +265,7 @@ class _StatsFiles:
             return self._open[key]
 
     def write(self, path: str, line: dict[str, Any]) -> None:
-        data = (json.dumps(line, separators=(",", ":")) + "\n").encode()
+        data = encoded_line(line)
         try:
             os.write(self.descriptor(path), data)
         except OSError as exc:  # a full disk must not stop the training; said once per file

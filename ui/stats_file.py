@@ -14,62 +14,20 @@ out; the file is only ever read.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from datamount.readers.stats_lines import LINE_COUNTERS, StatsLine, parse_line
 from datamount.ui.charts import step_rates
 
-FORMAT = 1
 #: Points each line of a plot has at most.
 MAX_BINS = 240
-#: A count this little below zero is a difference of rounded times (``compute_s``), taken as zero.
-ROUNDING = 1e-6
 #: Problems named one by one; past them only counted.
 MAX_PROBLEMS = 20
-#: Every number of a line is below this in size (a 64-bit counter's range): a line beyond it is left out.
-LARGEST = 2**63
-_COUNTERS = (
-    "samples",
-    "bytes",
-    "waited_s",
-    "compute_s",
-    "requests",
-    "retries",
-    "throttled_s",
-    "cache_hits",
-    "bytes_verified",
-)
-_FIELDS: dict[str, type | tuple[type, ...]] = {
-    "time": (int, float),
-    "rank": int,
-    "world_size": int,
-    "pass": int,
-    "interval_s": (int, float),
-    **dict.fromkeys(("samples", "bytes", "requests", "retries", "cache_hits", "bytes_verified"), int),
-    **dict.fromkeys(("waited_s", "compute_s", "throttled_s"), (int, float)),
-}
-
-
-@dataclass(frozen=True)
-class StatsLine:
-    """One line of the file: ``counters`` are its interval's, by the names of the format."""
-
-    time: float
-    rank: int
-    worker: int | None
-    dataset: str
-    pass_number: int
-    interval_s: float
-    final: bool
-    counters: dict[str, float]
-    #: Its pass read only folders on the reading machine (file reads: no requests, retries nor throttling).
-    local: bool = False
 
 
 @dataclass
@@ -79,7 +37,7 @@ class RankSummary:
     start; None where none of its lines has begun, or after they all ended)."""
 
     rank: int
-    totals: dict[str, float] = field(default_factory=lambda: dict.fromkeys(_COUNTERS, 0.0))
+    totals: dict[str, float] = field(default_factory=lambda: dict.fromkeys(LINE_COUNTERS, 0.0))
     datasets: set[str] = field(default_factory=set)
     passes: set[int] = field(default_factory=set)
     workers: set[int | None] = field(default_factory=set)
@@ -113,53 +71,6 @@ class StatsReport:
     ranks: list[RankSummary] = field(default_factory=list)
     bin_s: float = 0.0
     span_s: float = 0.0
-
-
-def parse_line(text: str) -> StatsLine:
-    """One line of the file (:class:`ValueError` saying what is wrong with it)."""
-    record = json.loads(text)  # NaN and Infinity are read (json.dumps writes them), then refused by name
-    if not isinstance(record, dict):
-        raise ValueError("not a JSON object")
-    if record.get("format") != FORMAT:
-        raise ValueError(f"format {_shown(record.get('format'))}, not {FORMAT}")
-    for key, kind in _FIELDS.items():
-        if not isinstance(record.get(key), kind) or isinstance(record.get(key), bool):
-            raise ValueError(f"{key!r} is missing or not a number")
-        _check_range(key, record[key])
-    worker = record.get("worker")
-    if worker is not None and (not isinstance(worker, int) or isinstance(worker, bool)):
-        raise ValueError("'worker' is neither a number nor null")
-    if worker is not None:
-        _check_range("worker", worker)
-    local = record.get("local", False)  # lines written before it was a key: counted as reading a remote store
-    if not isinstance(local, bool):
-        raise ValueError("'local' is neither true nor false")
-    if record["interval_s"] < 0 or any(record[key] < -ROUNDING for key in _COUNTERS):
-        raise ValueError("a negative count")
-    return StatsLine(
-        time=float(record["time"]),
-        rank=record["rank"],
-        worker=worker,
-        dataset=str(record.get("dataset", "")),
-        pass_number=record["pass"],
-        interval_s=float(record["interval_s"]),
-        final=bool(record.get("final", False)),
-        counters={key: max(float(record[key]), 0.0) for key in _COUNTERS},
-        local=local,
-    )
-
-
-def _check_range(key: str, value: float) -> None:
-    if not -LARGEST < value < LARGEST:  # compared before any float(): 10**400 has none; NaN compares false
-        raise ValueError(f"{key!r} is {_shown(value)}: not a finite number within ±2**63")
-
-
-def _shown(value: Any) -> str:
-    """``value`` as a message names it: at most 24 characters (a number of 400 digits is named by its length)."""
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**24:
-        return f"a number of {len(str(abs(value)))} digits"
-    text = repr(value)
-    return text if len(text) <= 24 else text[:23] + "…"
 
 
 def read_stats(path: str | os.PathLike[str]) -> StatsReport:
