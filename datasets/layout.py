@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import posixpath
 import uuid
+from dataclasses import dataclass
 
 from datamount.datasets.manifest import Manifest, ShardEntry
 from datamount.datasets.names import PUBLIC_NAMESPACE, validate_name, version_number
@@ -138,6 +139,30 @@ def version_pack_folder(
     first = f"-{first_group_bytes}" if first_group_bytes < row_group_bytes else ""
     codec = f"-{compression}" if compression != EARLIER_COMPRESSION else ""
     return f"{PACKS}/{version}-{shard_bytes}-{row_group_bytes}{first}{codec}"
+
+
+@dataclass(frozen=True)
+class PackSettings:
+    """What :func:`version_pack_folder` names a pack folder after: the version and the sizes and codec its shards
+    were cut with (``first_group_bytes`` is ``row_group_bytes`` where the name gives no smaller first group)."""
+
+    version: int
+    shard_bytes: int
+    row_group_bytes: int
+    first_group_bytes: int
+    compression: str
+
+
+def pack_settings(pack_folder: str) -> PackSettings | None:
+    """The settings a folder named by :func:`version_pack_folder` was named after; ``None`` for any other pack folder
+    (a draft's, an upload's)."""
+    prefix, slash, name = pack_folder.partition("/")
+    parts = name.split("-")
+    codec = parts.pop() if len(parts) > 3 and not parts[-1].isdigit() else EARLIER_COMPRESSION
+    if prefix != PACKS or not slash or len(parts) not in (3, 4) or not all(p.isdigit() and p.isascii() for p in parts):
+        return None
+    version, shard_bytes, row_group_bytes, *first = (int(part) for part in parts)
+    return PackSettings(version, shard_bytes, row_group_bytes, first[0] if first else row_group_bytes, codec)
 
 
 def upload_pack_folder(digest: str, attempt: int) -> str:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import os
-import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -22,7 +21,6 @@ from datamount.storage.errors import DatamountError
 
 #: How a pack folder of ``pack`` names the sizes its shards were cut with and their codec: their bytes can be made
 #: again.
-_PACK_FOLDER = re.compile(r"^packs/(\d+)-(\d+)-(\d+)(?:-(\d+))?(?:-(zstd))?$")
 
 
 @dataclass(frozen=True)
@@ -229,15 +227,20 @@ def _from_shards(store: Store, manifest: Manifest, entry: FileEntry) -> bytes | 
 
 
 def _put_back_shard(store: Store, manifest: Manifest, shard: ShardEntry) -> str | None:
-    folder = _PACK_FOLDER.match(layout.pack_folder_of(shard))
+    settings = layout.pack_settings(layout.pack_folder_of(shard))
     if not manifest.objects:
         return f"shard {shard.path} holds files stored nowhere else: upload the list again (a new version)"
-    if folder is None or not manifest.has_list:
+    if settings is None or not manifest.has_list:
         return f"shard {shard.path} was written by an import or an install, not by pack: nothing can make it again"
     unbuilt = manifest.with_shards([])
-    shard_bytes, row_group_bytes, first = (int(size) if size else None for size in folder.group(2, 3, 4))
-    compression = folder.group(5) or layout.EARLIER_COMPRESSION
-    units = plan_pack(store, unbuilt, shard_bytes, row_group_bytes, first or row_group_bytes, compression)
+    units = plan_pack(
+        store,
+        unbuilt,
+        settings.shard_bytes,
+        settings.row_group_bytes,
+        settings.first_group_bytes,
+        settings.compression,
+    )
     unit = next((unit for unit in units if layout.shard_key(unit.folder, unit.number) == shard.path), None)
     if unit is None:
         return f"shard {shard.path} is not one this version's pack makes"
