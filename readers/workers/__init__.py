@@ -9,7 +9,6 @@ reader passes before it goes to a worker process.
 
 from datamount.datasets.rows.chain import ClosingChain, close_iterator
 from datamount.readers.workers.carried import END_OF_STREAM, CarriedException, EndOfStream, RemoteTraceback
-from datamount.readers.workers.chained import head_start
 from datamount.readers.workers.chains import (
     EpochLock,
     Reader,
@@ -44,6 +43,7 @@ from datamount.readers.workers.handles import (
     exit_description,
     worker_died,
 )
+from datamount.readers.workers.head_start import head_start
 from datamount.readers.workers.produce import Emit, produce
 from datamount.readers.workers.start import effective_start_method, require_picklable, start_method_of
 
