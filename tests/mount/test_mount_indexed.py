@@ -1,7 +1,7 @@
 """An indexed image version (format 7) mounted from its indexes (mount/lazy_tree.py): the same paths, listings,
 attributes and bytes as the tree built from its whole list (a format-6 copy of the version, mounted as before); the
 first stat and a folder's listing read no list and only the parts of the index they need; the serving process keeps
-the nodes the kernel holds and a bounded few more."""
+the folders the kernel holds and a bounded few more nodes."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """An open folder of an indexed version is listed a window of nodes at a time (mount/open_folder.py): every reader
 (``os.listdir``, ``os.scandir``, two at once, ``rewinddir`` and ``seekdir`` on one open folder) finds the names the
 tree built from the whole list shows, and the serving process holds no more than a window of them per open folder
-besides the nodes the kernel holds.
+besides the nodes the tree keeps; the files the kernel holds are made again when it asks for them, not held.
 
 The version is served in this process (a thread answers the kernel), so that the window can be made small and what
 the serving side holds can be counted while a reader lists."""
