@@ -11,7 +11,10 @@ script with the ``datamount`` it imports (``PYTHONPATH``); without it, a tempora
 
 Then ``datamount mount NAME MNT --foreground`` in a process of its own, up until it answers; the listing, run
 ``--repeat`` times, each in a fresh mount (the kernel keeps the names it was given: a second listing would not ask);
-the serving process's resident memory when it answers, and its peak (``VmHWM``) after each listing.
+the serving process's resident memory when it answers, and its peak (``VmHWM``) after each listing. ``--opens N``:
+then N of the folder's files opened and read, chosen at random (seeded), in the same mount: each a file the kernel
+holds from the listing, whose node the serving process may have to make again (a shuffled pass after a scan); their
+mean time, and the peak after them.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -41,8 +45,9 @@ def flat_path(i: int) -> str:
     return f"{FOLDER}/{i:09d}.bin"
 
 
-def listed_once(store: Path) -> dict[str, float]:
-    """Mount the version, list its folder with ``ls -f | wc -l``, unmount: the figures."""
+def listed_once(store: Path, rows: int, opens: int) -> dict[str, float]:
+    """Mount the version, list its folder with ``ls -f | wc -l``, open and read ``opens`` of its ``rows`` files at
+    random, unmount: the figures."""
     with tempfile.TemporaryDirectory(prefix="datamount-bench-listing-") as mountpoint:
         command = [*DATAMOUNT, "mount", DATASET, mountpoint, "--store", str(store), "--foreground", "--no-cache"]
         started = time.perf_counter()
@@ -61,6 +66,13 @@ def listed_once(store: Path) -> dict[str, float]:
             figures["names"] = int(counted.stdout)
             figures["peak_mb"] = memory_mb("VmHWM", server.pid)
             figures["rss_after_mb"] = memory_mb("VmRSS", server.pid)
+            if opens:
+                chosen = random.Random(0).sample(range(rows), opens)
+                started = time.perf_counter()
+                for row in chosen:
+                    Path(mountpoint, flat_path(row)).read_bytes()
+                figures["open_ms"] = (time.perf_counter() - started) / opens * 1e3
+                figures["peak_after_opens_mb"] = memory_mb("VmHWM", server.pid)
         finally:
             subprocess.run([*DATAMOUNT, "unmount", mountpoint], capture_output=True, check=False)
             server.wait(timeout=120)
@@ -72,17 +84,18 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--store", type=Path, help="a local store kept between runs (default: a temporary one)")
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--opens", type=int, default=0, help="files opened and read at random after each listing")
     parser.add_argument("--json", type=Path, help="write the figures here too")
     args = parser.parse_args()
-    if args.rows < SHARD_ROWS or args.rows % SHARD_ROWS or args.repeat < 1:
-        parser.error(f"--rows must be a multiple of {SHARD_ROWS}, --repeat at least 1")
+    if args.rows < SHARD_ROWS or args.rows % SHARD_ROWS or args.repeat < 1 or not 0 <= args.opens <= args.rows:
+        parser.error(f"--rows must be a multiple of {SHARD_ROWS}, --repeat at least 1, --opens 0 to --rows")
     store = args.store or Path(tempfile.mkdtemp(prefix="datamount-bench-listing-store-"))
     try:
         made = {}
         if not (store / dataset_folder(DATASET)).exists():
             store.mkdir(parents=True, exist_ok=True)
             made = synthesize(str(store), args.rows, SHARD_ROWS, flat_path)
-        runs = [listed_once(store) for _ in range(args.repeat)]
+        runs = [listed_once(store, args.rows, args.opens) for _ in range(args.repeat)]
         result = {
             "datamount": str(Path(datasets.__file__ or "").parent.parent),
             "rows": args.rows,

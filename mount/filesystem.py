@@ -6,7 +6,8 @@ Requests are served by trio tasks in one thread; fetching and checking bytes hap
 a tree that reads its indexes to answer is asked in a thread too, so a request waiting for its bytes or its names
 holds up no other. Names and attributes come with directory listings (readdirplus) and are kept by the kernel: the
 tree never changes while it is mounted. Each node handed to the kernel (a lookup, an entry of a listing) is counted,
-and each ``forget`` counted off, so that a tree made node by node keeps only what the kernel holds; an open folder
+and each ``forget`` counted off, so that a tree made node by node keeps no more than the kernel holds (an indexed
+version's, the folders it holds: a file's node is made again from its number, see lazy_tree.py); an open folder
 holds a window of its nodes, made from the tree's listing as the kernel reads on (:mod:`~datamount.mount.open_folder`).
 
 Read-ahead follows each reader: a file opened right after its list predecessor starts a window of the next files in

@@ -1,12 +1,17 @@
 """An indexed image version's tree (format 7) as the mount serves it: a node made when the kernel looks its name up
 or lists its folder, from the version's indexes (:class:`~datamount.datasets.tree_index.IndexedTree`), so that a
-mount of any number of rows answers at once and holds what the kernel holds, not a node per file.
+mount of any number of rows answers at once and holds a bounded number of nodes, not a node per file.
 
-The rule for inode numbers: a file's is fixed by its first list row (``ROOT_INODE + 1 + row``; the list's is the
-next one), so it is the same whenever it is made again; a folder's is drawn from a counter when it is made, and kept
-while the kernel holds it (its lookup count, kept by :meth:`LazyTree.looked_up` and :meth:`LazyTree.forget`) or while
-the node is among the last :data:`NODES_KEPT` that the kernel does not hold. Nodes the kernel holds are kept until
-it forgets them; the kernel drops what it holds when it needs the memory, so that neither grows with the rows.
+The rule for nodes and their inode numbers: a file's number is fixed by its first list row (``ROOT_INODE + 1 +
+row``; the list's is the next one), so a file's node is only ever kept among the last :data:`NODES_KEPT` nodes used,
+whether the kernel holds the file or not, and made again from its number when the kernel asks for it after (the
+row's path from the list's block, its content from the entries: the same number, attributes and folder; its next
+file in its folder, where that is the next entry, so that a walk that opens files in a folder's order is still seen
+to). A folder's number is drawn from a counter when its node is made, so a folder's node is held while the kernel
+holds it (its lookup count, kept by :meth:`LazyTree.looked_up` and :meth:`LazyTree.forget`: the kernel holds a
+file's folder while it holds the file) and kept among the last :data:`NODES_KEPT` after. The memory of the nodes
+is the folders the kernel holds and :data:`NODES_KEPT` more, whatever the number of files it holds; what the
+kernel holds it drops when it needs the memory.
 
 Read-ahead asks for the file after another: in the list (the list's next row, read from its block, with its file
 from the row index, or from the entries where that reads no other part than a list in path order would), or in its
@@ -32,8 +37,8 @@ from datamount.mount.tree_view import FOLDER as IN_FOLDER
 from datamount.mount.tree_view import LIST as IN_LIST
 from datamount.storage import Store, UnsafePathError
 
-#: Nodes the kernel does not hold (any more), kept for the files a read-ahead window or a listing made: the last
-#: used this many. About 600 bytes each (a file's with its entry).
+#: Nodes kept besides the folders the kernel holds (files, whether the kernel holds them or not, and folders it
+#: does not hold any more): the last used this many. About 0.9 KB each (a file's with its entry).
 NODES_KEPT = 1 << 15
 #: :attr:`LazyNode.next_file` of a file whose next file is not known yet, and of one that is the last in its folder.
 _NOT_KNOWN, _LAST = 0, -1
@@ -63,10 +68,10 @@ class LazyTree:
         self._lock = threading.RLock()
         self._list_inode = ROOT_INODE + 1 + manifest.rows
         self._folder_numbers = itertools.count(self._list_inode + 1)
-        #: Nodes the kernel holds, and how many times it was handed each.
+        #: The folders the kernel holds, and how many times it was handed each (no file: see the module's rule).
         self._held: dict[int, Node] = {ROOT_INODE: self.root}
         self._counts: dict[int, int] = {}
-        #: Nodes it does not hold, the last used at the end; at most ``kept``.
+        #: Files' nodes and the folders it does not hold, the last used at the end; at most ``kept``.
         self._kept: OrderedDict[int, Node] = OrderedDict()
         self._limit = kept
         #: The inode number of each folder held or kept, by path.
@@ -86,7 +91,7 @@ class LazyTree:
 
     @property
     def nodes(self) -> int:
-        """Nodes in memory: those the kernel holds and those kept."""
+        """Nodes in memory: the folders the kernel holds and the nodes kept."""
         with self._lock:
             return len(self._held) + len(self._kept)
 
@@ -107,7 +112,11 @@ class LazyTree:
             return self._at(list_name(self.manifest))
         if ROOT_INODE < inode < self._list_inode:  # a file: its first row's path, from the list
             found = self._at(self._row_path(inode - ROOT_INODE - 1))
-            return found if found is not None and found.inode == inode else None
+            if found is None or found.inode != inode:
+                return None
+            if isinstance(found, LazyNode) and found.next_file == _NOT_KNOWN:
+                found.next_file = self._number_after(_path_of(found))
+            return found
         return None
 
     def child(self, folder: Node, name: str) -> Node | None:
@@ -179,6 +188,8 @@ class LazyTree:
         return 1
 
     def looked_up(self, node: Node) -> None:
+        if node.content is not None:
+            return  # a file: made again from its number when it is asked for (see the module's rule)
         inode = node.inode
         with self._lock:
             self._counts[inode] = self._counts.get(inode, 0) + 1
@@ -190,6 +201,8 @@ class LazyTree:
                 self._folders.setdefault(_path_of(node), inode)
 
     def forget(self, inode: int, count: int) -> None:
+        if ROOT_INODE < inode <= self._list_inode:
+            return  # a file: not counted
         with self._lock:
             left = self._counts.get(inode, 0) - count
             if left > 0:
@@ -253,6 +266,16 @@ class LazyTree:
         """Row ``row``'s path: the first field of its line, read from the list's block that holds it."""
         with self._lines_lock:  # ListRows keeps the blocks it read last for the next row, unlocked
             return self._lines.row(row)[0]
+
+    def _number_after(self, path: str) -> int:
+        """The number of the file after ``path`` in its folder where that is the next entry there (no subfolder is
+        skipped: that may read more parts), :data:`_LAST` where ``path`` is the folder's last, else not known."""
+        folder, _, own = path.rpartition("/")
+        prefix = f"{folder}/" if folder else ""
+        for name, entry, row in itertools.islice(self.index.listing(prefix, path), 2):
+            if name != own:
+                return _NOT_KNOWN if entry is None else ROOT_INODE + 1 + row
+        return _LAST
 
     def _file_after(self, path: str) -> Node | None:
         """The file after ``path`` in its folder, in the order of the index (a folder's names sorted, each

@@ -1,7 +1,7 @@
 """An indexed image version (format 7) mounted from its indexes (mount/lazy_tree.py): the same paths, listings,
 attributes and bytes as the tree built from its whole list (a format-6 copy of the version, mounted as before); the
 first stat and a folder's listing read no list and only the parts of the index they need; the serving process keeps
-the nodes the kernel holds and a bounded few more."""
+the folders the kernel holds and a bounded few more nodes."""
 
 from __future__ import annotations
 
@@ -220,9 +220,10 @@ def _at_row(node: Node, row: int) -> Node:
     return dataclasses.replace(node, content=node.content._replace(row=row))
 
 
-def test_the_tree_keeps_what_the_kernel_holds_and_a_few_more(local_store: Store, tmp_path: Path) -> None:
-    """Nodes made for a listing and a walk of the list are dropped, but for those the kernel holds, once more than
-    ``kept`` are not held; a file made again has the number it had, a folder held keeps its own."""
+def test_the_tree_keeps_the_folders_the_kernel_holds_and_a_few_more(local_store: Store, tmp_path: Path) -> None:
+    """Nodes made for a listing and a walk of the list are dropped once more than ``kept`` others were used, but
+    for the folders the kernel holds: a file it holds is made again from its number, with the number, content,
+    folder and next file it had; a folder held keeps its own number."""
     list_file = source(tmp_path / "src")
     manifest = upload(list_file, "d", store=local_store).manifest
     tree = LazyTree(manifest, local_store, kept=4)
@@ -231,22 +232,29 @@ def test_the_tree_keeps_what_the_kernel_holds_and_a_few_more(local_store: Store,
     tree.looked_up(folder)
     listed = list(tree.listing(folder))
     assert [node.name for node in listed] == sorted(["c", *NAMES])
-    first = listed[0]
-    tree.looked_up(first)
+    for node in listed:  # the kernel holds every name it listed (readdirplus)
+        tree.looked_up(node)
+    first, second = listed[0], listed[1]
+    assert first.content is not None and second.content is not None
     numbers = {node.name: node.inode for node in listed}
     for path in first_rows(list_file):  # each file, then the file of the row after its first
         node = tree.child(tree.root, path)
         assert node is not None and node.inode == ROOT_INODE + 1 + first_rows(list_file)[path]
         tree.next_in_list(node)
-    assert tree.nodes <= 3 + 4  # the root, the two held, and 4 kept
-    assert tree.known(folder.inode) is folder and tree.known(first.inode) is first
+    assert tree.nodes <= 3 + 4  # the root, the two folders held ("b", "b/c"), and 4 kept
+    assert tree.known(folder.inode) is folder and tree.known(first.inode) is None
+    made = tree.node(first.inode)  # made again from its first row
+    assert made is not None and made is not first
+    assert (made.inode, made.path, made.content, made.parent) == (first.inode, first.path, first.content, folder)
+    assert tree.follows(made, second) == "folder"  # a walk of the folder from it is still seen to
     again = list(tree.listing(folder))
     assert {node.name: node.inode for node in again if node.content is not None} == {
         name: number for name, number in numbers.items() if name != "c"
     }
+    for node in listed:
+        tree.forget(node.inode, 1)
     tree.forget(folder.inode, 1)
-    tree.forget(first.inode, 1)
     for name in NAMES:
         tree.child(tree.root, name)
-    assert tree.known(folder.inode) is None and tree.node(first.inode) is not None  # made again from its first row
+    assert tree.known(folder.inode) is None and tree.node(first.inode) is not None
     assert tree.node(first.inode).inode == first.inode  # type: ignore[union-attr]

@@ -1,7 +1,7 @@
 """An open folder of an indexed version is listed a window of nodes at a time (mount/open_folder.py): every reader
 (``os.listdir``, ``os.scandir``, two at once, ``rewinddir`` and ``seekdir`` on one open folder) finds the names the
 tree built from the whole list shows, and the serving process holds no more than a window of them per open folder
-besides the nodes the kernel holds.
+besides the nodes the tree keeps; the files the kernel holds are made again when it asks for them, not held.
 
 The version is served in this process (a thread answers the kernel), so that the window can be made small and what
 the serving side holds can be counted while a reader lists."""
@@ -12,6 +12,7 @@ import ctypes
 import ctypes.util
 import gc
 import os
+import stat
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from datamount.datasets import catalog, upload
+from datamount.datasets.export import list_name
 from datamount.datasets.manifest import Manifest
 from datamount.mount import mount, open_folder, unmount
 from datamount.mount.lazy_tree import LazyNode, LazyTree
@@ -205,3 +207,67 @@ def test_an_open_folder_holds_a_window_of_its_nodes(
                 most = max(most, alive - tree.nodes)
     assert read == files
     assert most <= window + behind, most  # nodes held for the open folder alone: a window
+
+
+class _Statx(ctypes.Structure):
+    _fields_ = [  # the start of Linux's struct statx (256 bytes in all)
+        ("stx_mask", ctypes.c_uint32),
+        ("stx_blksize", ctypes.c_uint32),
+        ("stx_attributes", ctypes.c_uint64),
+        ("stx_nlink", ctypes.c_uint32),
+        ("stx_uid", ctypes.c_uint32),
+        ("stx_gid", ctypes.c_uint32),
+        ("stx_mode", ctypes.c_uint16),
+        ("spare", ctypes.c_uint16),
+        ("stx_ino", ctypes.c_uint64),
+        ("stx_size", ctypes.c_uint64),
+        ("rest", ctypes.c_uint8 * 216),
+    ]
+
+
+def asked_stat(path: Path) -> tuple[int, int, int]:
+    """``path``'s inode number, size and mode, asked of the serving side (``statx`` with ``AT_STATX_FORCE_SYNC``:
+    not the attributes the kernel keeps)."""
+    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    found = _Statx()
+    at_fdcwd, force_sync, basic_stats = -100, 0x2000, 0x7FF
+    if libc.statx(at_fdcwd, os.fsencode(path), force_sync, basic_stats, ctypes.byref(found)) != 0:
+        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()), str(path))
+    return found.stx_ino, found.stx_size, found.stx_mode
+
+
+def test_the_files_the_kernel_holds_are_made_again_not_held(
+    local_store: Store, tmp_path: Path, mountpoint: Path, served_here: Serve
+) -> None:
+    """Listed, walked, stat-ed and read, 1,500 files the kernel holds leave the serving side with the folders the
+    kernel holds and ``kept`` nodes; each file dropped and made again has its inode number, attributes and bytes
+    (a file opened before its node was dropped is read after), and a walk finds each file once."""
+    kept = 64
+    paths = [f"flat/{n:05d}.jpg" for n in range(1_500)] + ["flat/sub/a.jpg", "deep/er/b.jpg", "top.jpg"]
+    manifest = write_version(local_store, tmp_path / "src", paths)
+    listed_name = list_name(manifest)
+    filesystem = served_here(local_store, manifest, kept=kept)
+    tree = filesystem.tree
+    assert isinstance(tree, LazyTree)
+    most = kept + 5  # the nodes kept, the root and the folders "flat", "flat/sub", "deep", "deep/er"
+
+    early = open(mountpoint / paths[0], "rb")  # noqa: SIM115  (read once its node was dropped)
+    numbers = {f"flat/{entry.name}": entry.inode() for entry in os.scandir(mountpoint / "flat")}
+    assert len(numbers) == 1_501 and tree.nodes <= most, tree.nodes
+    assert tree.known(numbers[paths[0]]) is None
+    walked = [
+        (Path(folder) / name).relative_to(mountpoint).as_posix()
+        for folder, _, names in os.walk(mountpoint)
+        for name in names
+    ]
+    assert sorted(walked) == sorted([*paths, listed_name])
+    for number, path in enumerate(paths):
+        asked = asked_stat(mountpoint / path)
+        assert asked == (os.stat(mountpoint / path).st_ino, len(f"{number}"), stat.S_IFREG | 0o444), path
+        if path in numbers:
+            assert asked[0] == numbers[path], path
+        assert (mountpoint / path).read_bytes() == f"{number}".encode(), path
+    assert asked_stat(mountpoint / listed_name)[1] == len((mountpoint / listed_name).read_bytes())
+    assert early.read() == b"0"
+    early.close()
+    assert tree.nodes <= most, tree.nodes
