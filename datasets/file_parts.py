@@ -72,6 +72,7 @@ class StoredParts:
         parts: Sequence[FilePart],
         where: str,
         cache: ContentCache | None = None,
+        kept: int = _PARTS_KEPT,
     ) -> None:
         self.store = store
         #: Where the parts are kept once read (by sha256), for other processes to find them without the store.
@@ -83,11 +84,19 @@ class StoredParts:
         for part in self.parts:
             self._starts.append(self._starts[-1] + part.rows)
         self._kept: OrderedDict[int, Any] = OrderedDict()
+        #: Parts kept decoded, the last used (a part of 32,768 entries is about 2.5 MB decoded).
+        self._keep = kept
         self._lock = threading.Lock()
 
     def cached_in(self, cache: ContentCache | None) -> Self:
         """These parts, read through ``cache`` (as they are, with none)."""
-        return self if cache is None else type(self)(self.store, self.folder, self.parts, self._where, cache)
+        if cache is None:
+            return self
+        return type(self)(self.store, self.folder, self.parts, self._where, cache, self._keep)
+
+    def keeping(self, parts: int) -> Self:
+        """These parts, the last ``parts`` used kept decoded (for a reader that comes back to them at random)."""
+        return type(self)(self.store, self.folder, self.parts, self._where, self.cache, parts)
 
     def stored_in(self, store: Store, folder: str) -> bool:
         """Whether these parts are in ``store``'s dataset folder ``folder`` already."""
@@ -111,7 +120,7 @@ class StoredParts:
         part = self._read(self.parts[number])
         with self._lock:
             self._kept[number] = part
-            while len(self._kept) > _PARTS_KEPT:
+            while len(self._kept) > self._keep:
                 self._kept.popitem(last=False)
         return part
 
@@ -153,7 +162,7 @@ class StoredParts:
 
     def __reduce__(self) -> tuple[Any, ...]:
         # The parts' names and the store: the process that gets it reads the parts it needs.
-        return (type(self), (self.store, self.folder, self.parts, self._where, self.cache))
+        return (type(self), (self.store, self.folder, self.parts, self._where, self.cache, self._keep))
 
 
 class FileParts(StoredParts, EntrySequence):

@@ -258,3 +258,28 @@ def test_the_tree_keeps_the_folders_the_kernel_holds_and_a_few_more(local_store:
         tree.child(tree.root, name)
     assert tree.known(folder.inode) is None and tree.node(first.inode) is not None
     assert tree.node(first.inode).inode == first.inode  # type: ignore[union-attr]
+
+
+def test_a_file_made_again_at_random_finds_its_entry_in_a_part_kept_decoded(
+    local_store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shuffled pass after a scan makes files' nodes again in any order: the parts of the entries they were made
+    from stay decoded (up to ``ENTRY_PARTS_KEPT``), so none is read twice: here they are removed from the store after
+    a first pass, and a second pass in another order is made from them alone."""
+    monkeypatch.setattr(file_parts_writer, "ROWS_PER_PART", 8)
+    (tmp_path / "src" / "flat").mkdir(parents=True)
+    for i in range(100):
+        (tmp_path / "src" / "flat" / f"{i:03d}.jpg").write_bytes(b"%d" % i * (1 + i % 9))
+    rows = [f"flat/{i:03d}.jpg\t{i % 3}\n" for i in random.Random(2).sample(range(100), 100)]
+    (tmp_path / "src" / "train.list").write_text("".join(rows), encoding="utf-8")
+    manifest = upload(tmp_path / "src" / "train.list", "d", store=local_store).manifest
+    assert isinstance(manifest.files, FileParts) and len(manifest.files.parts) == 13
+    tree = LazyTree(manifest, local_store, kept=4)
+    numbers = [ROOT_INODE + 1 + row for row in range(100)]
+    first = {number: tree.node(number) for number in random.Random(3).sample(numbers, 100)}
+    for part in manifest.files.parts:
+        local_store.remove(f"{layout.dataset_folder('d')}/{part.path}")
+    for number in random.Random(4).sample(numbers, 100):
+        made, before = tree.node(number), first[number]
+        assert made is not None and before is not None
+        assert (made.inode, made.path, made.content) == (before.inode, before.path, before.content)
