@@ -18,7 +18,8 @@ still in memory. Where the kernel does not take the bytes (an inode it dropped, 
 serves it as before: pushing is only ever a shortcut.
 
 What is recorded of each file goes when the kernel forgets it (of files the kernel does not know, the last
-:data:`WAITING_KEPT` at most): the filler's memory follows what the kernel holds, not the files a walk went through.
+:data:`WAITING_KEPT` at most): the filler's memory follows what the kernel holds, not the files a walk went through;
+whether the kernel knows a file, and whether it was given or pushed, is a bit each (:mod:`~datamount.mount.inode_bits`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from datamount.datasets.tree import Node
+from datamount.mount.inode_bits import InodeBits
 from datamount.mount.recent import Recent
 
 log = logging.getLogger("datamount.mount")
@@ -58,9 +60,9 @@ class PageCacheFiller:
         self._bytes_of = bytes_of
         self._unit_of = unit_of
         #: The inodes not to push (any more): pushed, opened or read.
-        self._given: set[int] = set()
+        self._given = InodeBits()
         #: The inodes the kernel knows: listed or looked up, and not forgotten since.
-        self._known: set[int] = set()
+        self._known = InodeBits()
         #: The files whose bytes came before the kernel knew them: pushed when they are listed.
         self._waiting: Recent[int, bool] = Recent(WAITING_KEPT)
         #: Pushes the kernel refused for not knowing the inode yet, for each file refused (the last few).
@@ -68,7 +70,7 @@ class PageCacheFiller:
         #: Files to push after the next request: the kernel was told of them, and has them by then.
         self._after_next_request: list[Node] = []
         #: The inodes whose bytes were put into the page cache (at least once) since the kernel knew them.
-        self._pushed: set[int] = set()
+        self._pushed = InodeBits()
         #: Files put into the page cache; files whose reads came to this process, and how many of those had been put
         #: into the page cache (the kernel dropped their pages before they were read: it needed the memory).
         self.pushed = self.read = self.dropped = 0
