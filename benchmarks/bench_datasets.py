@@ -2,7 +2,7 @@
 
     python benchmarks/bench_datasets.py [--quick] [--runs N] [--backend NAME ...]
 
-An image dataset (4,000 files of ~110 KB of random bytes; 300 with ``--quick``) is uploaded to and read from each
+An image dataset (4,000 files of ~110 KB of random bytes; 60 with ``--quick``) is uploaded to and read from each
 backend (``local``; S3 on ``moto`` or SeaweedFS's ``weed mini`` (``seaweedfs``); and the project's test servers:
 ``gluster`` (FUSE mount), ``hdfs`` (2.7.3), ``ceph`` (RGW), ``gcs`` (emulator)):
 
@@ -177,16 +177,16 @@ def bench_backend(name: str, list_file: Path, runs: int) -> list[Row]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="300 images, for a smoke run")
+    parser.add_argument("--quick", action="store_true", help="60 images, for a smoke run")
     parser.add_argument("--runs", type=int, default=3, help="timed runs per figure (median reported)")
     parser.add_argument(
         "--backend", action="append", choices=sorted(BACKENDS), help="backends to run on (default: moto and local)"
     )
-    parser.add_argument("--count", type=int, help="images in the dataset (default 4,000; 300 with --quick)")
+    parser.add_argument("--count", type=int, help="images in the dataset (default 4,000; 60 with --quick)")
     args = parser.parse_args()
     if args.runs < 1:
         parser.error("--runs must be at least 1")
-    count = args.count or (300 if args.quick else 4000)
+    count = args.count or (60 if args.quick else 4000)
 
     rows = []
     with tempfile.TemporaryDirectory(prefix="datamount-bench-") as tmp:

@@ -102,8 +102,8 @@ def make_text(folder: Path, count: int) -> Path:
     return list_file
 
 
-def master_rate(ray: Any, store: Store, seconds: float, runs: int) -> list[Row]:
-    source = make_text(Path(store.root) / "src-rate", 100_000)
+def master_rate(ray: Any, store: Store, tasks: int, seconds: float, runs: int) -> list[Row]:
+    source = make_text(Path(store.root) / "src-rate", tasks)
     upload(source, "rate", store=store)
     namespace = f"bench-{uuid.uuid4().hex[:8]}"
     start_master("rate", store, namespace=namespace, rows_per_task=1, lease_timeout=600)
@@ -208,8 +208,8 @@ def main() -> None:
     parser.add_argument("--cpus", type=int, default=2, help="CPUs of the local Ray cluster")
     args = parser.parse_args()
     runs = args.runs or (3 if args.quick else 5)
-    seconds = 1.0 if args.quick else 3.0
-    samples, images, lines = (20_000, 400, 100_000) if args.quick else (200_000, 3_000, 1_000_000)
+    seconds = 0.25 if args.quick else 3.0
+    tasks, samples, images, lines = (10_000, 4_000, 64, 20_000) if args.quick else (100_000, 200_000, 3_000, 1_000_000)
     import ray
 
     with tempfile.TemporaryDirectory(prefix="datamount-bench-dist-") as folder:
@@ -225,7 +225,7 @@ def main() -> None:
         print(f"local Ray cluster ({args.cpus} CPUs) started in {time.perf_counter() - started:.1f} s")
         try:
             store = open_store(tmp / "store")
-            rows = master_rate(ray, store, seconds, runs)
+            rows = master_rate(ray, store, tasks, seconds, runs)
             small = make_images(tmp / "read", samples, 784)
             for row_group_bytes in (1 << 20, 8 << 20):
                 rows += reading_overhead(ray, small, tmp, samples, row_group_bytes, runs)

@@ -7,7 +7,7 @@ Loopback answers in about a millisecond, which hides whether a reader keeps enou
 proxies run in processes of their own in front of one S3 server (``tests/servers/fault_proxy.py``): one adds the
 latency to every request, the other adds nothing, so that both paths pay the same proxy cost. On each:
 
-- ``reader(name)`` of an unpacked version (4,000 objects of ~110 KB; 300 with ``--quick``) and of the same version
+- ``reader(name)`` of an unpacked version (4,000 objects of ~110 KB; 60 with ``--quick``) and of the same version
   packed (shards read by ranged GETs);
 - a naive loop reading one object at a time (``open().read()`` through the filesystem, on the first 200 objects);
 - a mixture of three packed parts (the packed version read three ways: in order, and shuffled with two seeds),
@@ -75,15 +75,15 @@ def s3_endpoint(server: str) -> Iterator[tuple[str, dict[str, str], list[int]]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="300 images, for a smoke run")
+    parser.add_argument("--quick", action="store_true", help="60 images, for a smoke run")
     parser.add_argument("--runs", type=int, default=3, help="timed runs per figure (median reported)")
     parser.add_argument("--latency-ms", type=float, default=20.0, help="added to every request (default 20)")
     parser.add_argument("--server", choices=[*sorted(S3_SERVERS), "ceph"], default="moto")
-    parser.add_argument("--count", type=int, help="images in the dataset (default 4,000; 300 with --quick)")
+    parser.add_argument("--count", type=int, help="images in the dataset (default 4,000; 60 with --quick)")
     args = parser.parse_args()
     if args.runs < 1:
         parser.error("--runs must be at least 1")
-    count = args.count or (300 if args.quick else 4000)
+    count = args.count or (60 if args.quick else 4000)
 
     with tempfile.TemporaryDirectory(prefix="datamount-bench-") as tmp, s3_endpoint(args.server) as server:
         endpoint, keys, pids = server

@@ -5,7 +5,7 @@ Usage::
     python benchmarks/bench_mount.py [--quick] [--runs N] [--backend NAME ...] [--count N] [--order ORDER]
 
 An image dataset (2,000 files of 20-100 KB of random bytes in 10 class folders, listed in a shuffled ``.list``, or a
-class-sorted one with ``--order sorted``; 300 files with ``--quick``) is uploaded unpacked, packed (``upload --pack``:
+class-sorted one with ``--order sorted``; 40 files with ``--quick``) is uploaded unpacked, packed (``upload --pack``:
 shards only) and packed after its upload (``upload`` then ``pack``: objects and shards) to each backend (``local`` and
 ``moto`` by default; ``ceph`` (RGW) and the others of the harness with ``--backend``). Each round, for each of the
 three versions in turn, every action in a process of its own:
@@ -20,7 +20,7 @@ three versions in turn, every action in a process of its own:
   mount's): what the disk and the shell tools alone cost.
 
 The page cache is dropped before each action when run as root (otherwise each mount, being fresh, starts with an
-empty kernel cache of its own, but the store's files may be cached).
+empty kernel cache of its own, but the store's files may be cached); with ``--quick``, once at the start.
 
 Figures: files/s and MB/s; the ratio walk / reader in files/s (target >= 0.8 on S3, for x1 and x4) and mount walk /
 source-folder walk; CPU seconds per 1,000 files of the process that reads the store (the mount's serving process for
@@ -245,8 +245,11 @@ def read_child() -> dict[str, float]:
 # ---------------------------------------------------------------------------------------------------- the rounds
 
 
-def bench_backend(name: str, list_file: Path, runs: int, scratch: Path) -> dict[tuple[str, str], Measured]:
-    """Every action on a fresh server (or folder) of backend ``name``, ``runs`` rounds, taking turns; medians."""
+def bench_backend(
+    name: str, list_file: Path, runs: int, scratch: Path, *, drop_each: bool
+) -> dict[tuple[str, str], Measured]:
+    """Every action on a fresh server (or folder) of backend ``name``, ``runs`` rounds, taking turns (the page cache
+    dropped before each when ``drop_each``); medians."""
     from datamount.datasets import pack, upload
 
     groups = walker_folders(list_file)
@@ -267,7 +270,8 @@ def bench_backend(name: str, list_file: Path, runs: int, scratch: Path) -> dict[
         found: dict[tuple[str, str], list[Measured]] = {key: [] for key in actions}
         for _ in range(runs):
             for key, action in actions.items():
-                drop_caches()
+                if drop_each:
+                    drop_caches()
                 found[key].append(action())
     return {key: median_measured(measured) for key, measured in found.items()}
 
@@ -319,12 +323,12 @@ def ratio_rows(results: dict[str, dict[tuple[str, str], Measured]]) -> list[Row]
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="300 files, for a smoke run")
+    parser.add_argument("--quick", action="store_true", help="40 files, for a smoke run")
     parser.add_argument("--runs", type=int, default=3, help="interleaved rounds per figure (median reported)")
     parser.add_argument(
         "--backend", action="append", choices=sorted(BACKENDS), help="backends to run on (default: local and moto)"
     )
-    parser.add_argument("--count", type=int, help="files in the dataset (default 2,000; 300 with --quick)")
+    parser.add_argument("--count", type=int, help="files in the dataset (default 2,000; 40 with --quick)")
     parser.add_argument("--order", choices=("shuffled", "sorted"), default="shuffled", help="the list's order")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -333,7 +337,7 @@ def main() -> None:
         return
     if args.runs < 1:
         parser.error("--runs must be at least 1")
-    count = args.count or (300 if args.quick else 2000)
+    count = args.count or (40 if args.quick else 2000)
     if count < CLASSES:
         parser.error(f"--count must be at least {CLASSES} (one file per class folder)")
     from datamount.mount import check_fuse
@@ -344,9 +348,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="datamount-bench-mount-") as tmp:
         list_file = make_image_list(Path(tmp) / "source", count, order=args.order)
         for backend in args.backend or ["local", "moto"]:
-            results[backend] = bench_backend(backend, list_file, args.runs, Path(tmp))
+            results[backend] = bench_backend(backend, list_file, args.runs, Path(tmp), drop_each=not args.quick)
 
-    caches = "page cache dropped before each action" if dropped else "page cache NOT dropped (not root)"
+    caches = "page cache NOT dropped (not root)"
+    if dropped:
+        caches = "page cache dropped once (--quick)" if args.quick else "page cache dropped before each action"
     print(
         f"\n{count} files of {SIZES[0] // 1000}-{SIZES[1] // 1000} KB in {CLASSES} class folders, {args.order} list; "
         f"mounts with cache=False; {caches}; medians of {args.runs} interleaved rounds"

@@ -160,7 +160,7 @@ def save_state(store_url: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="20,000 samples in the largest part instead of 120,000")
+    parser.add_argument("--quick", action="store_true", help="4,000 samples in the largest part instead of 120,000")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     arguments = parser.parse_args()
@@ -168,7 +168,7 @@ def main() -> None:
         what, store_url, rows = json.loads(arguments.child)
         print(json.dumps(child(what, store_url, rows)))
         return
-    rows = 20_000 if arguments.quick else 120_000
+    rows = 4_000 if arguments.quick else 120_000
     with tempfile.TemporaryDirectory(prefix="datamount-bench-training-") as folder:
         store_url = prepare(Path(folder), rows)
         save_state(store_url)

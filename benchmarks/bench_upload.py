@@ -3,7 +3,7 @@ each), on any backend.
 
     python benchmarks/bench_upload.py [--quick] [--runs N] [--count N] [--backend NAME ...]
 
-The files are MNIST-sized (784 random bytes, 60,000 of them; 3,000 with ``--quick``). Each timed run uploads to a
+The files are MNIST-sized (784 random bytes, 60,000 of them; 500 with ``--quick``). Each timed run uploads to a
 prefix that holds nothing yet, so that everything is really sent. Reported: files/s of each, their ratio (target on
 S3: >= 20x), and CPU seconds per 1,000 files in this process and in the server.
 """
@@ -61,16 +61,16 @@ def bench_backend(name: str, list_file: Path, count: int, runs: int) -> list[Row
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="3,000 files, for a smoke run")
+    parser.add_argument("--quick", action="store_true", help="500 files, for a smoke run")
     parser.add_argument("--runs", type=int, default=3, help="timed runs per figure (median reported)")
-    parser.add_argument("--count", type=int, help="files (default 60,000; 3,000 with --quick)")
+    parser.add_argument("--count", type=int, help="files (default 60,000; 500 with --quick)")
     parser.add_argument(
         "--backend", action="append", choices=sorted(BACKENDS), help="backends to run on (default: moto and local)"
     )
     args = parser.parse_args()
     if args.runs < 1:
         parser.error("--runs must be at least 1")
-    count = args.count or (3000 if args.quick else 60000)
+    count = args.count or (500 if args.quick else 60000)
     rows = []
     with tempfile.TemporaryDirectory(prefix="datamount-bench-") as tmp:
         list_file = make_small_files(Path(tmp) / "source", count)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import pickle
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import ClassVar
 
@@ -43,6 +44,7 @@ __all__ = [
     "StoreListingTests",
     "StorePathTests",
     "StoreReadWriteTests",
+    "write_all",
 ]
 
 #: Paths that every operation of every store refuses with :class:`~datamount.storage.UnsafePathError`.
@@ -76,6 +78,13 @@ def _local_files(tmp_path: Path, count: int) -> list[Path]:
         path.write_bytes(f"file {i} ".encode() * (i + 1))
         paths.append(path)
     return paths
+
+
+def write_all(store: Store, objects: dict[str, bytes]) -> None:
+    """Write ``objects`` (their bytes by path) several at a time: a test's setup, when what it checks is how they read
+    back, not the order they were written in (a store may take long to close each file: HDFS about half a second)."""
+    with ThreadPoolExecutor(store.default_max_requests, thread_name_prefix="contract-setup") as pool:
+        list(pool.map(store.write, objects, objects.values()))
 
 
 class StoreReadWriteTests:
@@ -166,8 +175,7 @@ class StoreBatchTests:
 
     def test_read_many_keeps_order_under_a_small_window(self, store: Store) -> None:
         blobs = {f"many/{i:03d}": bytes([i % 256]) * (i * 37 % 900 + 1) for i in range(60)}
-        for path, data in blobs.items():
-            store.write(path, data)
+        write_all(store, blobs)
         order = sorted(blobs, key=lambda p: -len(blobs[p]))
         sizes = [len(blobs[p]) for p in order]
         got = list(store.read_many(order, sizes=sizes, max_requests=5, max_bytes=2000))
@@ -209,8 +217,7 @@ class StoreBatchTests:
 
     def test_read_many_hashed_gives_each_objects_sha256_in_order(self, store: Store) -> None:
         blobs = {f"hashed/{i:03d}": bytes([i % 256]) * (i * 997 % 5000 + 1) for i in range(70)}
-        for path, data in blobs.items():
-            store.write(path, data)
+        write_all(store, blobs)
         order = [*sorted(blobs, reverse=True), "hashed/000"]
         got = list(store.read_many_hashed(order, sizes=[len(blobs[p]) for p in order]))
         assert got == [(blobs[p], hashlib.sha256(blobs[p]).hexdigest()) for p in order]
@@ -224,8 +231,7 @@ class StoreBatchTests:
             list(store.read_many(["../x"]))
 
     def test_read_many_abandoned_early_leaves_no_threads(self, store: Store) -> None:
-        for i in range(40):
-            store.write(f"obj{i}", b"z" * 1000)
+        write_all(store, {f"obj{i}": b"z" * 1000 for i in range(40)})
         before = set(threading.enumerate())
         results = store.read_many([f"obj{i}" for i in range(40)], max_requests=8)
         assert next(results) == b"z" * 1000

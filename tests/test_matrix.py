@@ -50,3 +50,35 @@ def test_without_the_hadoop_jars_the_hdfs_tests_skip_naming_the_command_and_fetc
         pytest.skip(reason)
     assert reason is not None and hdfs.FETCH_COMMAND in reason, reason
     assert not (tmp_path / "empty-cache").exists()  # nothing was fetched, nor begun
+
+
+SOME_TESTS = """
+import pytest
+
+@pytest.mark.slow
+def test_slow():
+    pass
+
+@pytest.mark.parametrize("i", [0, 1])
+def test_plain(i):
+    pass
+"""
+
+
+def test_the_tests_a_file_names_join_the_full_matrix_of_one_run(pytester: pytest.Pytester) -> None:
+    """``-m full --with-ids=FILE`` runs the full matrix and the tests ``FILE`` names (node ids, and modules by their
+    path, as ``--skipped-to`` writes them) in one session, as ``.ci/run`` does."""
+    pytester.makepyfile(test_some=SOME_TESTS, test_whole="def test_in_a_listed_module():\n    pass\n")
+    listed = pytester.path / "skipped.txt"
+    listed.write_text("test_some.py::test_plain[1]\ntest_whole.py\n", encoding="utf-8")
+
+    def passed(*options: str) -> list[str]:
+        recorded = pytester.inline_run("-p", "tests.matrix", "-m", "full", *options)
+        return sorted(report.nodeid for report in recorded.listoutcomes()[0])
+
+    assert passed() == ["test_some.py::test_slow"]
+    assert passed(f"--with-ids={listed}") == [
+        "test_some.py::test_plain[1]",
+        "test_some.py::test_slow",
+        "test_whole.py::test_in_a_listed_module",
+    ]

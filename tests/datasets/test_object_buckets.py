@@ -13,6 +13,7 @@ from datamount.datasets.manifest import FileEntry, Kind, Manifest
 from datamount.datasets.object_buckets import ObjectBuckets, absent, unused
 from datamount.datasets.verify import verify
 from datamount.storage import Store
+from datamount.storage.testing import write_all
 
 
 def contents(count: int, start: int = 0) -> list[bytes]:
@@ -26,8 +27,7 @@ def entry_of(path: str, data: bytes) -> FileEntry:
 def stored(store: Store, name: str, datas: list[bytes]) -> list[FileEntry]:
     """Store ``datas`` as objects of ``name``; their entries (one path each)."""
     entries = [entry_of(f"img/{i:06d}.jpg", data) for i, data in enumerate(datas)]
-    for entry, data in zip(entries, datas, strict=True):
-        store.write(layout.object_path(name, entry.sha256), data)
+    write_all(store, {layout.object_path(name, entry.sha256): data for entry, data in zip(entries, datas, strict=True)})
     return entries
 
 

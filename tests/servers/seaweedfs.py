@@ -72,14 +72,19 @@ class SeaweedCluster:
         return f"http://{self.host.address}:{port}{path}"
 
     def start_volume(self, index: int) -> None:
-        """Start volume server ``index`` (0 or 1) on its folder (kept across restarts)."""
+        """Start volume server ``index`` (0 or 1) on its folder (kept across restarts).
+
+        It exits as soon as it is told to stop (``-preStopSeconds=0``): by default it goes on serving for 10 s after
+        it stops its heartbeats, and :meth:`stop` waited that long for each volume server.
+        """
         folder = self.workdir / f"volume{index}"
         folder.mkdir(exist_ok=True)
         address = self.host.address
         self._start(
             f"volume{index}",
             ["volume", f"-dir={folder}", f"-port={VOLUME_PORTS[index]}", f"-ip={address}", f"-ip.bind={address}",
-             f"-mserver={address}:{MASTER_PORT}", "-max=30", "-minFreeSpace=1", "-dataCenter=dc1", "-rack=rack1"],
+             f"-mserver={address}:{MASTER_PORT}", "-max=30", "-minFreeSpace=1", "-dataCenter=dc1", "-rack=rack1",
+             "-preStopSeconds=0"],
         )  # fmt: skip
 
     def kill_volume(self, index: int) -> None:
