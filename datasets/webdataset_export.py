@@ -43,7 +43,7 @@ from datamount.datasets.manifest import Kind, Manifest
 from datamount.datasets.progress import Progress, Silent
 from datamount.datasets.rows import ListRows, closing, open_rows
 from datamount.storage import Store, open_store
-from datamount.storage.staging import is_empty, staged_folder
+from datamount.storage.staging import staged_folder
 
 #: Shards close before this many bytes of samples (WebDataset's own writer allows 3 GB; a 1 GB shard is a few
 #: seconds of a reader's time at cloud rates).
@@ -100,8 +100,6 @@ def export_webdataset(
         with _store_target(target if isinstance(target, Store) else open_store(given), key) as put:
             shards, samples, size = _write(source, manifest, cut, put, report)
     else:
-        if os.path.isdir(given) and not is_empty(given, command="export"):
-            raise FileExistsError(f"{given} is not empty: a WebDataset export goes into a new or empty folder")
         with staged_folder(given, command="export", key=key) as stage:
             shards, samples, size = _write(source, manifest, cut, _folder_target(stage), report)
     return WebDatasetExport(manifest, given.rstrip("/") or given, shards, samples, size)
@@ -138,12 +136,15 @@ def _write(store: Store, manifest: Manifest, cut: _Cut, put: _Put, report: Progr
         name = f"{stem}-{len(shards):06d}.tar"
         with put(name) as file, tarfile.open(fileobj=file, mode="w", format=tarfile.PAX_FORMAT) as shard:
             count = held = 0
-            while pending is not None and not cut.full(held, count, _bytes_in_tar(pending)):
+            while pending is not None:
+                adding = _bytes_in_tar(pending)
+                if cut.full(held, count, adding):
+                    break
                 key = f"{samples:0{width}d}"
                 for suffix, data in pending:
                     shard.addfile(_member(f"{key}.{suffix}", len(data), mtime), io.BytesIO(data))
                 report.advance(size=sum(len(data) for _, data in pending))
-                count, held, samples = count + 1, held + _bytes_in_tar(pending), samples + 1
+                count, held, samples = count + 1, held + adding, samples + 1
                 pending = next(rows, None)
             total += held
         shards.append(name)

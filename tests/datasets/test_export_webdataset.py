@@ -116,6 +116,17 @@ def test_shards_close_before_their_size_and_the_same_export_gives_the_same_bytes
     assert sum(len(read_back(str(tmp_path / "a" / name))) for name in first.shards) == ROWS + 1
 
 
+def test_a_folder_that_holds_anything_is_refused_and_left_as_it_was(local_store: Store, tmp_path: Path) -> None:
+    image_version(local_store, tmp_path / "src", packed=False)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "mine.txt").write_text("keep me", encoding="utf-8")
+    with pytest.raises(FileExistsError, match=r"out is not empty: give a folder that does not exist yet"):
+        export_webdataset("cats", out, store=local_store)
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+    assert sorted(p.name for p in out.iterdir()) == ["mine.txt"]
+
+
 def test_a_damaged_object_leaves_no_folder(local_store: Store, tmp_path: Path) -> None:
     manifest, _ = image_version(local_store, tmp_path / "src", packed=False)
     entry = manifest.files[30]
