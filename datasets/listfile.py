@@ -270,7 +270,7 @@ def _check(
     """The list's checked form in ``folder``; its problems raised."""
     kind = detection.kind
     problems = ProblemLog(path, folder)
-    written = _NormalisedCopy(os.path.join(folder, "list"))
+    written = NormalisedCopy(os.path.join(folder, "list"))
     paths = ExternalSort(folder)  # (relative path, line, value as written when it differs)
     spaced = _SpacedLines(root_dir, problems) if detection.refuses_spaced_lines else None
     width = first_line = 0
@@ -383,7 +383,7 @@ def _whole_lines(source: BinaryIO, report: Progress | None) -> Iterator[bytes]:
         yield tail
 
 
-class _NormalisedCopy:
+class NormalisedCopy:
     """The list as a version stores it (UTF-8, LF, TAB-separated), written to ``path`` and hashed as rows come."""
 
     def __init__(self, path: str) -> None:
@@ -412,7 +412,7 @@ class _NormalisedCopy:
     def sha256(self) -> str:
         return self._digest.hexdigest()
 
-    def __enter__(self) -> _NormalisedCopy:
+    def __enter__(self) -> NormalisedCopy:
         return self
 
     def __exit__(self, *_: object) -> None:

@@ -3,7 +3,7 @@ size and xxh3-64, so that a run started again after a kill takes the shard as wr
 
 The rule: a marker grows by 16 bytes a row and is written and read in bounded memory, whatever the shard's rows (a
 shard of millions of tiny files). Its bytes are :data:`MAGIC`, the length of its header (8 bytes, little-endian),
-the header (JSON: ``{"entry": {...}, "rows": N}``), then one record per row in order: the file's size (8 bytes,
+the header (JSON: ``{"entry": {...}, "rows": N}`` and any fields its writer adds), then one record per row in order: the file's size (8 bytes,
 little-endian) and its xxh3-64 (8 bytes). A marker of an earlier release (``DMSHARD1``: each row's sha256) is not
 read: its shard is written again. While a shard is written its records go to a local file; once the shard
 is sent, that file goes to the store whole (:meth:`Store.put_file`: written atomically, never seen half-written). A
@@ -17,7 +17,7 @@ import os
 import struct
 import tempfile
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from datamount.storage import ObjectNotFoundError, Store
@@ -44,9 +44,10 @@ class MarkerWriter:
         self._records.write(data)
         self.rows += len(data) // RECORD_BYTES
 
-    def send(self, store: Store, path: str, entry: dict[str, Any]) -> None:
-        """Write the marker of the shard whose entry is ``entry`` to ``path``, then forget its records."""
-        header = json.dumps({"entry": entry, "rows": self.rows}).encode()
+    def send(self, store: Store, path: str, entry: dict[str, Any], extra: dict[str, Any] | None = None) -> None:
+        """Write the marker of the shard whose entry is ``entry`` to ``path`` (with ``extra`` fields in its header:
+        where an import's source goes on after the shard), then forget its records."""
+        header = json.dumps({**(extra or {}), "entry": entry, "rows": self.rows}).encode()
         marker = os.path.join(self._folder.name, "marker")
         with open(marker, "wb") as out:
             out.write(MAGIC + _LENGTH.pack(len(header)) + header)
@@ -69,6 +70,8 @@ class Marker:
     entry: dict[str, Any]
     rows: int
     records_at: int
+    #: The header's other fields.
+    extra: dict[str, Any] = field(default_factory=dict)
 
     def files(self, store: Store, start: int, stop: int) -> list[tuple[int, str]]:
         """The files of the shard's rows ``[start, stop)`` (counted from its first row): ``(size, xxh3-64)`` each."""
@@ -99,4 +102,5 @@ def read_marker(store: Store, path: str, size: int | None = None) -> Marker | No
         return None
     if size is not None and size != records_at + rows * RECORD_BYTES:
         return None
-    return Marker(path, entry, rows, records_at)
+    extra = {key: value for key, value in fields.items() if key not in ("entry", "rows")}
+    return Marker(path, entry, rows, records_at, extra)

@@ -71,7 +71,7 @@ def commit_packed(
     check_sizes(shard_bytes, row_group_bytes)
     sizes = _RowSizes(parsed, shard_bytes, row_group_bytes)
     plans = cut_shards(sizes, shard_bytes, row_group_bytes, FIRST_ROW_GROUP_BYTES)
-    folder = _free_folder(store, draft.name, sizes.digest.hexdigest()[:16])
+    folder = free_pack_folder(store, draft.name, sizes.digest.hexdigest()[:16])
     progress.start("pack", items=parsed.row_count, size=sizes.total)
     written = _written_shards(store, draft.name, folder, plans)
     read = parsed.external_sort()  # (path, 1 if read by this run else 0, xxh3-64, size): one per row
@@ -118,7 +118,7 @@ class PackedUpload:
 
 class _RowSizes:
     """Each row's bytes (its file's and its labels' characters), read as a stream; what a pass over them added up:
-    their total, and the digest of the cut they make (:func:`_free_folder`)."""
+    their total, and the digest of the cut they make (:func:`free_pack_folder`)."""
 
     def __init__(self, parsed: ParsedList, shard_bytes: int, row_group_bytes: int) -> None:
         self.parsed = parsed
@@ -146,7 +146,7 @@ def _groups(parsed: ParsedList, plans: list[Plan]) -> Iterator[Group]:
             yield number, start, stop, list(itertools.islice(rows, stop - start))
 
 
-def _free_folder(store: Store, name: str, cut: str) -> str:
+def free_pack_folder(store: Store, name: str, cut: str) -> str:
     """The pack folder of this upload: the first folder named after its list, sizes and shard sizes (``cut``) that no
     version may use yet."""
     dataset = layout.dataset_folder(name)
