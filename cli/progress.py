@@ -51,7 +51,7 @@ class ProgressBar:
         self._bytes_mode = size > 0
         self._items_total = items
         self._items_done = 0
-        self._task = self._bar.add_task(phase, total=size if self._bytes_mode else items, files=f"0/{items} files")
+        self._task = self._bar.add_task(phase, total=size if self._bytes_mode else items, files=self._counted())
 
     def advance(self, *, items: int = 1, size: int = 0) -> None:
         if self._task is not None:
@@ -59,8 +59,14 @@ class ProgressBar:
             self._bar.update(
                 self._task,
                 advance=size if self._bytes_mode else items,
-                files=f"{self._items_done}/{self._items_total} files",
+                files=self._counted(),
             )
+
+    def _counted(self) -> str:
+        """The items done, out of how many when that is known (an import of tar shards knows only their bytes)."""
+        if self._items_total:
+            return f"{self._items_done}/{self._items_total} files"
+        return f"{self._items_done:,} rows"
 
     def finish(self) -> None:
         if self._task is not None:
