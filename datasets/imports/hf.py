@@ -90,7 +90,6 @@ class HfSource:
         with generator_pool(HEAD_READERS, "hf-schemas") as pool:
             schemas = list(pool.map(self._schema, self.shards))
         self._stored = schemas[0]
-        self._first_features = self._recorded(self.shards[0].name, self._stored)
         features = self._features(splits[0], listing)
         for shard, schema in zip(self.shards, schemas, strict=True):
             self._check_schema(shard.name, schema)
@@ -157,24 +156,23 @@ class HfSource:
             raise SourceError(self.where, shard.name, f"its stream's schema cannot be read: {exc}") from exc
 
     def _check_schema(self, name: str, schema: pa.Schema) -> None:
-        """File ``name``'s ``schema`` (and the features recorded in it) are the first file's."""
-        difference = schema_difference(schema, self._stored)
-        if difference is None and self._recorded(name, schema) != self._first_features:
-            difference = "its features differ"
+        """File ``name``'s ``schema`` is the first file's (:func:`.hf_features.schema_difference`)."""
+        try:
+            difference = schema_difference(schema, self._stored)
+        except ValueError as exc:
+            raise SourceError(self.where, name, str(exc)) from exc
         if difference is not None:
             raise SourceError(self.where, name, f"its schema is not {self.shards[0].name}'s: {difference}")
 
-    def _recorded(self, name: str, schema: pa.Schema) -> dict[str, Any] | None:
-        try:
-            return stored_features(schema)
-        except ValueError as exc:
-            raise SourceError(self.where, name, str(exc)) from exc
-
     def _features(self, first: _Split, listing: dict[str, int]) -> dict[str, Any] | None:
         """The features recorded in the first file's schema, else in the ``dataset_info.json`` beside it."""
+        try:
+            recorded = stored_features(self._stored)
+        except ValueError as exc:
+            raise SourceError(self.where, first.files[0], str(exc)) from exc
         info = posixpath.join(posixpath.dirname(first.files[0]), _INFO)
-        if self._first_features is not None or info not in listing:
-            return self._first_features
+        if recorded is not None or info not in listing:
+            return recorded
         features = self._json(info).get("features")
         return features if isinstance(features, dict) else None
 

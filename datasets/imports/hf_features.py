@@ -97,7 +97,9 @@ class FeatureColumns:
 
 
 def schema_difference(schema: pa.Schema, first: pa.Schema) -> str | None:
-    """How a file's ``schema`` differs from the first file's (metadata aside), or ``None`` where it does not."""
+    """How a file's ``schema`` differs from the first file's (``first``): its columns, or the features ``datasets``
+    recorded (other metadata aside); ``None`` where it does not. A :class:`ValueError` where either records features
+    that are not ``datasets``'."""
     if schema.names != first.names:
         return f"columns {schema.names}, not {first.names}"
     for field, expected in zip(schema, first, strict=True):
@@ -105,6 +107,8 @@ def schema_difference(schema: pa.Schema, first: pa.Schema) -> str | None:
             return f"column {field.name!r} is {field.type}, not {expected.type}"
         if field.nullable != expected.nullable:
             return f"column {field.name!r} {'may' if field.nullable else 'may not'} hold nulls, unlike the first's"
+    if stored_features(schema) != stored_features(first):
+        return "the features datasets recorded in it differ"
     return None
 
 

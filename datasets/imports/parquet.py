@@ -9,8 +9,9 @@ The rule:
   plain files: its partition keys do not become columns.
 - The schema is the first file's Arrow schema, with ``datasets``' features applied where the file records them
   (:mod:`.hf_features`: an ``Image`` column becomes its images' bytes). Every file's footer is read when the source
-  is opened: one whose schema differs from the first's (metadata aside), that has no footer (truncated), or whose
-  row groups do not add up to its row count is a :class:`~.source.SourceError` naming it.
+  is opened: one whose schema differs from the first's (its columns, or ``datasets``' features; other metadata
+  aside), that has no footer (truncated), or whose row groups do not add up to its row count is a
+  :class:`~.source.SourceError` naming it.
 - Rows are read row group by row group, each with one ranged read of its column chunks (memory: one row group's
   bytes and a batch); a resumed read starts at the row group that holds its first row, reading none before it. Each
   page is checked against its CRC where the writer wrote one (``write_page_checksum``: Arrow writes none by
@@ -144,8 +145,12 @@ class ParquetSource:
         return footer
 
     def _check_schema(self, name: str, schema: pa.Schema) -> None:
-        """File ``name``'s ``schema`` is the first file's."""
-        if (difference := schema_difference(schema, self._stored)) is not None:
+        """File ``name``'s ``schema`` is the first file's (:func:`.hf_features.schema_difference`)."""
+        try:
+            difference = schema_difference(schema, self._stored)
+        except ValueError as exc:
+            raise SourceError(self.where, name, str(exc)) from exc
+        if difference is not None:
             raise SourceError(self.where, name, f"its schema is not {self.shards[0].name}'s: {difference}")
 
 

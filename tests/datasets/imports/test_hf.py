@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -247,6 +248,16 @@ def test_parquet_files_datasets_wrote_take_its_features(written: tuple[Path, Any
     assert all_rows(source) == expected["parquet"][""]
 
 
+def test_parquet_files_of_other_features_are_refused(written: tuple[Path, Any], tmp_path: Path) -> None:
+    folder, _ = written
+    shutil.copytree(folder / "parquet", tmp_path / "parquet")
+    stored = pq.read_table(tmp_path / "parquet" / "test.parquet")
+    recorded = stored.schema.metadata[b"huggingface"].replace(b'"bird"', b'"fish"')
+    pq.write_table(stored.replace_schema_metadata({b"huggingface": recorded}), tmp_path / "parquet" / "test.parquet")
+    with pytest.raises(SourceError, match=r"train\.parquet: its schema is not test\.parquet's: the features datasets"):
+        open_parquet(locate(tmp_path / "parquet"))
+
+
 def test_images_held_only_as_paths_are_refused(written: tuple[Path, Any]) -> None:
     folder, _ = written
     source = open_hf(locate(folder / "imagefolder"))
@@ -287,7 +298,7 @@ def test_a_stream_cut_short_is_refused_naming_it(written: tuple[Path, Any], tmp_
     path.write_bytes(path.read_bytes()[:-cut])
     source = open_hf(locate(folder))
     assert len(all_rows(source, shard=0)) == 10
-    with pytest.raises(SourceError, match=r"data-00001-of-00003\.arrow, sample \d+: its stream .*cut short") as e:
+    with pytest.raises(SourceError, match=r"data-00001-of-00003\.arrow, sample \d+: its stream.*cut short") as e:
         all_rows(source, shard=1)
     assert e.value.shard == "data-00001-of-00003.arrow"
 
