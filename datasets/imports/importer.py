@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from datamount.datasets.imports.location import locate
-from datamount.datasets.imports.mapping import Form, TableForm, choose_form
+from datamount.datasets.imports.mapping import Form, choose_form, needs_first_rows
 from datamount.datasets.imports.source import Source
 from datamount.datasets.imports.writer import Imported, write_source
 from datamount.datasets.names import validate_name
@@ -88,12 +88,11 @@ def open_source(
 
 
 def _form(source: Source, *, image_field: str | None, label_field: str | None, columns: Sequence[str] | None) -> Form:
-    """The form of ``source``'s rows; its first rows are read for it only where its schema cannot tell."""
-    form = choose_form(source.schema, None, image_field=image_field, label_field=label_field, columns=columns)
-    unmarked = any(str(field.type) in ("binary", "large_binary") and not field.metadata for field in source.schema)
-    if isinstance(form, TableForm) and columns is None and unmarked and source.shards:
+    """The form of ``source``'s rows; its first rows are read for it only where its schema cannot tell (a binary
+    field the format did not mark as an image or not)."""
+    first = None
+    if columns is None and needs_first_rows(source.schema) and source.shards:
         batches = source.batches(0)
         first = next(iter(batches), None)
         getattr(batches, "close", lambda: None)()
-        form = choose_form(source.schema, first, image_field=image_field, label_field=label_field)
-    return form
+    return choose_form(source.schema, first, image_field=image_field, label_field=label_field, columns=columns)

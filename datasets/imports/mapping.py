@@ -116,6 +116,12 @@ def choose_form(
     return TableForm(_table_fields(schema, list(schema.names)))
 
 
+def needs_first_rows(schema: pa.Schema) -> bool:
+    """Whether the form of a source with ``schema`` depends on its first rows: whether it has a binary field that
+    could be an image file but that its format did not mark as one."""
+    return any(_is_binary(field) and not _extension(field) and not _is_class(field, None) for field in schema)
+
+
 def image_rows(
     form: ImageForm, batch: pa.RecordBatch, first_row: int
 ) -> tuple[pa.Array, list[str], list[str]] | tuple[str, int]:
@@ -188,8 +194,12 @@ def _extension(field: pa.Field) -> str | None:
     return stated.decode() if stated else None
 
 
+def _is_binary(field: pa.Field) -> bool:
+    return pa.types.is_binary(field.type) or pa.types.is_large_binary(field.type)
+
+
 def _is_image(field: pa.Field, first: pa.RecordBatch | None) -> bool:
-    if not (pa.types.is_binary(field.type) or pa.types.is_large_binary(field.type)):
+    if not _is_binary(field):
         return False
     if _extension(field):
         return True

@@ -23,11 +23,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from datamount.datasets.imports import import_dataset
 from datamount.datasets.imports.hf import open_hf
 from datamount.datasets.imports.hf_features import CLASS_NAMES
 from datamount.datasets.imports.location import locate
 from datamount.datasets.imports.parquet import open_parquet
 from datamount.datasets.imports.source import BATCH_ROWS, Source, SourceError
+from datamount.datasets.manifest import Kind
+from datamount.readers import reader
 from datamount.storage import ObjectNotFoundError, Store
 from tests.servers.moto import S3_TEST_KEY, S3_TEST_SECRET, S3Server
 
@@ -333,3 +336,29 @@ def test_a_folder_that_is_no_dataset_is_refused(tmp_path: Path) -> None:
     (tmp_path / "other" / "data.arrow").write_bytes(b"")
     with pytest.raises(ObjectNotFoundError, match="not a Hugging Face dataset"):
         open_hf(locate(tmp_path / "other"))
+
+
+def test_an_import_reads_back_as_datasets_loads_it_split_by_split(
+    written: tuple[Path, Any], local_store: Store
+) -> None:
+    folder, expected = written
+    done = import_dataset(
+        folder / "dict", "pets", format="hf", store=local_store, shard_bytes=20_000, row_group_bytes=5_000
+    )
+    assert done.manifest.kind is Kind.TABLE and done.manifest.splits == {"train": 25, "test": 9}
+    assert done.manifest.columns == ["image", "label", "caption", "tokens"]
+    for split in ("train", "test"):
+        rows = list(reader("pets", local_store, split=split)())
+        assert rows == [tuple(row.values()) for row in expected["dict"][split]]
+    chosen = import_dataset(
+        folder / "dict",
+        "pictures",
+        format="hf",
+        store=local_store,
+        image_field="image",
+        label_field="label",
+        split="test",
+    )
+    assert chosen.manifest.kind is Kind.IMAGE and chosen.manifest.rows == 9
+    wanted = [(row["image"], str(row["label"])) for row in expected["dict"]["test"]]
+    assert list(reader("pictures", local_store)()) == wanted

@@ -14,9 +14,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from datamount.datasets.imports import MappingError, import_dataset
 from datamount.datasets.imports.location import locate
 from datamount.datasets.imports.parquet import open_parquet
 from datamount.datasets.imports.source import BATCH_ROWS, Source, SourceError
+from datamount.datasets.manifest import Kind
+from datamount.readers import reader
 from datamount.storage import ObjectNotFoundError, Store
 from tests.servers.moto import S3_TEST_KEY, S3_TEST_SECRET, S3Server
 
@@ -177,3 +180,30 @@ def test_a_file_of_another_schema_is_refused_naming_it(tmp_path: Path) -> None:
     # metadata aside: the same columns with pandas' metadata (and another writer's) are the same schema
     write(tmp_path / "src" / "b.parquet", table(10).replace_schema_metadata({b"pandas": b"{}"}))
     assert len(all_rows(open_parquet(locate(tmp_path / "src")))) == 20
+
+
+def test_an_import_reads_back_as_pyarrow_reads_the_files(tmp_path: Path, local_store: Store) -> None:
+    files = [write(tmp_path / "in" / f"part-{n}.parquet", table(900, first=900 * n)) for n in range(3)]
+    pattern = str(tmp_path / "in" / "part-{0..2}.parquet")
+    with pytest.raises(MappingError, match="'index'"):
+        import_dataset(pattern, "rows", format="parquet", store=local_store)
+    kept = ["data", "text", "score", "flag", "tags"]
+    done = import_dataset(
+        pattern, "rows", format="parquet", store=local_store, columns=kept, shard_bytes=60_000, row_group_bytes=20_000
+    )
+    assert (done.manifest.kind, done.manifest.columns, done.manifest.rows) == (Kind.TABLE, kept, 2700)
+    assert len(done.manifest.shards) > 3
+    expected = [tuple(row[c] for c in kept) for f in files for row in pq.read_table(f).to_pylist()]
+    got = list(reader("rows", local_store)())
+    assert [row[:2] + row[3:] for row in got] == [row[:2] + row[3:] for row in expected]
+    assert [row[2] for row in got] == pytest.approx([row[2] for row in expected])  # float32, as stored
+
+
+def test_an_image_and_a_label_column_import_as_an_image_version(tmp_path: Path, local_store: Store) -> None:
+    images = [b"\x89PNG\r\n\x1a\n" + bytes([n]) * 50 for n in range(40)]
+    labels = [f"class {n % 4}" for n in range(40)]
+    write(tmp_path / "pictures.parquet", pa.table({"picture": images, "label": labels}))
+    done = import_dataset(tmp_path / "pictures.parquet", "pictures", format="parquet", store=local_store)
+    assert (done.manifest.kind, done.manifest.rows) == (Kind.IMAGE, 40)
+    assert list(reader("pictures", local_store)()) == list(zip(images, labels, strict=True))
+    assert done.manifest.source == "parquet:pictures.parquet"
