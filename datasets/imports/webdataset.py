@@ -154,7 +154,8 @@ def _shard_samples(where: str, shard: str, raw: IO[bytes], *, skip: int) -> Iter
     number, key, fields = -1, None, dict[str, bytes]()
     member = None
     try:
-        with tarfile.open(fileobj=_tar_stream(raw), mode="r|", tarinfo=_CheckedTarInfo) as tar:
+        stream = _tar_stream(raw)
+        with tarfile.open(fileobj=stream, mode="r:", tarinfo=_CheckedTarInfo) as tar:
             while (member := tar.next()) is not None:
                 tar.members.clear()  # type: ignore[attr-defined]  # not looked up again: memory stays bounded
                 if (named := _key_and_field(member)) is None:
@@ -164,7 +165,7 @@ def _shard_samples(where: str, shard: str, raw: IO[bytes], *, skip: int) -> Iter
                         yield number, key, fields  # type: ignore[misc]  # number >= 0: key is set
                     number, key, fields = number + 1, named[0], {}
                 _check_member(member, named[1], fields)
-                fields[named[1]] = _member_data(tar, member) if number >= skip else b""
+                fields[named[1]] = _member_data(stream, member) if number >= skip else b""
             _check_end(tar)
         if key is not None and number >= skip:
             yield number, key, fields
@@ -206,11 +207,14 @@ def _check_member(member: tarfile.TarInfo, field: str, fields: dict[str, bytes])
         raise _Damaged(f"member {member.name!r} is a second file for field {field!r} of its sample")
 
 
-def _member_data(tar: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
-    data = tar.extractfile(member)
-    if data is None:  # only for members that are not regular files, which never come here
-        raise _Damaged(f"member {member.name!r} has no data")
-    return data.read()
+def _member_data(stream: IO[bytes], member: tarfile.TarInfo) -> bytes:
+    """A member's bytes, read from the tar stream itself (tarfile's file objects on a member add copies)."""
+    if stream.tell() != member.offset_data:
+        stream.seek(member.offset_data)
+    data = stream.read(member.size)
+    if len(data) != member.size:
+        raise _Damaged(f"truncated: the shard ends inside the data of member {member.name!r}")
+    return data
 
 
 def _kind(member: tarfile.TarInfo) -> str:
@@ -262,7 +266,7 @@ class _Damaged(Exception):
 
 
 # NOTE [ How a tar's end is checked ]
-# tarfile, reading a stream, ends an archive quietly at the first header it cannot read once a member was read
+# tarfile ends an archive quietly at the first header it cannot read once a member was read
 # (``TarFile.next``): a header whose checksum fails, a stream cut inside a header, or one cut right after a member.
 # WebDataset then yields the samples before it and nothing says the rest is missing. ``_CheckedTarInfo`` reads
 # each header as tarfile does and lets only the end-of-archive block (512 zero bytes) end the archive; every other
@@ -290,28 +294,13 @@ class _CheckedTarInfo(tarfile.TarInfo):
 
 
 def _tar_stream(raw: IO[bytes]) -> IO[bytes]:
-    """The tar stream in ``raw``: gzip's decompressed (its CRC and length checked), else ``raw``'s bytes."""
+    """The tar stream in ``raw`` (read forward only): gzip's decompressed (its CRC and length checked), else
+    ``raw``'s bytes."""
     head = raw.read(6)
-    stream = _Rejoined(head, raw)
+    raw.seek(0)
     if head.startswith(_GZIP_MAGIC):
-        return cast("IO[bytes]", gzip.GzipFile(fileobj=cast("IO[bytes]", stream), mode="rb"))
+        return cast("IO[bytes]", gzip.GzipFile(fileobj=raw, mode="rb"))
     for magic, compression in _OTHER_COMPRESSIONS.items():
         if head.startswith(magic):
             raise _Damaged(f"compressed with {compression}: the import reads plain and gzip-compressed tar shards")
-    return cast("IO[bytes]", stream)
-
-
-class _Rejoined:
-    """A stream's first bytes, read to tell its compression, put back in front of the rest."""
-
-    def __init__(self, head: bytes, rest: IO[bytes]) -> None:
-        self._head, self._rest = head, rest
-
-    def read(self, size: int = -1) -> bytes:
-        if not self._head:
-            return self._rest.read(size)
-        if 0 <= size <= len(self._head):
-            data, self._head = self._head[:size], self._head[size:]
-            return data
-        data, self._head = self._head, b""
-        return data + self._rest.read(size - len(data) if size >= 0 else -1)
+    return raw
