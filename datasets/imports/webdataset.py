@@ -37,6 +37,7 @@ import pyarrow as pa
 
 from datamount.datasets.imports.location import Location
 from datamount.datasets.imports.source import BATCH_ROWS, IMAGE_EXTENSION, KEY_FIELD, SourceError, SourceShard
+from datamount.storage import ObjectNotFoundError
 
 __all__ = ["WebDatasetSource", "open_webdataset"]
 
@@ -135,7 +136,7 @@ def _shards(location: Location) -> list[SourceShard]:
     listing = location.store.list("", recursive=False)
     shards = [SourceShard(name, size) for name, size in listing.items() if name.endswith(SHARD_SUFFIXES)]
     if not shards:
-        raise SourceError(location.where, "", f"no shards: no file named *{', *'.join(SHARD_SUFFIXES)} in the folder")
+        raise ObjectNotFoundError(f"{location.where}: no shards (no file named *{', *'.join(SHARD_SUFFIXES)} in it)")
     return shards
 
 
