@@ -157,15 +157,17 @@ def _report(manifest: Manifest, done: Imported | None, store: Store, as_json: bo
         echo_json(
             "import",
             {
-                "version": manifest.ref,
+                "dataset": manifest.name,
+                "version": manifest.version,
+                "store": store.url,
                 "kind": str(manifest.kind),
-                "rows": manifest.rows,
                 "columns": manifest.columns,
+                "rows": manifest.rows,
                 "shards": len(manifest.shards),
                 "bytes": sum(shard.size for shard in manifest.shards),
+                "splits": manifest.splits,
                 "resumed_rows": resumed,
                 "source": manifest.source,
-                "store": store.url,
             },
         )
         return

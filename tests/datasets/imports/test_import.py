@@ -100,8 +100,9 @@ def test_the_command_takes_columns_and_prints_a_json_summary(local_store: Store,
     result = CliRunner().invoke(cli, [*args, "--store", local_store.url, "--json"])
     assert result.exit_code == 0, result.output
     summary = json.loads(result.output)
-    assert (summary["version"], summary["kind"], summary["rows"], summary["columns"]) == (
-        "only@1",
+    assert (summary["dataset"], summary["version"], summary["kind"], summary["rows"], summary["columns"]) == (
+        "only",
+        1,
         "table",
         12,
         ["cls", "__key__"],
