@@ -1,14 +1,14 @@
-"""The marker ``upload --pack`` (and ``import --from-format``) leaves beside each shard it finished: the shard's
-entry and each of its rows' file size and xxh3-64, so that a run started again after a kill takes the shard as
-written without reading its files.
+"""The marker ``upload --pack`` (and ``import --from-format``) leaves beside each shard it finished: the shard's entry
+and each of its rows' file size and xxh3-64, so that a run started again after a kill takes the shard as written
+without reading its files.
 
-The rule: a marker grows by 16 bytes a row and is written and read in bounded memory, whatever the shard's rows (a
-shard of millions of tiny files). Its bytes are :data:`MAGIC`, the length of its header (8 bytes, little-endian),
-the header (JSON: ``{"entry": {...}, "rows": N}`` and any fields its writer adds: an import's place in its source),
-then one record per row in order: the file's size (8 bytes, little-endian) and its xxh3-64 (8 bytes). A marker of
-an earlier release (``DMSHARD1``: each row's sha256) is not read: its shard is written again. While a shard is written its records go to a local file; once the shard
-is sent, that file goes to the store whole (:meth:`Store.put_file`: written atomically, never seen half-written). A
-run reads a marker's header alone, then the records of one row group at a time.
+The rule: a marker grows by 16 bytes a row and is written and read in bounded memory, whatever the shard's rows (a shard
+of millions of tiny files). Its bytes are :data:`MAGIC`, the length of its header (8 bytes, little-endian), the header
+(JSON: ``{"entry": {...}, "rows": N}`` and any fields its writer adds: an import's place in its source), then one record
+per row in order: the file's size (8 bytes, little-endian) and its xxh3-64 (8 bytes). A marker of an earlier release
+(``DMSHARD1``: each row's sha256) is not read: its shard is written again. While a shard is written its records go to a
+local file; once the shard is sent, that file goes to the store whole (:meth:`Store.put_file`: written atomically, never
+seen half-written). A run reads a marker's header alone, then the records of one row group at a time.
 """
 
 from __future__ import annotations
