@@ -32,6 +32,7 @@ from datamount.datasets.imports.source import BATCH_ROWS, Source, SourceError
 from datamount.datasets.manifest import Kind
 from datamount.readers import reader
 from datamount.storage import ObjectNotFoundError, Store
+from tests.datasets.imports.killing import killed_then_resumed
 from tests.servers.moto import S3_TEST_KEY, S3_TEST_SECRET, S3Server
 
 pytest.importorskip("datasets", reason="Hugging Face datasets is not installed (the test extra)")
@@ -362,3 +363,13 @@ def test_an_import_reads_back_as_datasets_loads_it_split_by_split(
     assert chosen.manifest.kind is Kind.IMAGE and chosen.manifest.rows == 9
     wanted = [(row["image"], str(row["label"])) for row in expected["dict"]["test"]]
     assert list(reader("pictures", local_store)()) == wanted
+
+
+def test_an_import_killed_part_way_goes_on_from_its_last_shard(
+    written: tuple[Path, Any], local_store: Store, tmp_path: Path
+) -> None:
+    folder, expected = written
+    options = {"format": "hf", "shard_bytes": 6_000, "row_group_bytes": 2_000}
+    done = killed_then_resumed(folder / "numbers", local_store, tmp_path, 1200, **options)
+    assert done.manifest.rows == 2500
+    assert list(reader("killed", local_store)()) == [tuple(row.values()) for row in expected["numbers"][""]]

@@ -8,10 +8,6 @@ from __future__ import annotations
 
 import json
 import random
-import signal
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +21,7 @@ from datamount.datasets.manifest import Kind
 from datamount.readers import reader
 from datamount.storage import Store, open_store
 from datamount.urlfs import DatamountFileSystem
+from tests.datasets.imports.killing import killed_then_resumed
 from tests.servers.moto import S3_TEST_KEY, S3_TEST_SECRET, S3Server
 
 webdataset = pytest.importorskip("webdataset")
@@ -148,43 +145,13 @@ def test_a_damaged_source_is_an_error_naming_its_shard_and_commits_nothing(local
     assert catalog.versions(local_store, "cats") == []
 
 
-KILLED_IMPORT = """
-import os, signal, sys
-from datamount.datasets.imports import import_dataset
-
-class KilledAfter:
-    rows = 0
-    def start(self, phase, *, items, size): pass
-    def finish(self): pass
-    def advance(self, *, items=1, size=0):
-        self.rows += items
-        if self.rows > int(sys.argv[3]):
-            os.kill(os.getpid(), signal.SIGKILL)
-
-import_dataset(sys.argv[1], "cats", format="webdataset", store=sys.argv[2], shard_bytes=40_000,
-               row_group_bytes=10_000, progress=KilledAfter())
-"""
-
-
 def test_an_import_killed_part_way_goes_on_from_its_last_shard(local_store: Store, tmp_path: Path) -> None:
     pattern = write_shards(tmp_path / "wds", labelled(120, size=2000), per_shard=16)
-    script = tmp_path / "killed.py"
-    script.write_text(textwrap.dedent(KILLED_IMPORT))
-    killed = subprocess.run([sys.executable, str(script), pattern, local_store.url, "80"], capture_output=True)
-    assert killed.returncode == -signal.SIGKILL, killed.stderr
-    assert catalog.versions(local_store, "cats") == []
-    done = import_dataset(
-        pattern, "cats", format="webdataset", store=local_store, shard_bytes=40_000, row_group_bytes=10_000
-    )
+    options = {"format": "webdataset", "shard_bytes": 40_000, "row_group_bytes": 10_000}
+    done = killed_then_resumed(pattern, local_store, tmp_path, 80, **options)
     assert done.resumed_shards >= 2 and done.resumed_rows >= 2 * 16
-    assert done.resumed_rows + done.written_rows == 120
     expected = [(sample["jpg"], sample["cls"].decode().strip()) for sample in read_back(pattern)]
-    assert list(reader("cats", local_store)()) == expected
-    assert [entry.path for entry in catalog.resolve(local_store, "cats").shards] == [
-        entry.path for entry in done.manifest.shards
-    ]
-    markers = [path for path in local_store.list("datasets/cats") if path.endswith(".done")]
-    assert markers == []
+    assert list(reader("killed", local_store)()) == expected
 
 
 @pytest.mark.s3

@@ -21,6 +21,7 @@ from datamount.datasets.imports.source import BATCH_ROWS, Source, SourceError
 from datamount.datasets.manifest import Kind
 from datamount.readers import reader
 from datamount.storage import ObjectNotFoundError, Store
+from tests.datasets.imports.killing import killed_then_resumed
 from tests.servers.moto import S3_TEST_KEY, S3_TEST_SECRET, S3Server
 
 ROWS = 2600
@@ -207,3 +208,13 @@ def test_an_image_and_a_label_column_import_as_an_image_version(tmp_path: Path, 
     assert (done.manifest.kind, done.manifest.rows) == (Kind.IMAGE, 40)
     assert list(reader("pictures", local_store)()) == list(zip(images, labels, strict=True))
     assert done.manifest.source == "parquet:pictures.parquet"
+
+
+def test_an_import_killed_part_way_goes_on_from_its_last_shard(tmp_path: Path, local_store: Store) -> None:
+    files = [write(tmp_path / "in" / f"part-{n}.parquet", table(900, first=900 * n)) for n in range(3)]
+    kept = ["data", "text", "flag", "tags"]
+    options = {"format": "parquet", "columns": kept, "shard_bytes": 60_000, "row_group_bytes": 20_000}
+    done = killed_then_resumed(tmp_path / "in", local_store, tmp_path, 1500, **options)
+    assert done.manifest.rows == 2700
+    expected = [tuple(row[c] for c in kept) for f in files for row in pq.read_table(f).to_pylist()]
+    assert list(reader("killed", local_store)()) == expected
