@@ -120,7 +120,9 @@ class MdsSource:
         self._columns: list[Column] = []
         for split in _splits(prefix, sizes, self.where):
             self._add_split(prefix, split, sizes)
-        self.shards = [SourceShard(shard.name, shard.file.size, shard.rows, shard.split) for shard in self._shards]
+        self.shards = [
+            SourceShard(shard.name, sizes[shard.file.path], shard.rows, shard.split) for shard in self._shards
+        ]
 
     def batches(self, shard: int, skip: int = 0) -> Iterator[pa.RecordBatch]:
         entry = self._shards[shard]
