@@ -19,12 +19,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from datamount.datasets.imports import _packed
+from datamount.datasets.imports import _packed, import_dataset
 from datamount.datasets.imports.litdata import LitdataSource, open_litdata
 from datamount.datasets.imports.location import locate
 from datamount.datasets.imports.mds import INDEX
 from datamount.datasets.imports.source import BATCH_ROWS, SOURCE_ENCODING, SourceError
+from datamount.datasets.manifest import Kind
+from datamount.readers import reader
 from datamount.storage import Store
+from tests.datasets.imports.killing import killed_then_resumed
 from tests.servers.moto import S3_TEST_KEY, S3_TEST_SECRET, S3Server
 
 litdata = pytest.importorskip("litdata", reason="litdata (and the torch it needs) is not installed")
@@ -230,3 +233,23 @@ def test_an_mds_folder_is_named_as_such(tmp_path: Path) -> None:
     (tmp_path / INDEX).write_text('{"version": 2, "shards": []}')
     with pytest.raises(SourceError, match="--from-format mds"):
         open_litdata(locate(tmp_path))
+
+
+@pytest.mark.parametrize("name", ["pairs", "records"])
+def test_an_import_reads_back_as_litdata_reads_it(
+    name: str, written: Callable[[str], Path], tmp_path: Path, local_store: Store
+) -> None:
+    done = import_dataset(written(name), name, format="litdata", store=local_store)
+    expected = litdata_reads(written(name), tmp_path)
+    assert done.manifest.kind is Kind.TABLE and done.manifest.columns == list(expected[0])
+    got = [dict(zip(done.manifest.columns, row, strict=True)) for row in reader(name, local_store)()]
+    assert got == expected
+
+
+def test_an_import_killed_part_way_goes_on_from_its_last_shard(
+    written: Callable[[str], Path], tmp_path: Path, local_store: Store
+) -> None:
+    options = {"format": "litdata", "shard_bytes": 1500, "row_group_bytes": 500}
+    done = killed_then_resumed(written("pairs"), local_store, tmp_path, 70, **options)
+    got = [dict(zip(done.manifest.columns, row, strict=True)) for row in reader("killed", local_store)()]
+    assert got == litdata_reads(written("pairs"), tmp_path)

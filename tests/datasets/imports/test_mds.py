@@ -31,10 +31,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
+from datamount.datasets import catalog
+from datamount.datasets.imports import import_dataset
 from datamount.datasets.imports.location import locate
 from datamount.datasets.imports.mds import MdsSource, open_mds
 from datamount.datasets.imports.source import IMAGE_EXTENSION, SOURCE_ENCODING, SourceError
+from datamount.datasets.manifest import Kind
+from datamount.readers import reader
 from datamount.storage import Store
+from tests.datasets.imports.killing import killed_then_resumed
 from tests.servers.moto import S3_TEST_KEY, S3_TEST_SECRET, S3Server
 
 FIXTURE = Path(__file__).parent / "mds_fixture"
@@ -245,3 +250,32 @@ def test_a_folder_without_an_index_is_refused(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(SourceError, match="no MDS dataset"):
         open_mds(locate(tmp_path / "empty"))
+
+
+def imported_splits(store: Store, name: str, source: MdsSource) -> dict[str, list[dict[str, Any]]]:
+    """What ``reader()`` yields of each split of version ``name``, recorded as :func:`rows` records it."""
+    splits = catalog.resolve(store, name).splits
+    fields = [source.schema.field(column) for column in catalog.resolve(store, name).columns]
+    return {
+        split: [
+            {f.name: recorded(value, f) for f, value in zip(fields, row, strict=True)}
+            for row in reader(name, store, split=split)()
+        ]
+        for split in splits
+    }
+
+
+def test_an_import_reads_back_as_streaming_reads_it_split_by_split(local_store: Store, tmp_path: Path) -> None:
+    source = open_mds(locate(FIXTURE / "compressed"))
+    done = import_dataset(FIXTURE / "compressed", "mds", format="mds", store=local_store)
+    assert done.manifest.kind is Kind.TABLE and list(done.manifest.splits) == ["br", "bz2", "gz", "snappy", "zstd"]
+    assert imported_splits(local_store, "mds", source) == EXPECTED["compressed"]
+    plain = import_dataset(FIXTURE / "plain", "plain", format="mds", store=local_store)
+    fields = [open_mds(locate(FIXTURE / "plain")).schema.field(column) for column in plain.manifest.columns]
+    got = [{f.name: recorded(v, f) for f, v in zip(fields, row, strict=True)} for row in reader("plain", local_store)()]
+    assert got == EXPECTED["plain"]
+
+
+def test_an_import_killed_part_way_goes_on_from_its_last_shard(local_store: Store, tmp_path: Path) -> None:
+    killed_then_resumed(FIXTURE / "compressed", local_store, tmp_path, 20, format="mds")
+    assert imported_splits(local_store, "killed", open_mds(locate(FIXTURE / "compressed"))) == EXPECTED["compressed"]
