@@ -13,11 +13,14 @@ whole source was read; a source that turns out damaged is a :class:`~.source.Sou
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import operator
 import tempfile
 import uuid
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -252,6 +255,10 @@ class _Shards:
         self.splits: dict[str, Any] = {}
         self._writer: ShardWriter | None = None
         self._marker = MarkerWriter()
+        #: The shard being closed and sent (with its marker after it) while the next one fills; at most one.
+        self._sender = ThreadPoolExecutor(max_workers=1, thread_name_prefix="datamount-import-send")
+        self._sending: Future[None] | None = None
+        self._number = 0
         self._in_shard = 0
         self._pending = _Pending()
         self._split: str | None = None
@@ -260,6 +267,7 @@ class _Shards:
     def resume_after(self, earlier: list[Marker]) -> None:
         for marker in earlier:
             self._record(ShardEntry(**marker.entry), marker.extra.get("split", ""))
+        self._number = len(earlier)
         self._split = earlier[-1].extra.get("split", "") if earlier else None
 
     def pump(self, source: Source, start: Position) -> None:
@@ -270,16 +278,23 @@ class _Shards:
                 self._end_shard()
             self._split = shard.split
             taken = skip if number == first else 0
-            for batch in source.batches(number, taken):
+            for batch in _read_ahead(source.batches(number, taken)):
                 self._add(source, number, taken, batch)
                 taken += batch.num_rows
             if shard.rows is not None and taken != shard.rows:
                 raise SourceError(source.where, shard.name, f"it holds {taken:,} rows, its index says {shard.rows:,}")
             self._place = (number + 1, 0)
         self._end_shard()
+        self._wait_sent()
+        self._sender.shutdown()
         self._marker.close()
 
     def discard(self) -> None:
+        """After a failure: the shard being sent is sent (with its marker: the next run takes it), the one being
+        written dropped."""
+        with contextlib.suppress(Exception):
+            self._wait_sent()
+        self._sender.shutdown()
         if self._writer is not None:
             self._writer.discard()
         self._marker.close()
@@ -341,7 +356,7 @@ class _Shards:
                 shard_bytes=1 << 62,  # shards are cut here, after whole row groups
                 row_group_bytes=self.row_group_bytes,
                 pack_folder=self.folder,
-                first_shard=len(self.entries),
+                first_shard=self._number,
                 first_index=self.rows.count,
                 run=self.run,
             )
@@ -356,18 +371,30 @@ class _Shards:
             self._end_shard()
 
     def _end_shard(self) -> None:
+        """Close the shard being written; it is sent, then its marker, while the next one fills."""
         self._write_group()
         if self._writer is None:
             return
-        (entry,) = self._writer.close()
-        self._writer = None
-        split = self._split or ""
-        fields = asdict(entry)
-        path = f"{layout.dataset_folder(self.name)}/{layout.upload_shard_marker(self.folder, len(self.entries))}"
-        self._marker.send(self.store, path, fields, {"next": list(self._place), "split": split})
-        self._marker = MarkerWriter()
+        self._wait_sent()
+        writer, marker, place, split = self._writer, self._marker, list(self._place), self._split or ""
+        path = f"{layout.dataset_folder(self.name)}/{layout.upload_shard_marker(self.folder, self._number)}"
+        self._sending = self._sender.submit(self._send, writer, marker, path, {"next": place, "split": split})
+        self._writer, self._marker = None, MarkerWriter()
+        self._number += 1
         self._in_shard = 0
-        self._record(entry, split)
+
+    def _send(self, writer: ShardWriter, marker: MarkerWriter, path: str, extra: dict[str, Any]) -> None:
+        try:
+            (entry,) = writer.close()
+            marker.send(self.store, path, asdict(entry), extra)
+        finally:
+            marker.close()
+        self._record(entry, extra["split"])
+
+    def _wait_sent(self) -> None:
+        sending, self._sending = self._sending, None
+        if sending is not None:
+            sending.result()
 
     def _record(self, entry: ShardEntry, split: str) -> None:
         number = len(self.entries)
@@ -376,6 +403,21 @@ class _Shards:
             info = self.splits.setdefault(split, {"rows": 0, "shards": [number, number]})
             info["rows"] += entry.rows
             info["shards"][1] = number + 1
+
+
+def _read_ahead(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``batches``, the next one read in a thread while one is taken (the source's reads overlap the work on the
+    rows); the source is closed when the taking stops."""
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="datamount-import-read") as reader:
+        following = reader.submit(next, batches, None)
+        try:
+            while (batch := following.result()) is not None:
+                following = reader.submit(next, batches, None)
+                yield batch
+        finally:
+            with contextlib.suppress(Exception):
+                following.result()  # a generator cannot be closed while it runs
+            getattr(batches, "close", lambda: None)()
 
 
 def _digests(images: pa.Array) -> list[str]:
