@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import mmap
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -32,6 +33,28 @@ def group_range(footer: pq.FileMetaData, group: int) -> tuple[int, int]:
         starts.append(first)
         ends.append(first + chunk.total_compressed_size)
     return min(starts), max(ends)
+
+
+def chunk_ranges(footer: pq.FileMetaData, group: int, columns: Sequence[str]) -> list[tuple[int, int]]:
+    """The byte ranges of the column chunks of row group ``group`` that hold ``columns`` (top-level names; a
+    nested column's chunks are its leaves', whose paths continue its name with a dot, as pyarrow finds them), in file
+    order, chunks that touch joined into one range."""
+    meta = footer.row_group(group)
+    ranges: list[tuple[int, int]] = []
+    for column in range(meta.num_columns):
+        chunk = meta.column(column)
+        path = chunk.path_in_schema
+        if not any(path == name or path.startswith(f"{name}.") for name in columns):
+            continue
+        first = chunk.dictionary_page_offset if chunk.has_dictionary_page else chunk.data_page_offset
+        ranges.append((first, first + chunk.total_compressed_size))
+    joined: list[tuple[int, int]] = []
+    for start, end in sorted(ranges):
+        if joined and start <= joined[-1][1]:
+            joined[-1] = (joined[-1][0], max(end, joined[-1][1]))
+        else:
+            joined.append((start, end))
+    return joined
 
 
 def footer_start(size: int, tail: bytes | memoryview) -> int:

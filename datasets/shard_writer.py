@@ -85,13 +85,19 @@ def check_sizes(shard_bytes: int, row_group_bytes: int) -> None:
         )
 
 
-def list_schema(name: str, kind: Kind, columns: Sequence[str]) -> pa.Schema:
-    """The shards' schema of an image or text version: its columns (an image's bytes ``binary``, the rest
-    ``string``), then ``index`` and, for images, ``path``."""
-    fields = [
+def list_fields(kind: Kind, columns: Sequence[str]) -> list[pa.Field]:
+    """The Arrow fields of an image or text version's own columns: an image's bytes ``binary``, the rest
+    ``string``."""
+    return [
         pa.field(column, pa.binary() if kind is Kind.IMAGE and position == 0 else pa.string())
         for position, column in enumerate(columns)
     ]
+
+
+def list_schema(name: str, kind: Kind, columns: Sequence[str]) -> pa.Schema:
+    """The shards' schema of an image or text version: its columns (:func:`list_fields`), then ``index`` and, for
+    images, ``path``."""
+    fields = list_fields(kind, columns)
     fields.append(pa.field(INDEX_COLUMN, pa.int64()))
     if kind is Kind.IMAGE:
         fields.append(pa.field(PATH_COLUMN, pa.string()))

@@ -15,6 +15,7 @@ a split of any     :class:`SplitRows` (a range of rows), :class:`RowSplitRows` (
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 
 from datamount.datasets.manifest import Kind, Manifest
 from datamount.datasets.rows.listed import (
@@ -36,7 +37,7 @@ from datamount.datasets.rows.missing import (
     removed_or_missing,
 )
 from datamount.datasets.rows.shards import ShardRows, decoded_rows
-from datamount.datasets.rows.source import DEFAULT_ROWS_PER_SPAN, Piece, Row, RowSource, closing
+from datamount.datasets.rows.source import DEFAULT_ROWS_PER_SPAN, Piece, Row, RowSource, closing, selected_columns
 from datamount.datasets.rows.split import RowSplitRows, SplitRows, open_split, split_bounds
 from datamount.storage import Store
 from datamount.storage.cache import CACHE_DIR_ENV, ContentCache
@@ -67,6 +68,7 @@ __all__ = [
     "parse_lines",
     "read_lines",
     "removed_or_missing",
+    "selected_columns",
     "shard_cache",
     "split_bounds",
 ]
@@ -84,6 +86,7 @@ def open_rows(
     rows_per_span: int = DEFAULT_ROWS_PER_SPAN,
     verify: bool = True,
     zero_copy: bool = False,
+    columns: Sequence[str] | None = None,
 ) -> RowSource:
     """The row source of ``manifest``'s version (of one of its splits, with ``split``).
 
@@ -93,11 +96,16 @@ def open_rows(
     its size and, with ``verify`` (the default), its xxh3-64 (or sha256). Packed rows are checked, with ``verify``,
     by the xxh3-64 of each row group (or, in shards packed before format 5, the Parquet pages' checksums) and, when a
     shard is fetched whole, by its sha256. With ``zero_copy``, a packed version's binary values are read-only
-    memoryviews into the decoded row group (:class:`ShardRows`).
+    memoryviews into the decoded row group (:class:`ShardRows`). With ``columns``, a packed version's rows hold only
+    those of its columns, in that order, and only their column chunks are read (checked by their pages' CRC-32); an
+    unpacked version's rows are read whole, so it takes none (``ValueError``).
     """
     source: RowSource
     if use_shards and manifest.shards:
-        source = ShardRows(store, manifest, cache=shard_cache(cache), zero_copy=zero_copy, verify=verify)
+        cached = shard_cache(cache)
+        source = ShardRows(store, manifest, cache=cached, zero_copy=zero_copy, select=columns, verify=verify)
+    elif columns is not None:
+        raise ValueError(f"{manifest.ref} is not packed: its rows are read whole (columns= selects a packed one's)")
     elif not manifest.has_list or not manifest.objects:
         raise ValueError(f"{manifest.ref} is stored only as Parquet shards; read it with use_shards=True")
     elif manifest.kind is Kind.IMAGE:

@@ -8,14 +8,18 @@ import itertools
 from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
+import pyarrow as pa
+
 from datamount.datasets import layout
 from datamount.datasets.errors import DatasetNotFoundError
 from datamount.datasets.list_blocks import ListBlocks
 from datamount.datasets.manifest import FileEntry, Manifest, collector_paused
 from datamount.datasets.repairs import object_repair
 from datamount.datasets.row_index import RowIndex
+from datamount.datasets.rows.chain import close_iterator
 from datamount.datasets.rows.missing import missing_list, missing_object, objects_read
 from datamount.datasets.rows.source import DEFAULT_ROWS_PER_SPAN, Piece, Row, clip, line_spans, out_of_range
+from datamount.datasets.shard_writer import column, list_fields
 from datamount.storage import IntegrityError, ObjectNotFoundError, Store
 from datamount.storage.checksums import checked_by, matches
 from datamount.storage.counters import RunningCount, Tally
@@ -214,6 +218,18 @@ class ListRows:
         if blocks is None:
             return (self._lines[row] for piece in pieces for row in piece.rows)
         return self._pieces_of_blocks(blocks, pieces)
+
+    def tables(self, pieces: Iterable[Piece]) -> Iterator[pa.Table]:
+        """The rows of each piece (:meth:`pieces`, read and checked as a pass reads them) as an Arrow table."""
+        schema = pa.schema(list_fields(self.manifest.kind, self.manifest.columns))
+        wanted, taken = itertools.tee(pieces)
+        rows = self.pieces(wanted)
+        try:
+            for piece in taken:
+                values = list(zip(*itertools.islice(rows, len(piece.rows)), strict=True)) or [()] * len(schema)
+                yield pa.table([column(v, f.type) for v, f in zip(values, schema, strict=True)], schema=schema)
+        finally:
+            close_iterator(rows)
 
     def counts(self) -> dict[str, float]:
         return self.tally.snapshot()

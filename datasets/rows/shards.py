@@ -25,8 +25,8 @@ from datamount.datasets.errors import MissingPartError
 from datamount.datasets.manifest import Manifest, ShardEntry
 from datamount.datasets.rows.chain import ClosingChain, close_iterator
 from datamount.datasets.rows.missing import missing_shard
-from datamount.datasets.rows.source import Piece, Row, clip, out_of_range
-from datamount.datasets.shard_checks import digest, file_bytes, footer_bytes, group_bytes, group_range
+from datamount.datasets.rows.source import Piece, Row, clip, out_of_range, selected_columns
+from datamount.datasets.shard_checks import chunk_ranges, digest, file_bytes, footer_bytes, group_bytes, group_range
 from datamount.storage import DatamountError, IntegrityError, ObjectNotFoundError, Store
 from datamount.storage.cache import ContentCache
 from datamount.storage.counters import Tally, added
@@ -78,7 +78,10 @@ class ShardRows:
     is checked against its sha256 either way.
 
     Each row holds the version's columns; ``columns`` names others of the shards' to add after them (``path``: an
-    image's place in its source).
+    image's place in its source). With ``select``, each row holds only those of the version's columns, in that
+    order, and only their column chunks are read (a remote row group: fetched): a row group's xxh3-64 covers all its
+    columns, so with ``verify`` the chunks read are checked by their pages' CRC-32 as they are decoded (every shard
+    carries them for readers that read part of it), the footer still by its xxh3-64 (see :func:`selected_columns`).
     """
 
     def __init__(
@@ -89,6 +92,7 @@ class ShardRows:
         cache: ContentCache | None = None,
         zero_copy: bool = False,
         columns: Sequence[str] = (),
+        select: Sequence[str] | None = None,
         verify: bool = True,
     ) -> None:
         self.store = store
@@ -99,7 +103,10 @@ class ShardRows:
         self.split = ""
         self.layout = "row-groups"
         self.cache = cache
-        self._columns = [*manifest.columns, *columns]
+        chosen = selected_columns(manifest, select)
+        #: Only some of the version's columns are read: their chunks, checked by their pages' CRCs.
+        self.partial = chosen != manifest.columns
+        self._columns = [*chosen, *columns]
         self._starts = list(itertools.accumulate((s.rows for s in manifest.shards), initial=0))
         self._footers: dict[str, pq.FileMetaData] = {}
         self._heads: dict[str, memoryview] = {}  # a shard's bytes from its magic on, fetched with its footer
@@ -163,7 +170,19 @@ class ShardRows:
         holds Arrow tables ahead, and Python values of one piece at a time."""
         return ClosingChain.of(self._piece_blocks(iter(pieces)))
 
+    def tables(self, pieces: Iterable[Piece]) -> Iterator[pa.Table]:
+        """The rows of each piece as an Arrow table, read ahead and checked as :meth:`pieces` reads them."""
+        return self._piece_tables(iter(pieces))
+
     def _piece_blocks(self, pending: Iterator[Piece]) -> Iterator[Iterator[Row]]:
+        tables = self._piece_tables(pending)
+        try:
+            for table in tables:
+                yield decoded_rows(table, views=self.zero_copy)
+        finally:
+            tables.close()
+
+    def _piece_tables(self, pending: Iterator[Piece]) -> Iterator[pa.Table]:
         ahead = PIECES_AHEAD_LOCAL if self.store.local_path() is not None else PIECES_AHEAD_REMOTE
         decoding = threading.BoundedSemaphore(DECODING_AT_ONCE)
         # Started at once: the following pieces are submitted between the first piece's arrival and its first row.
@@ -177,7 +196,7 @@ class ShardRows:
                 current = upcoming.popleft().result()
                 for following in itertools.islice(pending, ahead - len(upcoming)):
                     upcoming.append(readers.submit(self._piece_table, following, decoding))
-                yield decoded_rows(current, views=self.zero_copy)
+                yield current
 
     # ---------------------------------------------------------------------------------------------- whole shards
 
@@ -236,7 +255,7 @@ class ShardRows:
         # They start once the first batch is decoded, which they would otherwise hold up.
         ahead = min(WHOLE_SHARD_DECODERS, groups - 1)
         readers = [self._parquet(shard, source, parquet.metadata) for _ in range(ahead)]
-        data = None if opened.checked else file_bytes(source)
+        data = None if opened.checked or self.partial else file_bytes(source)
         with generator_pool(max(ahead, 1), "datamount-decode") as decoder:
             first_group = self._first_group_blocks(shard, parquet, data)
             first_batch = next(first_group, None)
@@ -288,7 +307,7 @@ class ShardRows:
         """
         if metadata is None and isinstance(source, pa.NativeFile) and not checked:
             self._check(shard, len(shard.row_groups), lambda: footer_bytes(file_bytes(source)), "the footer of ")
-        pages_checked = self.verify and not shard.xxh3
+        pages_checked = self.verify and (not shard.xxh3 or self.partial)
         with self._damage(shard):
             return pq.ParquetFile(source, metadata=metadata, pre_buffer=False, page_checksum_verification=pages_checked)
 
@@ -334,10 +353,11 @@ class ShardRows:
         self.tally.add("bytes_verified", len(checked))
 
     def _count_pages_checked(self, shard: ShardEntry, footer: pq.FileMetaData, group: int) -> None:
-        """Count the bytes of row group ``group`` when its pages' checksums were checked as it was decoded."""
-        if self.verify and not shard.xxh3:
-            start, end = group_range(footer, group)
-            self.tally.add("bytes_verified", end - start)
+        """Count the bytes of row group ``group`` (of its chunks read) when their pages' checksums were checked as
+        they were decoded."""
+        if self.verify and (not shard.xxh3 or self.partial):
+            ranges = chunk_ranges(footer, group, self._columns) if self.partial else [group_range(footer, group)]
+            self.tally.add("bytes_verified", sum(end - start for start, end in ranges))
 
     @contextlib.contextmanager
     def _damage(self, shard: ShardEntry, group: int | None = None) -> Iterator[None]:
@@ -493,9 +513,12 @@ class ShardRows:
         if self.store.local_path(path) is not None or self.cache is not None:
             with self._open(shard) as opened:
                 parquet = self._parquet(shard, opened.source, checked=opened.checked)
-                if not opened.checked:
+                if not opened.checked and not self.partial:
                     self._check_group(shard, parquet.metadata, group, file_bytes(opened.source))
                 yield parquet
+            return
+        if self.partial:
+            yield self._chunks_file(path, shard, group)
             return
         with self._missing(shard):
             footer = self._footer(path, shard, with_first_group=group == 0)
@@ -505,6 +528,15 @@ class ShardRows:
                 fetched = self.store.read_range_buffer(path, start, end)
         self._check_group(shard, footer, group, fetched)
         yield self._parquet(shard, SparseFile(shard.size, {start: fetched}, name=self.store.url_for(path)), footer)
+
+    def _chunks_file(self, path: str, shard: ShardEntry, group: int) -> pq.ParquetFile:
+        """Row group ``group`` of a remote shard with only the chunks of the columns read fetched (adjacent ones
+        with one ranged read, several in flight); their pages are checked as they are decoded."""
+        with self._missing(shard):
+            footer = self._footer(path, shard)
+            ranges = chunk_ranges(footer, group, self._columns)
+            fetched = dict(zip((start for start, _ in ranges), self.store.read_ranges(path, ranges), strict=True))
+        return self._parquet(shard, SparseFile(shard.size, fetched, name=self.store.url_for(path)), footer)
 
     def _footer(self, path: str, shard: ShardEntry, *, with_first_group: bool = False) -> pq.FileMetaData:
         """A shard's Parquet footer: one ranged read of the shard's end the first time (two if the footer is larger

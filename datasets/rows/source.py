@@ -5,10 +5,13 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from datamount.datasets.manifest import Manifest
 from datamount.storage import Store
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 #: A row: the version's columns in list order (an image's exact bytes first, then its labels; text columns; any
 #: Arrow values of a table, tensors as numpy arrays).
@@ -64,10 +67,31 @@ class RowSource(Protocol):
         taken."""
         ...
 
+    def tables(self, pieces: Iterable[Piece]) -> Iterator[pa.Table]:
+        """The rows of each piece as one Arrow table, in the piece's order, read and checked as :meth:`pieces` reads
+        them: the version's columns with its shards' types (an image's bytes ``binary``, a list's other columns
+        ``string``), for front ends that hand rows on as Arrow (``datamount.ray``)."""
+        ...
+
     def counts(self) -> dict[str, float]:
         """What reading the source has done in this process, beyond its store's requests: ``bytes_verified`` (bytes
         checked against a checksum as they were read) and, with a cache, ``cache_hits``."""
         ...
+
+
+def selected_columns(manifest: Manifest, columns: Sequence[str] | None) -> list[str]:
+    """The version's columns a reader asked for (``None``: all of them), in the order asked; a name the version has
+    not, or one asked twice, is a ``ValueError`` naming the columns it has."""
+    if columns is None:
+        return list(manifest.columns)
+    if isinstance(columns, str) or not all(isinstance(name, str) for name in columns):
+        raise TypeError(f"columns must be a list of column names, got {columns!r}")
+    chosen = list(columns)
+    unknown = [name for name in chosen if name not in manifest.columns]
+    if unknown or not chosen or len(set(chosen)) != len(chosen):
+        problem = f"has no column {unknown[0]!r}" if unknown else "needs one or more columns, each named once"
+        raise ValueError(f"columns={chosen!r}: {manifest.ref} {problem} (its columns: {', '.join(manifest.columns)})")
+    return chosen
 
 
 def clip(start: int, stop: int, rows: int) -> tuple[int, int]:

@@ -14,12 +14,16 @@ import dataclasses
 import math
 import re
 from collections.abc import Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from datamount.datasets.errors import DatasetNotFoundError
 from datamount.datasets.manifest import SPLITS_KEY, Manifest
 from datamount.datasets.rows.source import Piece, Row, RowSource, clip, out_of_range
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 def open_split(source: RowSource, split: str) -> RowSource:
@@ -63,6 +67,9 @@ class SplitRows:
 
     def pieces(self, pieces: Iterable[Piece]) -> Iterator[Row]:
         return self.source.pieces(_shifted(piece, self.start) for piece in pieces)
+
+    def tables(self, pieces: Iterable[Piece]) -> Iterator[pa.Table]:
+        return self.source.tables(_shifted(piece, self.start) for piece in pieces)
 
     def counts(self) -> dict[str, float]:
         return self.source.counts()
@@ -194,6 +201,9 @@ class RowSplitRows:
 
     def pieces(self, pieces: Iterable[Piece]) -> Iterator[Row]:
         return self.source.pieces(self._in_source(piece) for piece in pieces)
+
+    def tables(self, pieces: Iterable[Piece]) -> Iterator[pa.Table]:
+        return self.source.tables(self._in_source(piece) for piece in pieces)
 
     def counts(self) -> dict[str, float]:
         return self.source.counts()
