@@ -19,6 +19,7 @@ DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 PACKAGES = {"storage": "datamount.storage", "datasets": "datamount.datasets", "readers": "datamount.readers"}
 PACKAGES["cli"] = "datamount.cli"
 PACKAGES["torch_integration"] = "datamount.torch"
+PACKAGES["ray_integration"] = "datamount.ray"
 PACKAGES["mount"] = "datamount.mount"
 PACKAGES["ui"] = "datamount.ui"
 PACKAGES["urlfs"] = "datamount.urlfs"
@@ -32,6 +33,7 @@ CPU_TORCH = "pip install torch --index-url https://download.pytorch.org/whl/cpu"
 OPTIONAL = {
     "datamount.torch": ("torch", CPU_TORCH),
     "datamount.torch.StatefulDataLoader": ("torchdata", "pip install 'datamount[torch]'"),
+    "datamount.ray": ("ray.data", "pip install 'datamount[ray]'"),
 }
 
 DOCUMENTED_IMPORT = re.compile(r"^\s*from (datamount(?:\.\w+)+) import ([^#\n]+)", re.MULTILINE)
