@@ -7,6 +7,10 @@ COMMAND JSON``. Each prints one JSON line of results (a trainer prints one line 
   ``{"row": SOURCE, "t": TIME}`` per row.
 - ``pack``: ``pack_ray`` of a dataset; after ``kill_after`` shards are written, every process of namespace
   ``kill_namespace`` is SIGKILLed (the worker node is lost mid-pack).
+- ``read-version``: ``datamount.ray.read_version`` of a dataset, the worker node lost once ``kill_after`` blocks
+  have come; whether the rows equal ``reader()``'s.
+- ``write-version``: ``datamount.ray.write_version`` of ``rows`` generated rows in ``blocks`` blocks, the worker node
+  lost once the first shard is in the store (``kill_namespace``; none without it); how long it took.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from typing import Any
 
@@ -66,6 +71,15 @@ def trainer(config: dict[str, Any]) -> None:
         time.sleep(config["delay"])
 
 
+def kill_namespace(namespace: str) -> int:
+    """SIGKILL every process of network namespace ``namespace``; how many there were."""
+    ip = shutil.which("ip", path=environment_path()) or "ip"
+    listed = subprocess.run([ip, "netns", "pids", namespace], capture_output=True, text=True, check=True)
+    for pid in listed.stdout.split():
+        os.kill(int(pid), signal.SIGKILL)
+    return len(listed.stdout.split())
+
+
 class KillNamespace:
     """Progress that SIGKILLs every process of a namespace once ``after`` shards are written."""
 
@@ -80,11 +94,7 @@ class KillNamespace:
     def advance(self, *, items: int = 1, size: int = 0) -> None:
         self.units += 1
         if self.units == self.after and self.killed_at is None:
-            ip = shutil.which("ip", path=environment_path()) or "ip"
-            listed = subprocess.run([ip, "netns", "pids", self.namespace], capture_output=True, text=True, check=True)
-            for pid in listed.stdout.split():
-                os.kill(int(pid), signal.SIGKILL)
-            self.killed = len(listed.stdout.split())
+            self.killed = kill_namespace(self.namespace)
             self.killed_at = time.monotonic()
 
     def finish(self) -> None:
@@ -113,7 +123,82 @@ def pack(config: dict[str, Any]) -> None:
     print(json.dumps(outcome), flush=True)
 
 
-COMMANDS = {"start-master": start_master, "status": status, "trainer": trainer, "pack": pack}
+def ray_data_driver(config: dict[str, Any]) -> dict[str, Any]:
+    """Join the cluster for Ray Data (blocks in order, no progress bars); the live nodes' addresses."""
+    import ray.data
+
+    ray.init(address=config["address"], _node_ip_address=config["node"], logging_level="WARNING")
+    context = ray.data.DataContext.get_current()
+    context.execution_options.preserve_order, context.enable_progress_bars = True, False
+    return {"nodes": sorted(node["NodeManagerAddress"] for node in ray.nodes() if node["Alive"])}
+
+
+def read_version(config: dict[str, Any]) -> None:
+    from datamount.ray import read_version
+    from datamount.readers import reader
+
+    outcome = ray_data_driver(config)
+    started = time.monotonic()
+    dataset = read_version(config["dataset"], store=config["store"], override_num_blocks=config["blocks"])
+    rows, killed, killed_at = [], 0, None
+    for number, batch in enumerate(dataset.iter_batches(batch_size=None, batch_format="pyarrow"), start=1):
+        rows.extend(zip(*(batch.column(name).to_pylist() for name in batch.column_names), strict=True))
+        if number == config["kill_after"]:
+            killed, killed_at = kill_namespace(config["kill_namespace"]), time.monotonic()
+    expected = list(reader(config["dataset"], config["store"])())
+    outcome.update(rows=len(rows), equal=rows == expected, killed_processes=killed, seconds=time.monotonic() - started,
+                   after_kill=None if killed_at is None else time.monotonic() - killed_at)  # fmt: skip
+    print(json.dumps(outcome), flush=True)
+
+
+def generated(batch: dict[str, Any], delay: float) -> dict[str, Any]:
+    """Rows made from their ``id`` alone (the same in every attempt of a task), each batch ``delay`` seconds late:
+    the worker node is lost while tasks run."""
+    time.sleep(delay)
+    ids = batch["id"]
+    return {"id": ids, "text": [f"row {i}" for i in ids], "blob": [int(i).to_bytes(8, "little") * 4 for i in ids]}
+
+
+def write_version(config: dict[str, Any]) -> None:
+    import ray.data
+
+    from datamount.ray import write_version
+    from datamount.storage import open_store
+
+    outcome = ray_data_driver(config)
+    store = open_store(config["store"])
+    packs = f"datasets/{config['dataset']}/packs"
+    killed: dict[str, float] = {}
+    done = threading.Event()
+
+    def watch() -> None:  # the worker node is lost once the first shard is stored
+        while not done.is_set() and not store.list(packs):
+            done.wait(0.02)
+        if not done.is_set():
+            killed["processes"], killed["at"] = kill_namespace(config["kill_namespace"]), time.monotonic()
+
+    watcher = threading.Thread(target=watch)
+    if config.get("kill_namespace"):
+        watcher.start()
+    started = time.monotonic()
+    source = ray.data.range(config["rows"], override_num_blocks=config["blocks"])
+    rows = source.map_batches(generated, fn_kwargs={"delay": config.get("delay", 0.0)})
+    try:
+        manifest = write_version(rows, config["dataset"], store=store, row_group_bytes=1 << 20)
+        outcome.update(version=manifest.version, rows=manifest.rows, shards=len(manifest.shards))
+    except Exception as exc:  # reported to the test, which checks what the store holds
+        outcome["error"] = f"{type(exc).__name__}: {exc}"
+    seconds = time.monotonic() - started
+    done.set()
+    if watcher.ident is not None:
+        watcher.join()
+    outcome.update(seconds=seconds, killed_processes=killed.get("processes", 0),
+                   after_kill=started + seconds - killed["at"] if "at" in killed else None)  # fmt: skip
+    print(json.dumps(outcome), flush=True)
+
+
+COMMANDS = {"start-master": start_master, "status": status, "trainer": trainer, "pack": pack,
+            "read-version": read_version, "write-version": write_version}  # fmt: skip
 
 if __name__ == "__main__":
     COMMANDS[sys.argv[1]](json.loads(sys.argv[2]))

@@ -1,6 +1,7 @@
 """A two-node Ray cluster across network namespaces (the head in one, a worker node in another) and the worker node
 lost mid-pass: the task master and ``dist_reader`` finish the pass with trainers on both nodes, its leases handed
-again after they expire; ``pack --ray`` finishes its version, or leaves none."""
+again after they expire; ``pack --ray`` finishes its version, or leaves none; Ray Data's ``read_version`` reads every
+row, checked, and ``write_version`` commits one version without a duplicate row."""
 
 from __future__ import annotations
 
@@ -13,9 +14,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 
-from datamount.datasets import catalog
+from datamount.datasets import catalog, layout
+from datamount.datasets.pack import pack
 from datamount.datasets.upload import upload
 from datamount.readers import reader
 from datamount.storage import Store, open_store
@@ -202,3 +205,89 @@ def test_pack_ray_loses_the_worker_node_and_commits_a_whole_version_or_none(
         verified=f"{len(source_images.rows)} samples read back from the shards" if "error" not in outcome else "",
         extra={"seconds": outcome["seconds"]},
     ).save()
+
+
+def written_columns(store: Store, name: str, columns: list[str]) -> dict[str, list[Any]]:
+    """Columns of every shard of ``name``'s latest version, in its shards' order (read from the shared folder)."""
+    manifest = catalog.resolve(store, name)
+    tables = [pq.read_table(store.local_path(layout.shard_path(name, s)), columns=columns) for s in manifest.shards]
+    return {column: [value for table in tables for value in table.column(column).to_pylist()] for column in columns}
+
+
+def test_read_version_loses_the_worker_node_and_still_reads_every_row_checked(
+    worker_up: RayNodes, tmp_path: Path, source_images: SourceImages
+) -> None:
+    nodes = worker_up
+    store = open_store(str(tmp_path / "store"))
+    upload(source_images.list_file, "images", store=store)
+    pack("images", store=store, shard_bytes=8 << 20, row_group_bytes=1 << 20)
+    outcome = driver(
+        nodes,
+        "read-version",
+        {"dataset": "images", "store": store.url, "blocks": 16, "kill_after": 2, "kill_namespace": nodes.worker.name},
+        timeout=300,
+    )
+    nodes.kill_worker()  # reap what the driver killed
+    assert outcome["nodes"] == sorted([nodes.head_ip, nodes.worker_ip])
+    assert outcome["killed_processes"] > 0, outcome
+    assert outcome["rows"] == len(source_images.rows) and outcome["equal"], outcome
+    FaultRecord(
+        "ray 2 nodes (head + worker node)",
+        "Ray Data read_version, 16 read tasks",
+        f"worker node ({outcome['killed_processes']} processes, SIGKILL)",
+        "after 2 of the dataset's blocks had come",
+        "Ray ran the lost tasks again; every row read, equal to reader()'s",
+        stall_s=outcome["after_kill"] or 0.0,
+        verified=f"{outcome['rows']} rows equal to reader()'s, every byte checked",
+        extra={"seconds": outcome["seconds"]},
+    ).save()
+
+
+def test_write_version_loses_the_worker_node_and_commits_once_without_a_duplicate(
+    worker_up: RayNodes, tmp_path: Path
+) -> None:
+    nodes = worker_up
+    store = open_store(str(tmp_path / "store"))
+    rows = 24_000
+    outcome = driver(
+        nodes,
+        "write-version",
+        {"dataset": "made", "store": store.url, "rows": rows, "blocks": 24, "delay": 0.3,
+         "kill_namespace": nodes.worker.name},
+        timeout=300,
+    )  # fmt: skip
+    nodes.kill_worker()
+    assert outcome["killed_processes"] > 0, outcome
+    assert "error" not in outcome, outcome
+    assert catalog.versions(store, "made") == [outcome["version"]] == [1]
+    written = written_columns(store, "made", ["id", "index"])
+    assert sorted(written["id"]) == list(range(rows))  # every row once
+    assert written["index"] == list(range(rows))  # numbered without a gap, in the shards' order
+    manifest = catalog.resolve(store, "made")
+    assert sorted(store.list("datasets/made/packs")) == sorted(layout.shard_path("made", s) for s in manifest.shards)
+    assert sorted(reader("made", store)())[:2] == [(0, "row 0", bytes(32)), (1, "row 1", (1).to_bytes(8, "little") * 4)]
+    FaultRecord(
+        "ray 2 nodes (head + worker node)",
+        "Ray Data write_version, 24 write tasks",
+        f"worker node ({outcome['killed_processes']} processes, SIGKILL)",
+        "once the first shard was stored",
+        f"Ray ran the lost tasks again; one version of {rows} rows, {outcome['shards']} shards committed",
+        stall_s=outcome["after_kill"] or 0.0,
+        verified=f"{rows} rows, each once, numbered 0..{rows - 1}; no file but the committed shards",
+        extra={"seconds": outcome["seconds"]},
+    ).save()
+
+
+@pytest.mark.slow
+def test_write_version_of_a_million_small_rows_on_two_nodes_commits_once(worker_up: RayNodes, tmp_path: Path) -> None:
+    nodes = worker_up
+    store = open_store(str(tmp_path / "store"))
+    rows = 1_000_000
+    outcome = driver(
+        nodes, "write-version", {"dataset": "million", "store": store.url, "rows": rows, "blocks": 20}, timeout=300
+    )
+    assert "error" not in outcome, outcome
+    assert catalog.versions(store, "million") == [1] and outcome["rows"] == rows
+    written = written_columns(store, "million", ["id", "index"])
+    assert written["index"] == list(range(rows)) and sorted(written["id"]) == list(range(rows))
+    print(f"write_version of {rows:,} rows on 2 nodes: {outcome['seconds']:.1f} s, {outcome['shards']} shards")
