@@ -180,7 +180,7 @@ class ShardRows:
             for table in tables:
                 yield decoded_rows(table, views=self.zero_copy)
         finally:
-            tables.close()
+            close_iterator(tables)
 
     def _piece_tables(self, pending: Iterator[Piece]) -> Iterator[pa.Table]:
         ahead = PIECES_AHEAD_LOCAL if self.store.local_path() is not None else PIECES_AHEAD_REMOTE
