@@ -13,6 +13,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
+import ray
 from ray.data import Dataset, read_datasource
 from ray.data.block import BlockMetadata
 from ray.data.datasource import Datasource, ReadTask
@@ -25,10 +26,17 @@ from datamount.datasets.shard_writer import list_fields
 from datamount.readers.stats import stored_bytes_per_row
 from datamount.storage import ObjectNotFoundError, Store, arguments, open_store
 
+#: The stored bytes a read task reads at least, where the cluster's CPUs are busy all the same and its number is not
+#: asked for (``override_num_blocks``): Ray asks for 200 tasks or more, and each costs its processes CPU to schedule,
+#: ship and start (``benchmarks/bench_ray.py``, 4,000 x 110 KB in 55 row groups on 2 CPUs, a second pass: a task
+#: per row group took 0.72 CPU-s per 1,000 rows, 6 tasks 0.52, ``read_parquet`` 0.31).
+MIN_TASK_BYTES = 64 << 20
+
 
 class VersionDatasource(Datasource):
     """The rows of dataset version ``ref`` (``name`` or ``name@N``, resolved when this is made: the version read is
-    fixed, whatever is committed later) for ``ray.data.read_datasource``; see :func:`read_version`."""
+    fixed, whatever is committed later) for ``ray.data.read_datasource``; see :func:`read_version`. A read task
+    reads at least ``min_task_bytes`` of stored bytes, unless the cluster has more CPUs than such tasks."""
 
     def __init__(
         self,
@@ -37,8 +45,10 @@ class VersionDatasource(Datasource):
         store: Store | str | None = None,
         columns: Sequence[str] | None = None,
         split: str | None = None,
+        min_task_bytes: int = MIN_TASK_BYTES,
     ) -> None:
         super().__init__()
+        self.min_task_bytes = arguments.whole_number(min_task_bytes, "min_task_bytes", minimum=0)
         target = store if isinstance(store, Store) else open_store(store)
         if not target.shareable:
             raise ValueError(f"Ray Data reads from its workers: {target.url} lives in this process only")
@@ -65,9 +75,14 @@ class VersionDatasource(Datasource):
     def get_read_tasks(
         self, parallelism: int, per_task_row_limit: int | None = None, data_context: Any = None
     ) -> list[ReadTask]:
-        """At most ``parallelism`` tasks, each a run of consecutive spans holding about as many rows as the others."""
+        """At most ``parallelism`` tasks (fewer where each would read less than ``min_task_bytes``, but no fewer than
+        the cluster's CPUs), each a run of consecutive spans holding about as many rows as the others."""
+        count = parallelism
+        if self.min_task_bytes:
+            large = int(len(self.source) * self._bytes_per_row // self.min_task_bytes)
+            count = min(parallelism, max(large, int(ray.cluster_resources().get("CPU", 1)), 1))
         tasks = []
-        for spans in _runs(self.source.spans(), parallelism):
+        for spans in _runs(self.source.spans(), count):
             rows = sum(len(span) for span in spans)
             metadata = BlockMetadata(
                 num_rows=rows, size_bytes=int(rows * self._bytes_per_row), exec_stats=None, input_files=None
@@ -138,9 +153,11 @@ def read_version(
     split
         Only this split's rows (``upload --split``, the public datasets' splits).
     override_num_blocks
-        How many read tasks to cut the version into (at most one per span); Ray Data's choice if None.
+        How many read tasks to cut the version into (at most one per span); if None, Ray Data's choice, but no more
+        than the cluster's CPUs where a task would then read less than :data:`MIN_TASK_BYTES` of stored bytes.
     """
     if override_num_blocks is not None:
         override_num_blocks = arguments.whole_number(override_num_blocks, "override_num_blocks", minimum=1)
-    datasource = VersionDatasource(ref, store=store, columns=columns, split=split)
+    smallest = MIN_TASK_BYTES if override_num_blocks is None else 0
+    datasource = VersionDatasource(ref, store=store, columns=columns, split=split, min_task_bytes=smallest)
     return read_datasource(datasource, override_num_blocks=override_num_blocks)
