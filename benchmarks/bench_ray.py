@@ -51,7 +51,9 @@ def prepare(case: str, tmp: Path, count: int) -> dict[str, object]:
     pack(case, store=store)
     manifest = catalog.resolve(store, case)
     shards = [store.full_path(layout.shard_path(case, shard)) for shard in manifest.shards]
-    return {"store": str(tmp / "store"), "name": case, "shards": shards, "columns": manifest.columns}
+    # Ray's session folders go in the benchmark's own temporary folder, removed with it.
+    return {"store": str(tmp / "store"), "name": case, "shards": shards, "columns": manifest.columns,
+            "ray_temp": str(tmp / "ray")}  # fmt: skip
 
 
 def descendants_cpu_seconds() -> float:
@@ -85,7 +87,8 @@ def child(who: str, spec_file: str) -> None:
     import ray.data
 
     spec = json.loads(Path(spec_file).read_text(encoding="utf-8"))
-    ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
+    ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False,
+             _temp_dir=spec["ray_temp"])  # fmt: skip
     context = ray.data.DataContext.get_current()
     context.enable_progress_bars = False
     if who == OURS:
