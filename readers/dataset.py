@@ -716,7 +716,7 @@ def reader(
     # Checked before the store is asked anything.
     if max_requests is not None:
         max_requests = arguments.whole_number(max_requests, "max_requests", minimum=1)
-    reading = {
+    reading: dict[str, Any] = {
         "max_requests": max_requests,
         "max_bytes": arguments.whole_number(max_bytes, "max_bytes", minimum=1),
         "rows_per_span": arguments.whole_number(rows_per_span, "rows_per_span", minimum=1),

@@ -535,7 +535,9 @@ class ShardRows:
         with self._missing(shard):
             footer = self._footer(path, shard)
             ranges = chunk_ranges(footer, group, self._columns)
-            fetched = dict(zip((start for start, _ in ranges), self.store.read_ranges(path, ranges), strict=True))
+            fetched: dict[int, bytes | memoryview] = {
+                start: data for (start, _), data in zip(ranges, self.store.read_ranges(path, ranges), strict=True)
+            }
         return self._parquet(shard, SparseFile(shard.size, fetched, name=self.store.url_for(path)), footer)
 
     def _footer(self, path: str, shard: ShardEntry, *, with_first_group: bool = False) -> pq.FileMetaData:
