@@ -4,7 +4,7 @@ The index (litdata's ``streaming/writer.py``) holds ``config`` and ``chunks``: e
 (``chunk_size``) and its bytes (``chunk_bytes``). ``config.data_format`` names litdata's serializer of each leaf of the
 sample's pytree (``config.data_spec``); ``config.types`` the JSON types of dict samples. A chunk holds:
 
-- rows as :mod:`._packed` lays them out, each a ``uint32`` size for every leaf, then the leaves' bytes. Under
+- rows as :mod:`.packed_rows` lays them out, each a ``uint32`` size for every leaf, then the leaves' bytes. Under
   ``compression="zstd"`` with ``compression_level="chunk"`` the whole file is one zstd stream (``*.zstd.bin``;
   ``chunk_bytes`` counts the bytes before); under ``"sample"`` each row is a zstd frame of its own;
 - or rows in zstd frames (``compression_level="batch"``): ``LDFZ01``, the rows' offsets, a table of frames, the frames.
@@ -40,9 +40,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from datamount.datasets.imports import _packed
-from datamount.datasets.imports._packed import Bytes, Column, Damaged, RowError
+from datamount.datasets.imports import packed_rows
 from datamount.datasets.imports.location import Location
+from datamount.datasets.imports.packed_rows import Bytes, Column, Damaged, RowError
 from datamount.datasets.imports.source import (
     BATCH_ROWS,
     IMAGE_EXTENSION,
@@ -104,8 +104,8 @@ class LitdataSource:
     def __init__(self, location: Location) -> None:
         self.where = location.where
         self._store = location.store
-        prefix = _packed.folder_of(location, INDEX, FORMAT)
-        index = _packed.read_index(location.store, prefix + INDEX, self.where)
+        prefix = packed_rows.folder_of(location, INDEX, FORMAT)
+        index = packed_rows.read_index(location.store, prefix + INDEX, self.where)
         config, chunks = index.get("config"), index.get("chunks")
         if "shards" in index and chunks is None:
             raise SourceError(self.where, INDEX, "this is a MosaicML MDS index: import it with --from-format mds")
@@ -132,7 +132,7 @@ class LitdataSource:
     def _batches(self, chunk: _Chunk, skip: int) -> Iterator[pa.RecordBatch]:
         if chunk.whole:
             with self._store.open(chunk.path) as handle:
-                stream = _packed.Stream(_packed.decompressing(handle, "zstd"))
+                stream = packed_rows.Stream(packed_rows.decompressing(handle, "zstd"))
                 yield from self._rows(chunk, stream, chunk.raw, skip)
                 try:
                     left = stream.rest()
@@ -144,7 +144,7 @@ class LitdataSource:
                         self.where, chunk.name, f"decompresses to {found} bytes, {INDEX} records {chunk.raw}"
                     )
             return
-        source = _packed.Ranges(self._store, chunk.path)
+        source = packed_rows.Ranges(self._store, chunk.path)
         if source.read(0, len(_FRAMED_MAGIC)) == _FRAMED_MAGIC:
             yield from self._framed(chunk, source, skip)
         else:
@@ -153,8 +153,8 @@ class LitdataSource:
     def _rows(self, chunk: _Chunk, source: Bytes, size: int, skip: int) -> Iterator[pa.RecordBatch]:
         """The rows of a chunk of rows (or of Arrow rows), ``size`` bytes long."""
         first = 4 + 4 * (chunk.rows + 1)
-        offsets = _packed.read_offsets(self._read(source, None, 0, first), chunk.rows)
-        _packed.check_offsets(offsets, first=first, size=size)
+        offsets = packed_rows.read_offsets(self._read(source, None, 0, first), chunk.rows)
+        packed_rows.check_offsets(offsets, first=first, size=size)
         if size != chunk.raw:
             raise SourceError(self.where, chunk.name, f"has {size} bytes, {INDEX} records {chunk.raw}")
         if offsets[-1] < size:
@@ -162,7 +162,7 @@ class LitdataSource:
             return
         if self._arrow:
             raise SourceError(self.where, chunk.name, f"holds no Arrow rows, which {INDEX} records for its samples")
-        for start, stop in _packed.spans(offsets, skip):
+        for start, stop in packed_rows.spans(offsets, skip):
             block = self._read(source, offsets, int(offsets[start]), int(offsets[stop]))
             yield self._batch(block, offsets[start : stop + 1] - offsets[start], start)
         self._read(source, offsets, int(offsets[-1]), int(offsets[-1]))  # a stream: past the rows skipped
@@ -173,11 +173,11 @@ class LitdataSource:
         try:
             block = source.read(start, end)
         except Damaged as error:
-            row = _packed.row_at(offsets, 0, error.at) if offsets is not None else 0
+            row = packed_rows.row_at(offsets, 0, error.at) if offsets is not None else 0
             raise RowError(row, f"zstd: {error.reason}") from error
         if len(block) < end - start:
             at = start + len(block)
-            row = _packed.row_at(offsets, 0, at) if offsets is not None else 0
+            row = packed_rows.row_at(offsets, 0, at) if offsets is not None else 0
             raise RowError(row, f"the chunk ends at byte {at}: truncated")
         return block
 
@@ -186,7 +186,7 @@ class LitdataSource:
         try:
             if self._sample_zstd:
                 block, bounds = _inflate_rows(block, bounds)
-            arrays = _packed.split(block, bounds, self._columns)
+            arrays = packed_rows.split(block, bounds, self._columns)
         except RowError as error:
             raise RowError(first + error.row, error.reason) from error
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
@@ -205,7 +205,7 @@ class LitdataSource:
             except pa.ArrowException as error:
                 raise RowError(first, f"its zstd frame does not decompress: {error}") from error
             bounds = offsets[first : first + rows + 1] - offsets[first]
-            for begin, end in _packed.spans(bounds, max(skip - first, 0)):
+            for begin, end in packed_rows.spans(bounds, max(skip - first, 0)):
                 yield self._batch(block, bounds[begin : end + 1], first + begin)
 
     def _frame_table(self, chunk: _Chunk, source: Bytes) -> tuple[np.ndarray, list[tuple[int, ...]]]:
@@ -224,7 +224,7 @@ class LitdataSource:
         if len(table) < end - _FRAMED_PREFIX.size:
             raise RowError(0, "the chunk ends inside its table of frames: truncated")
         offsets = np.frombuffer(table, np.dtype("<u4"), count=rows + 1).astype(np.int64)
-        _packed.check_offsets(offsets, first=0, size=int(offsets[-1]))
+        packed_rows.check_offsets(offsets, first=0, size=int(offsets[-1]))
         frames = [_FRAME.unpack_from(table, 4 * (rows + 1) + _FRAME.size * at) for at in range(count)]
         row, place = 0, end
         for first, many, start, length, raw in frames:
@@ -292,7 +292,7 @@ class LitdataSource:
             name, rows, raw = str(entry["filename"]), int(entry["chunk_size"]), int(entry["chunk_bytes"])
         except (TypeError, KeyError, ValueError) as error:
             raise SourceError(self.where, INDEX, f"a chunk's entry does not read: {entry!r}") from error
-        path = _packed.inside(prefix, name, self.where)
+        path = packed_rows.inside(prefix, name, self.where)
         if path not in sizes:
             raise SourceError(self.where, name, f"no such file (named by {INDEX})")
         whole = bool(compression) and name.endswith(f".{compression}.bin")

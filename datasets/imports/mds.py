@@ -6,7 +6,7 @@ The index (streaming's ``base/format/base/writer.py``) is ``{"version": 2, "shar
 ``compression`` (null, or ``zstd``, ``gz:9``...), ``hashes`` (algorithm names), ``samples``, ``size_limit`` and
 ``raw_data`` / ``zip_data``: ``{basename, bytes, hashes}`` of the shard and of its compressed file (null where it is
 not compressed). A shard (``mds/writer.py``) is ``uint32 samples``, ``uint32 offsets[samples + 1]``, its config as
-JSON (the entry but its samples and files), then the samples as :mod:`._packed` lays rows out: a ``uint32`` size for
+JSON (the entry but its samples and files), then the samples as :mod:`.packed_rows` lays rows out: a ``uint32`` size for
 each column of no fixed size, then each column's bytes. Splits: the folder's ``index.json``, or where it has none, the
 ``index.json`` of each of its subfolders, each a split (in name order).
 
@@ -40,9 +40,9 @@ import numpy as np
 import pyarrow as pa
 import xxhash
 
-from datamount.datasets.imports import _packed
-from datamount.datasets.imports._packed import Bytes, Column, Damaged, RowError
+from datamount.datasets.imports import packed_rows
 from datamount.datasets.imports.location import Location
+from datamount.datasets.imports.packed_rows import Bytes, Column, Damaged, RowError
 from datamount.datasets.imports.source import (
     IMAGE_EXTENSION,
     SOURCE_ENCODING,
@@ -112,7 +112,7 @@ class MdsSource:
     def __init__(self, location: Location) -> None:
         self.where = location.where
         self._store = location.store
-        prefix = _packed.folder_of(location, INDEX, FORMAT)
+        prefix = packed_rows.folder_of(location, INDEX, FORMAT)
         self._prefix = prefix
         self._sizes = sizes = location.store.list(prefix.rstrip("/"))
         self._shards: list[_Shard] = []
@@ -138,43 +138,43 @@ class MdsSource:
         if shard.compression is None:
             raw_hashers = _hashers(shard.raw.hashes)
             with self._store.open(shard.raw.path) as handle:
-                tally = _packed.Tally(handle, raw_hashers.values())
-                yield from self._rows(shard, _packed.Stream(tally), actual, skip)
-                self._rest(shard, _packed.Stream(tally), tally)
+                tally = packed_rows.Tally(handle, raw_hashers.values())
+                yield from self._rows(shard, packed_rows.Stream(tally), actual, skip)
+                self._rest(shard, packed_rows.Stream(tally), tally)
             self._check(shard, shard.raw, tally.count, raw_hashers, "")
             return
         if actual != shard.file.size:
             raise SourceError(self.where, shard.name, f"has {actual} bytes, {INDEX} records {shard.file.size}")
         zip_hashers, raw_hashers = _hashers(shard.file.hashes), _hashers(shard.raw.hashes)
         with self._store.open(shard.file.path) as handle:
-            packed = _packed.Tally(handle, zip_hashers.values())
-            inflated = _packed.Tally(self._decompressing(shard, packed), raw_hashers.values())
-            stream = _packed.Stream(inflated)
+            packed = packed_rows.Tally(handle, zip_hashers.values())
+            inflated = packed_rows.Tally(self._decompressing(shard, packed), raw_hashers.values())
+            stream = packed_rows.Stream(inflated)
             yield from self._rows(shard, stream, shard.raw.size, skip)
             self._rest(shard, stream, inflated)
-            self._rest(shard, _packed.Stream(packed), packed)
+            self._rest(shard, packed_rows.Stream(packed), packed)
         self._check(shard, shard.file, packed.count, zip_hashers, "compressed ")
         self._check(shard, shard.raw, inflated.count, raw_hashers, "decompressed ")
 
     def _rows(self, shard: _Shard, source: Bytes, size: int, skip: int) -> Iterator[pa.RecordBatch]:
         """The samples of a shard whose data (decompressed) has ``size`` bytes."""
         header = 4 + 4 * (shard.rows + 1)
-        offsets = _packed.read_offsets(self._read(source, None, 0, header), shard.rows)
+        offsets = packed_rows.read_offsets(self._read(source, None, 0, header), shard.rows)
         if not header <= offsets[0] <= size:
             raise RowError(0, f"the offsets table puts sample 0 at byte {offsets[0]}, outside the shard")
         self._check_config(shard, self._read(source, None, header, int(offsets[0])))
-        _packed.check_offsets(offsets, first=int(offsets[0]), size=size)
+        packed_rows.check_offsets(offsets, first=int(offsets[0]), size=size)
         if offsets[-1] != shard.raw.size and shard.rows:
             reason = f"the offsets table ends it at byte {offsets[-1]}, {INDEX} records {shard.raw.size} bytes"
             raise RowError(shard.rows - 1, reason)
         if offsets[-1] != shard.raw.size or size != shard.raw.size:
             reason = f"its samples end at byte {offsets[-1]} of {size}, {INDEX} records {shard.raw.size} bytes"
             raise SourceError(self.where, shard.name, reason)
-        for start, stop in _packed.spans(offsets, skip):
+        for start, stop in packed_rows.spans(offsets, skip):
             block = self._read(source, offsets, int(offsets[start]), int(offsets[stop]))
             bounds = offsets[start : stop + 1] - offsets[start]
             try:
-                arrays = _packed.split(block, bounds, self._columns)
+                arrays = packed_rows.split(block, bounds, self._columns)
                 _check_json(arrays, self._columns)
             except RowError as error:
                 raise RowError(start + error.row, error.reason) from error
@@ -186,15 +186,15 @@ class MdsSource:
         try:
             block = source.read(start, end)
         except Damaged as error:
-            row = _packed.row_at(offsets, 0, error.at) if offsets is not None else 0
+            row = packed_rows.row_at(offsets, 0, error.at) if offsets is not None else 0
             raise RowError(row, f"{error.reason} (decompressing)") from error
         if len(block) < end - start:
             at = start + len(block)
-            row = _packed.row_at(offsets, 0, at) if offsets is not None else 0
+            row = packed_rows.row_at(offsets, 0, at) if offsets is not None else 0
             raise RowError(row, f"the shard ends at byte {at}: truncated")
         return block
 
-    def _rest(self, shard: _Shard, stream: _packed.Stream, tally: _packed.Tally) -> None:
+    def _rest(self, shard: _Shard, stream: packed_rows.Stream, tally: packed_rows.Tally) -> None:
         """Read what is left of a file (hashing it); any byte left past the data is an error."""
         try:
             left = stream.rest()
@@ -224,10 +224,10 @@ class MdsSource:
                 reason = f"its header records {key} {config.get(key)!r}, {INDEX} {shard.config.get(key)!r}"
                 raise SourceError(self.where, shard.name, reason)
 
-    def _decompressing(self, shard: _Shard, packed: _packed.Tally) -> IO[bytes] | pa.NativeFile:
+    def _decompressing(self, shard: _Shard, packed: packed_rows.Tally) -> IO[bytes] | pa.NativeFile:
         codec = str(shard.compression).split(":")[0]
         if codec in _STREAMED:
-            return _packed.decompressing(packed, _STREAMED[codec])
+            return packed_rows.decompressing(packed, _STREAMED[codec])
         data = packed.read()
         try:
             return io.BytesIO(pa.decompress(data, shard.raw.size, codec="snappy", asbytes=True))
@@ -236,7 +236,7 @@ class MdsSource:
 
     def _add_split(self, prefix: str, split: str, sizes: dict[str, int]) -> None:
         folder = f"{prefix}{split}/" if split else prefix
-        index = _packed.read_index(self._store, folder + INDEX, self.where)
+        index = packed_rows.read_index(self._store, folder + INDEX, self.where)
         entries = index.get("shards")
         if "chunks" in index and entries is None:
             raise SourceError(self.where, INDEX, "this is a litdata index: import it with --from-format litdata")
@@ -276,7 +276,7 @@ class MdsSource:
         self._shards.append(shard)
 
     def _file(self, folder: str, split: str, info: Any) -> _File:
-        path = _packed.inside(folder, str(info["basename"]), self.where)
+        path = packed_rows.inside(folder, str(info["basename"]), self.where)
         hashes = info.get("hashes") or {}
         if not isinstance(hashes, dict):
             raise ValueError(f"hashes {hashes!r}")

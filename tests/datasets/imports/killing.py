@@ -1,5 +1,6 @@
-"""An import killed part way (SIGKILL, from inside its own process once it has read a given number of rows), then run
-again in this process: what every format's tests use to show that an import goes on from its last shard."""
+"""An import killed part way (SIGKILL, from inside its own process once it has read a given number of rows and a
+shard's marker is stored: shards are sent in a thread), then run again in this process: what every format's tests
+use to show that an import goes on from its last shard."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from datamount.storage import Store
 KILLED_IMPORT = """
 import json, os, signal, sys
 from datamount.datasets.imports import import_dataset
+from datamount.storage import open_store
 
 class KilledAfter:
     rows = 0
@@ -25,16 +27,19 @@ class KilledAfter:
     def finish(self): pass
     def advance(self, *, items=1, size=0):
         self.rows += items
-        if self.rows > int(sys.argv[3]):
+        if self.rows > int(sys.argv[3]) and any(path.endswith(".done") for path in store.list("datasets/killed")):
             os.kill(os.getpid(), signal.SIGKILL)
 
-import_dataset(sys.argv[1], "killed", store=sys.argv[2], progress=KilledAfter(), **json.loads(sys.argv[4]))
+store = open_store(sys.argv[2])
+
+import_dataset(sys.argv[1], "killed", store=store, progress=KilledAfter(), **json.loads(sys.argv[4]))
 """
 
 
 def killed_then_resumed(source: str | Path, store: Store, folder: Path, rows: int, **options: Any) -> Imported:
     """Import ``source`` as ``killed`` into ``store`` (``options``: ``import_dataset``'s) in a process killed once it
-    has read ``rows`` rows, check that nothing was committed, then import it again here; what the second run did."""
+    has read more than ``rows`` rows and stored a shard, check that nothing was committed, then import it again here;
+    what the second run did."""
     script = folder / "killed_import.py"
     script.write_text(textwrap.dedent(KILLED_IMPORT))
     args = [sys.executable, str(script), str(source), store.url, str(rows), json.dumps(options)]

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from datamount.datasets.imports import _packed, import_dataset
+from datamount.datasets.imports import import_dataset, packed_rows
 from datamount.datasets.imports.litdata import LitdataSource, open_litdata
 from datamount.datasets.imports.location import locate
 from datamount.datasets.imports.mds import INDEX
@@ -170,8 +170,8 @@ def test_skip_resumes_exactly(name: str, written: Callable[[str], Path]) -> None
 
 
 def test_batches_are_cut_by_rows_and_bytes() -> None:
-    offsets = np.concatenate(([0], np.cumsum(np.full(3000, 10)), [30000 + _packed.BATCH_BYTES + 1]))
-    cut = list(_packed.spans(offsets, 5))
+    offsets = np.concatenate(([0], np.cumsum(np.full(3000, 10)), [30000 + packed_rows.BATCH_BYTES + 1]))
+    cut = list(packed_rows.spans(offsets, 5))
     assert cut[0] == (5, 5 + BATCH_ROWS) and cut[-2:] == [(2053, 3000), (3000, 3001)]
 
 
