@@ -158,7 +158,8 @@ def main() -> None:
                 args.server, operation, costs, amounts, "import", "webdataset", "WebDataset's reader alone", measure
             ),
         ]
-    print_rows(rows, f"import --from-format webdataset, {len(shards)} shard(s), median of {runs} run(s)")
+    load = ", ".join(f"{value:.2f}" for value in os.getloadavg())
+    print_rows(rows, f"import --from-format webdataset, {len(shards)} shard(s), median of {runs} run(s); load {load}")
 
 
 if __name__ == "__main__":
