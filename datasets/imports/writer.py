@@ -104,6 +104,8 @@ def write_source(
             writing.discard()  # the shards finished stay, with their markers, for the next run
             raise
         report.finish()
+        if rows.count == 0:
+            raise SourceError(source.where, f"{len(source.shards)} shard(s)", "they hold no samples: nothing to import")
         draft = rows.manifest(name, kind, form, writing.entries, writing.splits, source)
         dataset = layout.dataset_folder(name)
         if rows.listing is not None:

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from datamount.datasets import catalog
 from datamount.datasets.imports import MappingError, import_dataset
 from datamount.datasets.imports.location import locate
 from datamount.datasets.imports.parquet import open_parquet
@@ -218,3 +219,10 @@ def test_an_import_killed_part_way_goes_on_from_its_last_shard(tmp_path: Path, l
     assert done.manifest.rows == 2700
     expected = [tuple(row[c] for c in kept) for f in files for row in pq.read_table(f).to_pylist()]
     assert list(reader("killed", local_store)()) == expected
+
+
+def test_a_source_of_no_samples_is_refused(tmp_path: Path, local_store: Store) -> None:
+    write(tmp_path / "empty.parquet", table(0).drop_columns(["index"]))
+    with pytest.raises(SourceError, match="hold no samples"):
+        import_dataset(tmp_path / "empty.parquet", "empty", format="parquet", store=local_store)
+    assert catalog.versions(local_store, "empty") == []
