@@ -8,9 +8,11 @@ litdata's reader is given a copy of each folder: it decompresses chunks into the
 
 from __future__ import annotations
 
+import contextlib
+import multiprocessing
 import shutil
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +68,17 @@ DATASETS: dict[str, tuple[Callable[[int], Any], int, dict[str, Any]]] = {
 }
 
 
+@contextlib.contextmanager
+def start_method_kept() -> Iterator[None]:
+    """The process's multiprocessing start method as it was, after ``litdata.optimize`` forces its own (``spawn``)
+    on it: later tests in this process (a memory store read in forked DataLoader workers) rely on the default."""
+    before = multiprocessing.get_start_method(allow_none=True)
+    try:
+        yield
+    finally:
+        multiprocessing.set_start_method(before, force=True)
+
+
 @pytest.fixture(scope="module")
 def written(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
     """The folder of dataset ``name`` of :data:`DATASETS`, written by ``litdata.optimize`` the first time it is
@@ -76,7 +89,8 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
         if name not in folders:
             sample, rows, options = DATASETS[name]
             out = tmp_path_factory.mktemp("litdata") / name
-            litdata.optimize(sample, list(range(rows)), str(out), num_workers=1, **options)
+            with start_method_kept():
+                litdata.optimize(sample, list(range(rows)), str(out), num_workers=1, **options)
             folders[name] = out
         return folders[name]
 
