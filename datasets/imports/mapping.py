@@ -134,7 +134,7 @@ def image_rows(
     if bad is not None:
         return bad
     keys = batch.column(form.key).to_pylist() if form.key else [f"{first_row + n:09d}" for n in range(len(batch))]
-    heads = _heads(images) if form.extension is None else [None] * len(images)
+    heads = [bytes(view[:12]) for view in value_views(images)] if form.extension is None else [None] * len(images)
     paths = []
     for number, (key, head) in enumerate(zip(keys, heads, strict=True)):
         extension = form.extension or _magic(head) or "bin"
@@ -163,12 +163,13 @@ def _labels(column: pa.Array) -> tuple[list[str], tuple[str, int] | None]:
     return labels, None
 
 
-def _heads(images: pa.Array) -> list[bytes]:
-    """Each value's first bytes (enough for :data:`MAGIC`), without copying the rest."""
-    offsets = np.frombuffer(images.buffers()[1], np.int32 if images.type == pa.binary() else np.int64)
-    ends = offsets[images.offset : images.offset + len(images) + 1]
-    data = memoryview(images.buffers()[2]) if images.buffers()[2] is not None else memoryview(b"")
-    return [bytes(data[start : min(stop, start + 12)]) for start, stop in itertools.pairwise(ends.tolist())]
+def value_views(values: pa.Array) -> list[memoryview]:
+    """Each value of a ``binary`` (or ``large_binary``) array with no nulls, as a view of the array's data buffer:
+    no value is copied."""
+    offsets = np.frombuffer(values.buffers()[1], np.int32 if values.type == pa.binary() else np.int64)
+    ends = offsets[values.offset : values.offset + len(values) + 1].tolist()
+    data = memoryview(values.buffers()[2]) if values.buffers()[2] is not None else memoryview(b"")
+    return [data[start:stop] for start, stop in itertools.pairwise(ends)]
 
 
 def _first_null(column: pa.Array) -> int:

@@ -27,10 +27,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-import xxhash
 
 from datamount.datasets import catalog, layout, locks
-from datamount.datasets.imports.mapping import Form, ImageForm, image_rows
+from datamount.datasets.imports.mapping import Form, ImageForm, image_rows, value_views
 from datamount.datasets.imports.source import Source, SourceError, identity
 from datamount.datasets.listfile import NormalisedCopy
 from datamount.datasets.manifest import (
@@ -55,6 +54,7 @@ from datamount.datasets.spool import ExternalSort, FileSpool
 from datamount.datasets.upload_marker import Marker, MarkerWriter, read_marker
 from datamount.datasets.upload_shards import free_pack_folder
 from datamount.storage import Store
+from datamount.storage.checksums import xxh3
 
 #: Where a source goes on: its shard's number and the rows of it already taken.
 Position = tuple[int, int]
@@ -310,8 +310,9 @@ class _Shards:
                 why, at = mapped
                 raise SourceError(source.where, source.shards[number].name, f"{why}", sample=taken + int(at))
             images, labels, paths = mapped
-            sizes = np.diff(np.frombuffer(images.buffers()[1], np.int32, len(images) + 1, images.offset * 4))
-            files = list(zip(sizes.tolist(), _digests(images), strict=True))
+            views = value_views(images)
+            sizes = np.fromiter(map(len, views), np.int64, len(views))
+            files = list(zip(sizes.tolist(), map(xxh3, views), strict=True))
             columns: list[pa.Array] = [images, column(labels, pa.string()), column(paths, pa.string())]
             row_sizes = sizes + np.fromiter(map(len, labels), np.int64, len(labels))
         else:
@@ -420,10 +421,3 @@ def _read_ahead(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             with contextlib.suppress(Exception):
                 following.result()  # a generator cannot be closed while it runs
             getattr(batches, "close", lambda: None)()
-
-
-def _digests(images: pa.Array) -> list[str]:
-    """Each image's xxh3-64 (hex), hashed where the bytes lie in the Arrow buffer."""
-    offsets = np.frombuffer(images.buffers()[1], np.int32, len(images) + 1, images.offset * 4).tolist()
-    data = memoryview(images.buffers()[2])
-    return [xxhash.xxh3_64_hexdigest(data[start:stop]) for start, stop in itertools.pairwise(offsets)]
