@@ -93,10 +93,7 @@ class HfSource:
         features = self._features(splits[0], listing)
         for shard, schema in zip(self.shards, schemas, strict=True):
             self._check_schema(shard.name, schema)
-        try:
-            self._columns = FeatureColumns.of(self._stored, features)
-        except ValueError as exc:
-            raise SourceError(self.where, self.shards[0].name, str(exc)) from exc
+        self._columns = FeatureColumns.of_source(self.where, self.shards[0].name, self._stored, features)
         self.schema = self._columns.schema
 
     def batches(self, shard: int, skip: int = 0) -> Iterator[pa.RecordBatch]:

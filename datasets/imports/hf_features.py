@@ -32,6 +32,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from datamount.datasets.imports.source import SourceError
+
 #: Field metadata: a ``ClassLabel`` column's class names, as a JSON list (label ``i`` is the ``i``-th name).
 CLASS_NAMES = b"datamount.import.classes"
 #: The schema metadata key ``datasets`` records its features under.
@@ -65,6 +67,15 @@ class FeatureColumns:
 
     schema: pa.Schema
     images: tuple[int, ...] = ()
+
+    @classmethod
+    def of_source(cls, where: str, shard: str, stored: pa.Schema, features: Mapping[str, Any] | None) -> FeatureColumns:
+        """:meth:`of`, for a source at ``where`` whose first shard is ``shard``: a column whose storage is not its
+        feature's is a :class:`~.source.SourceError` naming them."""
+        try:
+            return cls.of(stored, features)
+        except ValueError as exc:
+            raise SourceError(where, shard, str(exc)) from exc
 
     @classmethod
     def of(cls, stored: pa.Schema, features: Mapping[str, Any] | None) -> FeatureColumns:

@@ -71,10 +71,8 @@ class ParquetSource:
                     self._stored = schema
                 self._check_schema(name, schema)
                 self.shards.append(SourceShard(name, size, footer.num_rows))
-        try:
-            self._columns = FeatureColumns.of(self._stored, stored_features(self._stored))
-        except ValueError as exc:
-            raise SourceError(self.where, self.shards[0].name, str(exc)) from exc
+        features = stored_features(self._stored)
+        self._columns = FeatureColumns.of_source(self.where, self.shards[0].name, self._stored, features)
         self.schema = self._columns.schema
 
     def batches(self, shard: int, skip: int = 0) -> Iterator[pa.RecordBatch]:
